@@ -1,0 +1,540 @@
+//! Configuration: one TOML file shared by every hookline process.
+//!
+//! Precedence, lowest to highest: built-in defaults (PostgreSQL and RabbitMQ on 127.0.0.1), the file given by
+//! `--config FILE` or `HOOKLINE_CONFIG`, then the environment variables `DATABASE_URL` and `AMQP_URL`.
+//!
+//! Loading is two-step: the file is deserialised into a *raw* shape that mirrors the TOML, then validated into
+//! [`Config`]. Validation errors name the offending field (`providers.stripe.secrets[1]: …`) so an operator can fix
+//! the file without reading code. Secrets are held in [`SecretString`], whose `Debug` prints `[REDACTED]`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use hookline_signature::Scheme;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+/// Environment variable naming the configuration file when `--config` is not given.
+pub const CONFIG_ENV: &str = "HOOKLINE_CONFIG";
+/// Default database: the local cluster, database `hookline`.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/hookline";
+/// Default broker: the local RabbitMQ with the stock guest account.
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A configuration problem, always naming the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}")]
+    Read {
+        /// The path that was tried.
+        path: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has fields of the wrong shape.
+    #[error("configuration file {path} is invalid: {message}")]
+    Parse {
+        /// The path that was read.
+        path: String,
+        /// The TOML parser's message, which names the line and field.
+        message: String,
+    },
+    /// A field is present and well-formed TOML but its value is not acceptable.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `providers.stripe.secrets[0]`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The validated configuration of a hookline deployment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// PostgreSQL connection URL (may carry a password, hence secret).
+    pub database_url: SecretString,
+    /// RabbitMQ connection URL (may carry a password, hence secret).
+    pub amqp_url: SecretString,
+    /// RabbitMQ naming.
+    pub amqp: AmqpConfig,
+    /// The HTTP edge.
+    pub edge: EdgeConfig,
+    /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// `[amqp]`: RabbitMQ naming.
+#[derive(Debug, Clone)]
+pub struct AmqpConfig {
+    /// Every exchange and queue name starts with this prefix, so several deployments (or tests) share a broker.
+    pub prefix: String,
+}
+
+/// `[edge]`: the HTTP receiver.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Largest accepted request body; larger ones get 413 without being buffered.
+    pub max_body_bytes: usize,
+    /// Budget for storing one event (pool acquire + INSERT). Past it the edge answers 503 so the provider retries.
+    pub db_timeout: Duration,
+    /// Size of the edge's connection pool.
+    pub db_max_connections: u32,
+    /// A client must deliver its request headers within this time (408 otherwise).
+    pub client_request_timeout: Duration,
+    /// A client must deliver its whole body within this time (408 otherwise): defeats trickled bodies.
+    pub body_read_timeout: Duration,
+    /// On SIGTERM, in-flight requests get this long to finish.
+    pub shutdown_timeout: Duration,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+}
+
+/// `[providers.NAME]`: one webhook source.
+#[derive(Clone)]
+pub struct ProviderConfig {
+    /// The provider's name (the URL segment).
+    pub name: String,
+    /// How its signatures are computed.
+    pub scheme: Scheme,
+    /// Accepted secrets, current first. Several are accepted at once during rotation.
+    pub secrets: Vec<SecretString>,
+    /// Accepted clock skew for schemes that sign a timestamp; `None` for schemes that sign none.
+    pub tolerance_secs: Option<u64>,
+    /// Provider fee in basis points of the amount (used by the ledger).
+    pub fee_bps: i64,
+    /// Fixed provider fee per payment, in minor units (used by the ledger).
+    pub fee_fixed: i64,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    // Written by hand so the number of secrets is visible but never their values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("scheme", &self.scheme.as_str())
+            .field(
+                "secrets",
+                &format_args!("[{} redacted]", self.secrets.len()),
+            )
+            .field("tolerance_secs", &self.tolerance_secs)
+            .field("fee_bps", &self.fee_bps)
+            .field("fee_fixed", &self.fee_fixed)
+            .finish()
+    }
+}
+
+impl ProviderConfig {
+    /// The secrets as byte slices, in configured order, for the verifier.
+    pub fn secret_bytes(&self) -> Vec<&[u8]> {
+        self.secrets
+            .iter()
+            .map(|s| s.expose_secret().as_bytes())
+            .collect()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    database_url: Option<String>,
+    amqp_url: Option<String>,
+    #[serde(default)]
+    amqp: RawAmqp,
+    #[serde(default)]
+    edge: RawEdge,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAmqp {
+    prefix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEdge {
+    listen: Option<String>,
+    max_body_bytes: Option<usize>,
+    db_timeout_ms: Option<u64>,
+    db_max_connections: Option<u32>,
+    client_request_timeout_ms: Option<u64>,
+    body_read_timeout_ms: Option<u64>,
+    shutdown_timeout_secs: Option<u64>,
+    workers: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    scheme: Option<String>,
+    secrets: Option<Vec<String>>,
+    tolerance_secs: Option<u64>,
+    fee_bps: Option<i64>,
+    fee_fixed: Option<i64>,
+}
+
+/// Where environment lookups come from; a trait so tests need not mutate the process environment.
+pub trait Env {
+    /// The variable's value, if set.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl<const N: usize> Env for [(&str, &str); N] {
+    fn var(&self, name: &str) -> Option<String> {
+        self.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
+impl Config {
+    /// Loads the configuration: `path` if given, else `$HOOKLINE_CONFIG` if set, else defaults only.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let from_env = std::env::var(CONFIG_ENV).ok();
+        let path = path.map(Path::to_path_buf).or(from_env.map(Into::into));
+        match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Self::from_toml_str(&text, &path.display().to_string(), &ProcessEnv)
+            }
+            None => Self::from_toml_str("", "<defaults>", &ProcessEnv),
+        }
+    }
+
+    /// Parses and validates a TOML document; `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &str, env: &dyn Env) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        Self::validate(raw, env)
+    }
+
+    fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+        let database_url = env
+            .var("DATABASE_URL")
+            .or(raw.database_url)
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string());
+        if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid(
+                "database_url",
+                "must be a postgres:// URL",
+            ));
+        }
+        let amqp_url = env
+            .var("AMQP_URL")
+            .or(raw.amqp_url)
+            .unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
+        if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
+            return Err(ConfigError::invalid("amqp_url", "must be an amqp:// URL"));
+        }
+
+        let prefix = raw.amqp.prefix.unwrap_or_else(|| "hookline".to_string());
+        if prefix.is_empty()
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(ConfigError::invalid(
+                "amqp.prefix",
+                "must be non-empty and use only letters, digits, '-', '_' or '.'",
+            ));
+        }
+
+        let e = raw.edge;
+        let listen = e.listen.unwrap_or_else(|| "127.0.0.1:8080".to_string());
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            ConfigError::invalid(
+                "edge.listen",
+                format!("'{listen}' is not an address like 127.0.0.1:8080"),
+            )
+        })?;
+        let max_body_bytes = e.max_body_bytes.unwrap_or(1024 * 1024);
+        if max_body_bytes == 0 {
+            return Err(ConfigError::invalid(
+                "edge.max_body_bytes",
+                "must be greater than 0",
+            ));
+        }
+        let db_timeout_ms = e.db_timeout_ms.unwrap_or(1500);
+        if db_timeout_ms == 0 {
+            return Err(ConfigError::invalid(
+                "edge.db_timeout_ms",
+                "must be greater than 0",
+            ));
+        }
+        let db_max_connections = e.db_max_connections.unwrap_or(16);
+        if db_max_connections == 0 {
+            return Err(ConfigError::invalid(
+                "edge.db_max_connections",
+                "must be greater than 0",
+            ));
+        }
+        let edge = EdgeConfig {
+            listen,
+            max_body_bytes,
+            db_timeout: Duration::from_millis(db_timeout_ms),
+            db_max_connections,
+            client_request_timeout: Duration::from_millis(
+                e.client_request_timeout_ms.unwrap_or(5000),
+            ),
+            body_read_timeout: Duration::from_millis(e.body_read_timeout_ms.unwrap_or(10_000)),
+            shutdown_timeout: Duration::from_secs(e.shutdown_timeout_secs.unwrap_or(30)),
+            workers: e.workers.unwrap_or(0),
+        };
+
+        let mut providers = BTreeMap::new();
+        for (name, p) in raw.providers {
+            let field = |f: &str| format!("providers.{name}.{f}");
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+            {
+                return Err(ConfigError::invalid(
+                    format!("providers.{name}"),
+                    "a provider name is a URL segment: use only letters, digits, '-' or '_'",
+                ));
+            }
+            let scheme_text = p
+                .scheme
+                .ok_or_else(|| ConfigError::invalid(field("scheme"), "is required"))?;
+            let scheme: Scheme = scheme_text.parse().map_err(|_| {
+                let valid: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
+                ConfigError::invalid(
+                    field("scheme"),
+                    format!(
+                        "unknown scheme '{scheme_text}' (valid: {})",
+                        valid.join(", ")
+                    ),
+                )
+            })?;
+            let secrets_raw = p.secrets.unwrap_or_default();
+            if secrets_raw.is_empty() {
+                return Err(ConfigError::invalid(
+                    field("secrets"),
+                    "at least one secret is required",
+                ));
+            }
+            let mut secrets = Vec::with_capacity(secrets_raw.len());
+            for (i, s) in secrets_raw.into_iter().enumerate() {
+                let f = format!("providers.{name}.secrets[{i}]");
+                let value = match s.strip_prefix("env:") {
+                    Some(var) => env.var(var).ok_or_else(|| {
+                        ConfigError::invalid(&f, format!("environment variable {var} is not set"))
+                    })?,
+                    None => s,
+                };
+                if value.is_empty() {
+                    return Err(ConfigError::invalid(&f, "is empty"));
+                }
+                hookline_signature::validate_secret(scheme, value.as_bytes())
+                    .map_err(|why| ConfigError::invalid(&f, why))?;
+                secrets.push(SecretString::from(value));
+            }
+            let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
+                (Some(_), false) => {
+                    return Err(ConfigError::invalid(
+                        field("tolerance_secs"),
+                        format!(
+                            "scheme '{}' signs no timestamp, so a tolerance has no meaning",
+                            scheme.as_str()
+                        ),
+                    ))
+                }
+                (Some(0), true) => {
+                    return Err(ConfigError::invalid(
+                        field("tolerance_secs"),
+                        "must be greater than 0",
+                    ))
+                }
+                (Some(t), true) => Some(t),
+                (None, _) => scheme.default_tolerance_secs(),
+            };
+            let fee_bps = p.fee_bps.unwrap_or(0);
+            if !(0..=10_000).contains(&fee_bps) {
+                return Err(ConfigError::invalid(
+                    field("fee_bps"),
+                    "must be between 0 and 10000",
+                ));
+            }
+            let fee_fixed = p.fee_fixed.unwrap_or(0);
+            if fee_fixed < 0 {
+                return Err(ConfigError::invalid(
+                    field("fee_fixed"),
+                    "must not be negative",
+                ));
+            }
+            providers.insert(
+                name.clone(),
+                ProviderConfig {
+                    name,
+                    scheme,
+                    secrets,
+                    tolerance_secs,
+                    fee_bps,
+                    fee_fixed,
+                },
+            );
+        }
+
+        Ok(Config {
+            database_url: SecretString::from(database_url),
+            amqp_url: SecretString::from(amqp_url),
+            amqp: AmqpConfig { prefix },
+            edge,
+            providers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    fn err(text: &str) -> String {
+        Config::from_toml_str(text, "test.toml", &NO_ENV)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_point_at_localhost() {
+        let c = Config::from_toml_str("", "t", &NO_ENV).unwrap();
+        assert_eq!(c.database_url.expose_secret(), DEFAULT_DATABASE_URL);
+        assert_eq!(c.amqp_url.expose_secret(), DEFAULT_AMQP_URL);
+        assert_eq!(c.amqp.prefix, "hookline");
+        assert_eq!(c.edge.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.edge.max_body_bytes, 1_048_576);
+        assert!(c.providers.is_empty());
+    }
+
+    #[test]
+    fn environment_overrides_file_urls() {
+        let env = [
+            ("DATABASE_URL", "postgres://u@h/db"),
+            ("AMQP_URL", "amqp://h"),
+        ];
+        let c = Config::from_toml_str(
+            "database_url = \"postgres://file/x\"\namqp_url = \"amqp://file\"",
+            "t",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.database_url.expose_secret(), "postgres://u@h/db");
+        assert_eq!(c.amqp_url.expose_secret(), "amqp://h");
+    }
+
+    #[test]
+    fn full_example_with_env_secret_and_shared_scheme() {
+        let env = [("STRIPE_OLD_SECRET", "whsec_old")];
+        let c = Config::from_toml_str(
+            r#"
+            [providers.stripe]
+            scheme = "stripe"
+            secrets = ["whsec_new", "env:STRIPE_OLD_SECRET"]
+            tolerance_secs = 120
+            [providers.stripe-eu]
+            scheme = "stripe"
+            secrets = ["whsec_eu"]
+            [providers.gh]
+            scheme = "github"
+            secrets = ["s3cret"]
+            "#,
+            "t",
+            &env,
+        )
+        .unwrap();
+        let s = &c.providers["stripe"];
+        assert_eq!(s.secret_bytes(), vec![&b"whsec_new"[..], &b"whsec_old"[..]]);
+        assert_eq!(s.tolerance_secs, Some(120));
+        assert_eq!(c.providers["stripe-eu"].tolerance_secs, Some(300));
+        assert_eq!(c.providers["gh"].tolerance_secs, None);
+    }
+
+    #[test]
+    fn unknown_scheme_names_the_field() {
+        let e = err("[providers.p]\nscheme = \"strpe\"\nsecrets = [\"x\"]");
+        assert!(
+            e.starts_with("providers.p.scheme: unknown scheme 'strpe'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_and_empty_secrets_name_the_field() {
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\""),
+            "providers.p.secrets: at least one secret is required"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = []"),
+            "providers.p.secrets: at least one secret is required"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = [\"a\", \"\"]"),
+            "providers.p.secrets[1]: is empty"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = [\"env:NOPE_NOT_SET\"]"),
+            "providers.p.secrets[0]: environment variable NOPE_NOT_SET is not set"
+        );
+    }
+
+    #[test]
+    fn tolerance_on_untimestamped_scheme_is_rejected() {
+        let e = err("[providers.gh]\nscheme = \"github\"\nsecrets = [\"x\"]\ntolerance_secs = 300");
+        assert!(e.starts_with("providers.gh.tolerance_secs:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_listen_are_rejected() {
+        assert!(err("[edge]\nlisten_addr = \"x\"").contains("listen_addr"));
+        assert!(err("[edge]\nlisten = \"nope\"").starts_with("edge.listen:"));
+    }
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let c = Config::from_toml_str(
+            "database_url = \"postgres://u:dbpassword@h/x\"\n[providers.p]\nscheme = \"github\"\nsecrets = [\"topsecretvalue\"]",
+            "t",
+            &NO_ENV,
+        )
+        .unwrap();
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("topsecretvalue"), "{dbg}");
+        assert!(!dbg.contains("dbpassword"), "{dbg}");
+    }
+}

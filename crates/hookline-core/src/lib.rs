@@ -1,0 +1,10 @@
+//! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations, the
+//! stored-event model and telemetry.
+
+pub mod config;
+pub mod db;
+pub mod events;
+pub mod telemetry;
+
+pub use config::{Config, ConfigError, ProviderConfig};
+pub use db::MIGRATOR;

@@ -1,0 +1,13 @@
+//! `hookline-edge`: the first stage of hookline.
+//!
+//! For each `POST /webhooks/{provider}` it reads the raw body (bounded in size and time), verifies the
+//! provider's signature over those exact bytes, stores the event in PostgreSQL where a UNIQUE constraint decides
+//! duplicates, and answers: 200 once the row is committed (also for duplicates), 400 for input that retrying will
+//! not fix, 503 when the database is unavailable so the provider retries.
+
+mod error;
+mod routes;
+mod startup;
+
+pub use error::IngestError;
+pub use startup::{AppState, Application};

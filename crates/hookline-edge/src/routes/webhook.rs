@@ -1,0 +1,204 @@
+//! `POST /webhooks/{provider}`: verify, store once, answer.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use anyhow::Context;
+use bytes::BytesMut;
+use futures::StreamExt;
+use hookline_core::events::{self, NewEvent, StoreOutcome};
+use hookline_signature::{Request, Verified, Verifier};
+
+use crate::{AppState, IngestError};
+
+/// Metric names (fixed, documented in the README).
+pub mod metric {
+    /// Counter: requests by `provider` and `outcome`.
+    pub const REQUESTS: &str = "hookline_edge_requests_total";
+    /// Counter: duplicates answered 200, by `provider`.
+    pub const DUPLICATES: &str = "hookline_edge_duplicates_total";
+    /// Counter: signature failures by `provider` and `reason` (error code).
+    pub const SIGNATURE_FAILURES: &str = "hookline_edge_signature_failures_total";
+    /// Histogram: seconds from request start to the answer, by `provider` and `outcome`.
+    pub const ACK_SECONDS: &str = "hookline_edge_ack_seconds";
+}
+
+/// Handles one webhook delivery and records its metrics.
+pub async fn receive(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, IngestError> {
+    let started = Instant::now();
+    let name = path.into_inner();
+    let result = handle(&req, &name, payload, &state).await;
+    // Unknown names come from the client: do not let them create metric series.
+    let provider_label = if state.providers.contains_key(&name) {
+        name.clone()
+    } else {
+        "unknown".to_string()
+    };
+    let outcome = match &result {
+        Ok((StoreOutcome::Inserted(_), _)) => "stored",
+        Ok((StoreOutcome::Duplicate(_), _)) => "duplicate",
+        Err(e) => e.outcome(),
+    };
+    metrics::counter!(metric::REQUESTS, "provider" => provider_label.clone(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(metric::ACK_SECONDS, "provider" => provider_label.clone(), "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
+    match result {
+        Ok((stored, verified)) => {
+            let (id, duplicate) = match stored {
+                StoreOutcome::Inserted(id) => (Some(id), false),
+                StoreOutcome::Duplicate(id) => {
+                    metrics::counter!(metric::DUPLICATES, "provider" => provider_label)
+                        .increment(1);
+                    (id, true)
+                }
+            };
+            tracing::debug!(
+                provider = %name,
+                provider_event_id = %verified.event_id,
+                event_id = ?id,
+                duplicate,
+                "webhook stored"
+            );
+            Ok(HttpResponse::Ok().json(serde_json::json!({
+                "received": true,
+                "duplicate": duplicate,
+                "id": id,
+            })))
+        }
+        Err(e) => {
+            match &e {
+                IngestError::Signature(v) => {
+                    metrics::counter!(metric::SIGNATURE_FAILURES, "provider" => provider_label, "reason" => v.code())
+                        .increment(1);
+                    tracing::warn!(provider = %name, signature_valid = false, error.code = v.code(), error.message = %v, "webhook rejected");
+                }
+                IngestError::Unavailable(_) | IngestError::Unexpected(_) => {
+                    tracing::error!(provider = %name, error.code = e.code(), error.cause_chain = ?e, "webhook not stored");
+                }
+                _ => {
+                    tracing::info!(provider = %name, error.code = e.code(), error.message = %e, "webhook rejected")
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn handle(
+    req: &HttpRequest,
+    name: &str,
+    payload: web::Payload,
+    state: &AppState,
+) -> Result<(StoreOutcome, Verified), IngestError> {
+    let provider = state
+        .providers
+        .get(name)
+        .ok_or_else(|| IngestError::UnknownProvider(name.to_string()))?;
+    let body = read_body(req, payload, state).await?;
+
+    let headers: Vec<(&str, &[u8])> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let query = req.query_string();
+    let secrets = provider.secret_bytes();
+    let verifier = Verifier {
+        scheme: provider.scheme,
+        secrets: &secrets,
+        tolerance_secs: provider.tolerance_secs,
+        now_unix: now_unix(),
+    };
+    // The signature is checked over the exact bytes received, before anything parses them.
+    let verified = verifier
+        .verify(&Request {
+            headers: &headers,
+            query,
+            body: &body,
+        })
+        .map_err(|e| {
+            if e.is_signature_error() {
+                IngestError::Signature(e)
+            } else {
+                IngestError::Payload(e)
+            }
+        })?;
+
+    let event = NewEvent {
+        provider: name,
+        provider_event_id: &verified.event_id,
+        event_type: verified.event_type.as_deref(),
+        signed_at: verified.signed_at,
+        headers: events::storable_headers(headers.iter().copied()),
+        query,
+        body: &body,
+    };
+    // One budget for acquire + INSERT: past it the provider gets 503 and retries. The statement commits on its
+    // own (no explicit transaction), so abandoning it cannot leave a pooled connection inside a transaction.
+    let stored = tokio::time::timeout(
+        state.edge.db_timeout,
+        events::insert_event(&state.pool, &event),
+    )
+    .await
+    .map_err(|_| {
+        IngestError::Unavailable(anyhow::anyhow!(
+            "storing the event took longer than {:?}",
+            state.edge.db_timeout
+        ))
+    })?
+    .map_err(|e| {
+        if hookline_core::db::is_transient(&e) {
+            IngestError::Unavailable(anyhow::Error::new(e).context("storing the event failed"))
+        } else {
+            IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
+        }
+    })?;
+    Ok((stored, verified))
+}
+
+/// Reads the body, refusing to buffer past `max_body_bytes` and to wait past `body_read_timeout`.
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    state: &AppState,
+) -> Result<BytesMut, IngestError> {
+    let limit = state.edge.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(IngestError::PayloadTooLarge { limit });
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
+    let read = async {
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(IngestError::BodyRead)?;
+            if body.len() + chunk.len() > limit {
+                return Err(IngestError::PayloadTooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    tokio::time::timeout(state.edge.body_read_timeout, read)
+        .await
+        .map_err(|_| IngestError::BodyTimeout(state.edge.body_read_timeout))??;
+    Ok(body)
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("system clock is before 1970")
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

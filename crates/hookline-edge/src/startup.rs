@@ -1,0 +1,96 @@
+//! Building and running the edge's HTTP server.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+
+use actix_web::dev::Server;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+use hookline_core::config::{EdgeConfig, ProviderConfig};
+use hookline_core::db::{self, PoolSettings};
+use hookline_core::Config;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+
+use crate::routes;
+
+/// Shared, read-only state of the request handlers.
+pub struct AppState {
+    /// The edge's pool (small acquire budget).
+    pub pool: PgPool,
+    /// Configured providers by URL name.
+    pub providers: HashMap<String, ProviderConfig>,
+    /// Edge settings.
+    pub edge: EdgeConfig,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+/// A bound, not yet running, edge server.
+pub struct Application {
+    port: u16,
+    server: Server,
+    pool: PgPool,
+}
+
+impl Application {
+    /// Binds `edge.listen` (port 0 picks a free port, which tests use) and prepares the server.
+    ///
+    /// The database is not contacted here: the pool connects lazily, so the edge starts and answers `/healthz`
+    /// while PostgreSQL is down, and `/readyz` reports it.
+    pub async fn build(config: Config) -> anyhow::Result<Application> {
+        let pool = db::lazy_pool(
+            &config.database_url,
+            &PoolSettings::edge(config.edge.db_max_connections, config.edge.db_timeout),
+        )?;
+        let listener = TcpListener::bind(config.edge.listen)
+            .with_context(|| format!("cannot listen on {}", config.edge.listen))?;
+        let port = listener.local_addr()?.port();
+        let state = web::Data::new(AppState {
+            pool: pool.clone(),
+            providers: config
+                .providers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            edge: config.edge.clone(),
+            metrics: hookline_core::telemetry::metrics_handle(),
+        });
+        let edge = config.edge.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .configure(routes::configure)
+        })
+        // Slowloris defence: headers must arrive within this time or the client gets 408.
+        .client_request_timeout(edge.client_request_timeout)
+        .client_disconnect_timeout(std::time::Duration::from_secs(1))
+        .shutdown_timeout(edge.shutdown_timeout.as_secs())
+        .listen(listener)?;
+        if edge.workers > 0 {
+            server = server.workers(edge.workers);
+        }
+        let server = server.run();
+        tracing::info!(
+            listen = %config.edge.listen,
+            port,
+            providers = ?config.providers.keys().collect::<Vec<_>>(),
+            "edge listening"
+        );
+        Ok(Application { port, server, pool })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves until SIGTERM/SIGINT (actix stops accepting, then lets in-flight requests finish within
+    /// `edge.shutdown_timeout`), then closes the pool.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let result = self.server.await.context("HTTP server failed");
+        self.pool.close().await;
+        tracing::info!("edge stopped");
+        result
+    }
+}

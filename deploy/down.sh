@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Stops the processes deploy/up.sh started (SIGTERM: each finishes its in-flight work first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for pidfile in .run/*.pid; do
+  [ -e "$pidfile" ] || continue
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" && echo "stopped $(basename "$pidfile" .pid) ($pid)"; fi
+  rm -f "$pidfile"
+done

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Brings the whole local pipeline up: services found or started (installed if absent), release build, database
+# migrated, then the edge started in the background. Logs and pids go to .run/. Stop with deploy/down.sh.
+# Usage: deploy/up.sh [CONFIG]   (default deploy/hookline.toml)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+config=${1:-deploy/hookline.toml}
+
+bash deploy/services.sh
+cargo build --release --locked --bins
+mkdir -p .run
+./target/release/hookline --config "$config" migrate
+
+start() {
+  local name=$1; shift
+  if [ -f ".run/$name.pid" ] && kill -0 "$(cat ".run/$name.pid")" 2>/dev/null; then
+    echo "$name already running (pid $(cat ".run/$name.pid"))"; return
+  fi
+  nohup "$@" >".run/$name.log" 2>&1 &
+  echo $! >".run/$name.pid"
+  echo "started $name (pid $!), log .run/$name.log"
+}
+
+start edge ./target/release/hookline-edge --config "$config"
+
+listen=$(sed -n 's/^listen *= *"\(.*\)"/\1/p' "$config" | head -n 1)
+for _ in $(seq 50); do
+  if curl -fsS "http://${listen:-127.0.0.1:8080}/readyz" >/dev/null 2>&1; then
+    echo "hookline is up: POST http://${listen:-127.0.0.1:8080}/webhooks/{provider}"; exit 0
+  fi
+  sleep 0.2
+done
+echo "edge did not become ready; see .run/edge.log" >&2; exit 1
