@@ -352,7 +352,11 @@ async fn slow_clients_are_cut_off_and_others_are_served() {
 async fn database_unreachable_gives_503_fast() {
     // A port with nothing listening: connection refused.
     let db = TestDb::new().await;
-    let toml = test_config_toml("postgres://postgres@127.0.0.1:1/nowhere", "");
+    let toml = test_config_toml(
+        "postgres://postgres@127.0.0.1:1/nowhere",
+        "",
+        "[relay]\nembedded = false",
+    );
     let edge = TestEdge::spawn_on(db, parse_config(&toml)).await;
     let body = stripe_event("evt_down", "pi_1", 10);
     let started = Instant::now();

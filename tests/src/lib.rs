@@ -72,13 +72,16 @@ impl TestDb {
     }
 }
 
-/// The TOML used by tests: one provider per scheme, with the secrets in [`secrets`].
-pub fn test_config_toml(database_url: &str, extra_edge: &str) -> String {
+/// The TOML used by tests: one provider per scheme, with the secrets in [`secrets`]. `extra_edge` is appended
+/// to the `[edge]` table, `tail` after everything (whole tables). The relay is embedded unless `tail` says
+/// otherwise; each call gets its own RabbitMQ prefix `test-<uuid>`.
+pub fn test_config_toml(database_url: &str, extra_edge: &str, tail: &str) -> String {
     format!(
         r#"
 database_url = "{database_url}"
 [amqp]
 prefix = "test-{prefix}"
+delivery_limit = 3
 [edge]
 listen = "127.0.0.1:0"
 max_body_bytes = 1048576
@@ -88,6 +91,8 @@ workers = 2
 scheme = "stripe"
 secrets = ["{stripe}", "{stripe_old}"]
 tolerance_secs = 300
+fee_bps = 399
+fee_fixed = 39
 [providers.stripe-eu]
 scheme = "stripe"
 secrets = ["whsec_second_account"]
@@ -109,6 +114,8 @@ secrets = ["{shopify}"]
 [providers.pagarme]
 scheme = "pagarme"
 secrets = ["{pagarme}"]
+fee_bps = 299
+{tail}
 "#,
         prefix = uuid::Uuid::new_v4().simple(),
         stripe = secrets::STRIPE,
@@ -145,10 +152,15 @@ impl TestEdge {
         Self::spawn_with("").await
     }
 
-    /// Starts an edge, appending `extra_edge` lines to its `[edge]` table.
+    /// Starts an edge without the embedded relay (edge-only tests need no broker), appending `extra_edge`
+    /// lines to its `[edge]` table.
     pub async fn spawn_with(extra_edge: &str) -> TestEdge {
         let db = TestDb::new().await;
-        let config = parse_config(&test_config_toml(&db.url, extra_edge));
+        let config = parse_config(&test_config_toml(
+            &db.url,
+            extra_edge,
+            "[relay]\nembedded = false",
+        ));
         Self::spawn_on(db, config).await
     }
 
@@ -222,4 +234,115 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
     })
     .to_string()
     .into_bytes()
+}
+
+pub mod pipeline;
+pub use pipeline::*;
+
+/// Builders of realistic Stripe events (currency BRL, amounts in centavos).
+pub mod stripe {
+    use serde_json::{json, Value};
+
+    fn event(event_id: &str, kind: &str, object: Value) -> Vec<u8> {
+        json!({
+            "id": event_id, "object": "event", "api_version": "2024-06-20", "created": 1767225600,
+            "livemode": false, "type": kind, "data": { "object": object }
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    /// `payment_intent.{status}` (created, processing, succeeded, payment_failed, canceled).
+    pub fn payment_intent(event_id: &str, status: &str, pi: &str, amount: i64) -> Vec<u8> {
+        let received = if status == "succeeded" { amount } else { 0 };
+        let object_status = match status {
+            "created" => "requires_payment_method",
+            "payment_failed" => "requires_payment_method",
+            other => other,
+        };
+        event(
+            event_id,
+            &format!("payment_intent.{status}"),
+            json!({ "id": pi, "object": "payment_intent", "amount": amount, "amount_received": received,
+                    "currency": "brl", "status": object_status }),
+        )
+    }
+
+    /// `charge.succeeded` for payment intent `pi`.
+    pub fn charge_succeeded(event_id: &str, charge: &str, pi: &str, amount: i64) -> Vec<u8> {
+        event(
+            event_id,
+            "charge.succeeded",
+            json!({ "id": charge, "object": "charge", "amount": amount, "amount_captured": amount,
+                    "currency": "brl", "payment_intent": pi, "status": "succeeded", "captured": true }),
+        )
+    }
+
+    /// `refund.created` (status succeeded) of `amount` on `pi`.
+    pub fn refund(event_id: &str, refund: &str, pi: &str, amount: i64) -> Vec<u8> {
+        event(
+            event_id,
+            "refund.created",
+            json!({ "id": refund, "object": "refund", "amount": amount, "currency": "brl",
+                    "payment_intent": pi, "charge": "ch_x", "status": "succeeded" }),
+        )
+    }
+
+    /// `charge.refunded` listing `refunds` as `(id, amount)`.
+    pub fn charge_refunded(
+        event_id: &str,
+        charge: &str,
+        pi: &str,
+        refunds: &[(&str, i64)],
+    ) -> Vec<u8> {
+        let total: i64 = refunds.iter().map(|(_, a)| a).sum();
+        let data: Vec<Value> = refunds
+            .iter()
+            .map(|(id, a)| {
+                json!({ "id": id, "object": "refund", "amount": a, "currency": "brl",
+                                   "payment_intent": pi, "charge": charge, "status": "succeeded" })
+            })
+            .collect();
+        event(
+            event_id,
+            "charge.refunded",
+            json!({ "id": charge, "object": "charge", "amount": 100000, "amount_refunded": total,
+                    "currency": "brl", "payment_intent": pi, "refunded": false,
+                    "refunds": { "object": "list", "data": data } }),
+        )
+    }
+
+    /// `charge.dispute.{kind}` (created, closed) with the dispute's `status` (needs_response, won, lost).
+    pub fn dispute(
+        event_id: &str,
+        kind: &str,
+        dispute: &str,
+        pi: &str,
+        amount: i64,
+        status: &str,
+    ) -> Vec<u8> {
+        event(
+            event_id,
+            &format!("charge.dispute.{kind}"),
+            json!({ "id": dispute, "object": "dispute", "amount": amount, "currency": "brl",
+                    "charge": "ch_x", "payment_intent": pi, "status": status, "reason": "fraudulent" }),
+        )
+    }
+
+    /// `invoice.paid` for a subscription cycle starting at `period_start`.
+    pub fn invoice_paid(
+        event_id: &str,
+        invoice: &str,
+        subscription: &str,
+        period_start: i64,
+        amount: i64,
+    ) -> Vec<u8> {
+        event(
+            event_id,
+            "invoice.paid",
+            json!({ "id": invoice, "object": "invoice", "subscription": subscription,
+                    "amount_paid": amount, "currency": "brl", "period_start": period_start,
+                    "period_end": period_start + 2_592_000, "status": "paid" }),
+        )
+    }
 }

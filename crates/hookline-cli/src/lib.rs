@@ -27,6 +27,14 @@ enum Command {
     Migrate,
     /// Check a webhook signature offline, exactly as the edge would, and say precisely why it fails.
     Verify(verify::VerifyArgs),
+    /// Run the outbox relay on its own: publish committed-but-unpublished events to RabbitMQ until stopped
+    /// (SIGTERM/Ctrl-C). Safe to run beside the edge's embedded relay and other relays (rows are claimed with
+    /// FOR UPDATE SKIP LOCKED). `--once` sweeps the backlog once and exits.
+    Relay {
+        /// Sweep once and exit instead of running until stopped.
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 /// Parses the arguments, runs the command and maps the result to an exit code.
@@ -35,6 +43,14 @@ pub fn main() -> ExitCode {
     hookline_core::telemetry::init_tracing();
     match cli.command {
         Command::Verify(args) => verify::run(&args),
+        Command::Relay { once } => {
+            let result = (|| -> anyhow::Result<()> {
+                let config = hookline_core::Config::load(cli.config.as_deref())?;
+                let rt = tokio::runtime::Runtime::new()?;
+                rt.block_on(relay(config, once))
+            })();
+            report(result)
+        }
         Command::Migrate => {
             let result = (|| -> anyhow::Result<()> {
                 let config = hookline_core::Config::load(cli.config.as_deref())?;
@@ -46,6 +62,31 @@ pub fn main() -> ExitCode {
             report(result)
         }
     }
+}
+
+async fn relay(config: hookline_core::Config, once: bool) -> anyhow::Result<()> {
+    use hookline_core::db::{self, PoolSettings};
+    let pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
+    let mut relay_config = config.relay.clone();
+    if once {
+        // An operator asking for a sweep wants everything unpublished, however fresh.
+        relay_config.sweep_min_age = std::time::Duration::ZERO;
+    }
+    let relay = hookline_bus::Relay::new(
+        pool,
+        config.amqp_url.clone(),
+        hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+        relay_config,
+        "hookline-relay",
+    );
+    if once {
+        let mut relay = relay;
+        let n = relay.sweep().await?;
+        println!("published {n} events");
+        return Ok(());
+    }
+    relay.run(None, hookline_worker::shutdown_signal()).await;
+    Ok(())
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -73,15 +73,47 @@ pub struct Config {
     pub amqp: AmqpConfig,
     /// The HTTP edge.
     pub edge: EdgeConfig,
+    /// The outbox relay.
+    pub relay: RelayConfig,
+    /// The worker.
+    pub worker: WorkerConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
 
-/// `[amqp]`: RabbitMQ naming.
+/// `[amqp]`: RabbitMQ naming and queue policy.
 #[derive(Debug, Clone)]
 pub struct AmqpConfig {
     /// Every exchange and queue name starts with this prefix, so several deployments (or tests) share a broker.
     pub prefix: String,
+    /// Deliveries of one message before the quorum queue dead-letters it (crash loops, handler panics).
+    pub delivery_limit: u32,
+}
+
+/// `[relay]`: the transactional-outbox publisher.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Run the relay inside the edge process (publish right after each commit).
+    pub embedded: bool,
+    /// How often the sweeper looks for committed-but-unpublished events.
+    pub sweep_interval: Duration,
+    /// The sweeper only takes rows older than this, leaving fresh ones to the fast path.
+    pub sweep_min_age: Duration,
+    /// Rows per sweep batch (one transaction, pipelined publishes).
+    pub batch_size: u32,
+    /// How long to wait for RabbitMQ to confirm a batch before treating it as unpublished.
+    pub confirm_timeout: Duration,
+}
+
+/// `[worker]`: the consumer.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Unacknowledged deliveries RabbitMQ may push to one worker process (`basic.qos`).
+    pub prefetch: u16,
+    /// Deliveries processed at once by one worker process.
+    pub concurrency: usize,
+    /// Size of the worker's connection pool.
+    pub db_max_connections: u32,
 }
 
 /// `[edge]`: the HTTP receiver.
@@ -159,6 +191,10 @@ struct RawConfig {
     #[serde(default)]
     edge: RawEdge,
     #[serde(default)]
+    relay: RawRelay,
+    #[serde(default)]
+    worker: RawWorker,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
 }
 
@@ -166,6 +202,25 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawAmqp {
     prefix: Option<String>,
+    delivery_limit: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRelay {
+    embedded: Option<bool>,
+    sweep_interval_ms: Option<u64>,
+    sweep_min_age_ms: Option<u64>,
+    batch_size: Option<u32>,
+    confirm_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    prefetch: Option<u16>,
+    concurrency: Option<usize>,
+    db_max_connections: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -270,6 +325,41 @@ impl Config {
                 "must be non-empty and use only letters, digits, '-', '_' or '.'",
             ));
         }
+
+        let delivery_limit = raw.amqp.delivery_limit.unwrap_or(10);
+        if delivery_limit == 0 {
+            return Err(ConfigError::invalid(
+                "amqp.delivery_limit",
+                "must be greater than 0",
+            ));
+        }
+        let r = raw.relay;
+        let relay = RelayConfig {
+            embedded: r.embedded.unwrap_or(true),
+            sweep_interval: Duration::from_millis(positive(
+                r.sweep_interval_ms,
+                1000,
+                "relay.sweep_interval_ms",
+            )?),
+            sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
+            batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
+            confirm_timeout: Duration::from_millis(positive(
+                r.confirm_timeout_ms,
+                10_000,
+                "relay.confirm_timeout_ms",
+            )?),
+        };
+        let w = raw.worker;
+        let worker = WorkerConfig {
+            prefetch: positive(w.prefetch.map(u64::from), 64, "worker.prefetch")? as u16,
+            concurrency: positive(w.concurrency.map(|c| c as u64), 16, "worker.concurrency")?
+                as usize,
+            db_max_connections: positive(
+                w.db_max_connections.map(u64::from),
+                16,
+                "worker.db_max_connections",
+            )? as u32,
+        };
 
         let e = raw.edge;
         let listen = e.listen.unwrap_or_else(|| "127.0.0.1:8080".to_string());
@@ -411,10 +501,24 @@ impl Config {
         Ok(Config {
             database_url: SecretString::from(database_url),
             amqp_url: SecretString::from(amqp_url),
-            amqp: AmqpConfig { prefix },
+            amqp: AmqpConfig {
+                prefix,
+                delivery_limit,
+            },
             edge,
+            relay,
+            worker,
             providers,
         })
+    }
+}
+
+/// A positive number or its default; zero is refused with the field's name.
+fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, ConfigError> {
+    match value {
+        Some(0) => Err(ConfigError::invalid(field, "must be greater than 0")),
+        Some(v) => Ok(v),
+        None => Ok(default),
     }
 }
 

@@ -39,6 +39,28 @@ impl PoolSettings {
         }
     }
 
+    /// Settings for the outbox relay: few connections, since it works in batches.
+    pub fn relay() -> Self {
+        PoolSettings {
+            application_name: "hookline-relay",
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Settings for the worker: transactions hold row locks, so waits are bounded but not as tight as the edge's.
+    pub fn worker(max_connections: u32) -> Self {
+        PoolSettings {
+            application_name: "hookline-worker",
+            max_connections,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(10),
+        }
+    }
+
     /// Settings for command-line tools.
     pub fn cli() -> Self {
         PoolSettings {

@@ -6,11 +6,13 @@ use std::net::TcpListener;
 use actix_web::dev::Server;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use hookline_bus::{Relay, RelayHandle, Topology};
 use hookline_core::config::{EdgeConfig, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::Config;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use crate::routes;
 
@@ -24,6 +26,8 @@ pub struct AppState {
     pub edge: EdgeConfig,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Fast path to the embedded outbox relay, when it runs in this process.
+    pub relay: Option<RelayHandle>,
 }
 
 /// A bound, not yet running, edge server.
@@ -31,6 +35,7 @@ pub struct Application {
     port: u16,
     server: Server,
     pool: PgPool,
+    relay: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl Application {
@@ -46,6 +51,22 @@ impl Application {
         let listener = TcpListener::bind(config.edge.listen)
             .with_context(|| format!("cannot listen on {}", config.edge.listen))?;
         let port = listener.local_addr()?.port();
+        let (relay_handle, relay) = if config.relay.embedded {
+            let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
+            let relay = Relay::new(
+                relay_pool,
+                config.amqp_url.clone(),
+                Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+                config.relay.clone(),
+                "hookline-edge-relay",
+            );
+            let (handle, inbox) = hookline_bus::relay::fast_path();
+            let cancel = CancellationToken::new();
+            let task = tokio::spawn(relay.run(Some(inbox), cancel.clone()));
+            (Some(handle), Some((cancel, task)))
+        } else {
+            (None, None)
+        };
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             providers: config
@@ -55,6 +76,7 @@ impl Application {
                 .collect(),
             edge: config.edge.clone(),
             metrics: hookline_core::telemetry::metrics_handle(),
+            relay: relay_handle,
         });
         let edge = config.edge.clone();
         let mut server = HttpServer::new(move || {
@@ -77,7 +99,12 @@ impl Application {
             providers = ?config.providers.keys().collect::<Vec<_>>(),
             "edge listening"
         );
-        Ok(Application { port, server, pool })
+        Ok(Application {
+            port,
+            server,
+            pool,
+            relay,
+        })
     }
 
     /// The bound port.
@@ -89,6 +116,12 @@ impl Application {
     /// `edge.shutdown_timeout`), then closes the pool.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let result = self.server.await.context("HTTP server failed");
+        // In-flight requests are done; what the relay has not published yet stays in the outbox for the next
+        // relay to sweep.
+        if let Some((cancel, task)) = self.relay {
+            cancel.cancel();
+            task.await.ok();
+        }
         self.pool.close().await;
         tracing::info!("edge stopped");
         result

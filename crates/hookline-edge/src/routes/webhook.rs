@@ -7,6 +7,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use anyhow::Context;
 use bytes::BytesMut;
 use futures::StreamExt;
+use hookline_bus::EventMessage;
 use hookline_core::events::{self, NewEvent, StoreOutcome};
 use hookline_signature::{Request, Verified, Verifier};
 
@@ -160,6 +161,15 @@ async fn handle(
             IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
         }
     })?;
+    if let (StoreOutcome::Inserted(id), Some(relay)) = (stored, &state.relay) {
+        // Committed: hand it to the relay. Never awaited, so the answer does not wait for RabbitMQ.
+        relay.notify(EventMessage {
+            id,
+            provider: name.to_string(),
+            provider_event_id: verified.event_id.clone(),
+            event_type: verified.event_type.clone(),
+        });
+    }
     Ok((stored, verified))
 }
 

@@ -1,0 +1,396 @@
+//! The transactional-outbox relay: publishes committed events to RabbitMQ and marks them published only on a
+//! clean confirm.
+//!
+//! Two paths feed it:
+//! - **fast path**: the edge hands over each event right after its commit ([`RelayHandle::notify`], never
+//!   blocking the HTTP answer); the relay publishes whatever has accumulated as one pipelined batch;
+//! - **sweeper**: every `sweep_interval`, rows still `published_at IS NULL` after `sweep_min_age` are locked with
+//!   `FOR UPDATE SKIP LOCKED` (so several relays share the work without publishing the same row twice at once),
+//!   published as a pipelined batch, and marked in the same transaction.
+//!
+//! An event is marked published only when RabbitMQ acked it *and* did not return it (mandatory publish with no
+//! route gives an ack carrying the returned message). A crash, broker outage or missing confirm leaves the row
+//! unpublished and the sweeper retries it: delivery is at least once, and the worker deduplicates.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::future::join_all;
+use hookline_core::config::RelayConfig;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Connection};
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::{EventMessage, Topology};
+
+/// Metric names of the relay.
+pub mod metric {
+    /// Counter: events confirmed by RabbitMQ and marked published, by `path` (fast | sweep).
+    pub const PUBLISHED: &str = "hookline_relay_published_total";
+    /// Counter: publishes not confirmed (nack, returned as unroutable, timeout, connection loss), by `reason`.
+    pub const NOT_CONFIRMED: &str = "hookline_relay_not_confirmed_total";
+    /// Counter: fast-path notifications dropped because the relay was busy (the sweeper publishes them).
+    pub const DROPPED: &str = "hookline_relay_notifications_dropped_total";
+    /// Gauge: committed events not yet published.
+    pub const BACKLOG: &str = "hookline_relay_backlog";
+    /// Gauge: age in seconds of the oldest unpublished event.
+    pub const OLDEST_SECONDS: &str = "hookline_relay_oldest_unpublished_seconds";
+}
+
+/// Capacity of the fast-path queue between the edge's handlers and the relay.
+const INBOX_CAPACITY: usize = 16 * 1024;
+
+/// Cheap, cloneable sender the edge uses after each commit.
+#[derive(Clone, Debug)]
+pub struct RelayHandle {
+    tx: mpsc::Sender<EventMessage>,
+}
+
+impl RelayHandle {
+    /// Hands a committed event to the relay without waiting. When the relay is saturated the notification is
+    /// dropped: the row is still unpublished in the database and the sweeper will publish it.
+    pub fn notify(&self, msg: EventMessage) {
+        if self.tx.try_send(msg).is_err() {
+            metrics::counter!(metric::DROPPED).increment(1);
+        }
+    }
+}
+
+/// Receiving end of the fast path, consumed by [`Relay::run`].
+pub struct RelayInbox(mpsc::Receiver<EventMessage>);
+
+/// Creates the fast-path pair.
+pub fn fast_path() -> (RelayHandle, RelayInbox) {
+    let (tx, rx) = mpsc::channel(INBOX_CAPACITY);
+    (RelayHandle { tx }, RelayInbox(rx))
+}
+
+/// The relay's state: database pool, broker connection (re-opened on failure) and settings.
+pub struct Relay {
+    pool: PgPool,
+    amqp_url: SecretString,
+    topology: Topology,
+    config: RelayConfig,
+    connection_name: String,
+    publisher: Option<Publisher>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Relay {
+    /// A relay publishing to `topology` through `amqp_url`, reading the outbox through `pool`.
+    pub fn new(
+        pool: PgPool,
+        amqp_url: SecretString,
+        topology: Topology,
+        config: RelayConfig,
+        connection_name: &str,
+    ) -> Relay {
+        Relay {
+            pool,
+            amqp_url,
+            topology,
+            config,
+            connection_name: connection_name.to_string(),
+            publisher: None,
+            retry_at: None,
+            backoff: Duration::from_millis(200),
+        }
+    }
+
+    /// Runs until `cancel`: publishes fast-path batches as they arrive and sweeps periodically.
+    pub async fn run(mut self, inbox: Option<RelayInbox>, cancel: CancellationToken) {
+        let mut inbox = inbox.map(|i| i.0);
+        let mut tick = tokio::time::interval(self.config.sweep_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut batch = Vec::with_capacity(self.config.batch_size as usize);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                n = recv_many(&mut inbox, &mut batch, self.config.batch_size as usize) => {
+                    if n == 0 {
+                        inbox = None; // all senders gone: only the sweeper remains
+                        continue;
+                    }
+                    self.publish_fast(&batch).await;
+                    batch.clear();
+                }
+                _ = tick.tick() => {
+                    if let Err(e) = self.sweep().await {
+                        tracing::warn!(error.cause_chain = ?e, error.message = %e, "relay sweep failed; will retry");
+                    }
+                }
+            }
+        }
+        if let Some(p) = self.publisher.take() {
+            p.close().await;
+        }
+        tracing::info!("relay stopped");
+    }
+
+    /// Sweeps until no eligible unpublished row is left (or publishing fails). Returns how many were published.
+    pub async fn sweep(&mut self) -> anyhow::Result<u64> {
+        self.report_backlog().await;
+        let mut total = 0;
+        loop {
+            if !self.ensure_publisher().await {
+                return Ok(total);
+            }
+            let mut tx = self.pool.begin().await.context("begin sweep transaction")?;
+            let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+                "SELECT id, provider, provider_event_id, event_type FROM webhook_events
+                 WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)
+                 ORDER BY id LIMIT $2
+                 FOR UPDATE SKIP LOCKED",
+            )
+            .bind(self.config.sweep_min_age.as_secs_f64())
+            .bind(i64::from(self.config.batch_size))
+            .fetch_all(&mut *tx)
+            .await
+            .context("select unpublished events")?;
+            let n = rows.len();
+            if n == 0 {
+                tx.commit().await.context("end sweep transaction")?;
+                return Ok(total);
+            }
+            let msgs: Vec<EventMessage> = rows
+                .into_iter()
+                .map(
+                    |(id, provider, provider_event_id, event_type)| EventMessage {
+                        id,
+                        provider,
+                        provider_event_id,
+                        event_type,
+                    },
+                )
+                .collect();
+            let publisher = self.publisher.as_ref().expect("ensured above");
+            let acked = match publisher
+                .publish(&self.topology, &msgs, self.config.confirm_timeout)
+                .await
+            {
+                Ok(acked) => acked,
+                Err(e) => {
+                    tx.rollback().await.ok();
+                    self.publisher_failed(&e);
+                    return Err(e);
+                }
+            };
+            mark_published(&mut *tx, &acked).await?;
+            tx.commit().await.context("commit sweep transaction")?;
+            metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(acked.len() as u64);
+            total += acked.len() as u64;
+            if acked.len() < n {
+                // Some were not confirmed (returned or nacked): stop this round rather than spin on them.
+                return Ok(total);
+            }
+            if n < self.config.batch_size as usize {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn publish_fast(&mut self, batch: &[EventMessage]) {
+        if !self.ensure_publisher().await {
+            return; // broker unavailable: the sweeper publishes these once it is back
+        }
+        let publisher = self.publisher.as_ref().expect("ensured above");
+        match publisher
+            .publish(&self.topology, batch, self.config.confirm_timeout)
+            .await
+        {
+            Ok(acked) => {
+                if let Err(e) = mark_published(&self.pool, &acked).await {
+                    // Published but not marked: the sweeper will publish again; the worker deduplicates.
+                    tracing::warn!(error.cause_chain = ?e, "could not mark events published");
+                    return;
+                }
+                metrics::counter!(metric::PUBLISHED, "path" => "fast")
+                    .increment(acked.len() as u64);
+            }
+            Err(e) => self.publisher_failed(&e),
+        }
+    }
+
+    /// True when a publisher is open, (re)opening it unless a recent attempt failed and the backoff has not
+    /// elapsed.
+    async fn ensure_publisher(&mut self) -> bool {
+        if self.publisher.is_none() {
+            if self.retry_at.is_some_and(|t| Instant::now() < t) {
+                return false;
+            }
+            match Publisher::open(&self.amqp_url, &self.topology, &self.connection_name).await {
+                Ok(p) => {
+                    tracing::info!(messaging.system = "rabbitmq", "relay connected");
+                    self.publisher = Some(p);
+                    self.retry_at = None;
+                    self.backoff = Duration::from_millis(200);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        messaging.system = "rabbitmq",
+                        error.message = %e,
+                        retry_in_ms = self.backoff.as_millis() as u64,
+                        "relay cannot reach RabbitMQ; events stay in the outbox"
+                    );
+                    self.retry_at = Some(Instant::now() + self.backoff);
+                    self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn publisher_failed(&mut self, e: &anyhow::Error) {
+        tracing::warn!(messaging.system = "rabbitmq", error.cause_chain = ?e, "publish failed; reconnecting");
+        metrics::counter!(metric::NOT_CONFIRMED, "reason" => "channel_error").increment(1);
+        // Drop the channel: its pending confirms are lost, the rows stay unpublished.
+        self.publisher = None;
+    }
+
+    async fn report_backlog(&self) {
+        let row: Result<(i64, Option<f64>), _> = sqlx::query_as(
+            "SELECT count(*), extract(epoch FROM now() - min(received_at))::float8
+             FROM webhook_events WHERE published_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await;
+        if let Ok((count, oldest)) = row {
+            metrics::gauge!(metric::BACKLOG).set(count as f64);
+            metrics::gauge!(metric::OLDEST_SECONDS).set(oldest.unwrap_or(0.0));
+        }
+    }
+}
+
+async fn recv_many(
+    inbox: &mut Option<mpsc::Receiver<EventMessage>>,
+    buf: &mut Vec<EventMessage>,
+    limit: usize,
+) -> usize {
+    match inbox {
+        Some(rx) => rx.recv_many(buf, limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE webhook_events SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL",
+    )
+    .bind(ids)
+    .execute(conn)
+    .await
+    .context("mark events published")?;
+    Ok(())
+}
+
+/// One connection and one confirm-mode channel.
+struct Publisher {
+    connection: Connection,
+    channel: Channel,
+}
+
+impl Publisher {
+    async fn open(
+        url: &SecretString,
+        topology: &Topology,
+        name: &str,
+    ) -> anyhow::Result<Publisher> {
+        let connection = crate::connect(url, name).await?;
+        let channel = connection.create_channel().await.context("open channel")?;
+        topology.declare(&channel).await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .context("enable publisher confirms")?;
+        Ok(Publisher {
+            connection,
+            channel,
+        })
+    }
+
+    /// Publishes the whole batch before awaiting any confirm (pipelined), then returns the ids RabbitMQ acked
+    /// without returning them. An error means the channel is unusable.
+    async fn publish(
+        &self,
+        topology: &Topology,
+        msgs: &[EventMessage],
+        confirm_timeout: Duration,
+    ) -> anyhow::Result<Vec<i64>> {
+        let mut pending = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let body = serde_json::to_vec(m).context("serialise event message")?;
+            let props = BasicProperties::default()
+                .with_delivery_mode(2) // persistent
+                .with_content_type("application/json".into())
+                .with_message_id(m.message_id().into());
+            let confirm = self
+                .channel
+                .basic_publish(
+                    topology.exchange.as_str().into(),
+                    m.routing_key().as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
+                    &body,
+                    props,
+                )
+                .await
+                .context("basic.publish")?;
+            pending.push((m.id, confirm));
+        }
+        let confirms = tokio::time::timeout(
+            confirm_timeout,
+            join_all(
+                pending
+                    .into_iter()
+                    .map(|(id, c)| async move { (id, c.await) }),
+            ),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no publisher confirm within {confirm_timeout:?}"))?;
+        let mut acked = Vec::with_capacity(confirms.len());
+        for (id, confirm) in confirms {
+            match confirm {
+                Ok(c) if c.is_ack() => match c.take_message() {
+                    None => acked.push(id),
+                    Some(returned) => {
+                        metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned")
+                            .increment(1);
+                        tracing::error!(
+                            event_id = id,
+                            reply_code = returned.reply_code,
+                            reply_text = %returned.reply_text,
+                            "RabbitMQ returned the event as unroutable; it stays unpublished (check the bindings)"
+                        );
+                    }
+                },
+                Ok(_) => {
+                    metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
+                    tracing::warn!(
+                        event_id = id,
+                        "RabbitMQ nacked the event; it stays unpublished"
+                    );
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
+            }
+        }
+        Ok(acked)
+    }
+
+    async fn close(self) {
+        self.channel.close(200, "relay stopping".into()).await.ok();
+        self.connection
+            .close(200, "relay stopping".into())
+            .await
+            .ok();
+    }
+}

@@ -1,0 +1,343 @@
+//! The RabbitMQ consumer: manual acks, explicit prefetch, bounded concurrency, reconnection, graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
+use hookline_bus::{EventMessage, Topology};
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    BasicRejectOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::Handler;
+use crate::process::{process_event, record_dead_letter, ProcessError, Processed};
+
+/// Metric names of the worker.
+pub mod metric {
+    /// Counter: deliveries by `consumer` and `outcome` (applied, ignored, parked, needs_fetch, duplicate,
+    /// dead_lettered, requeued).
+    pub const DELIVERIES: &str = "hookline_worker_deliveries_total";
+    /// Counter: transient failures retried in-process.
+    pub const RETRIES: &str = "hookline_worker_transient_retries_total";
+    /// Histogram: seconds to process one delivery (transaction included).
+    pub const PROCESS_SECONDS: &str = "hookline_worker_process_seconds";
+}
+
+/// Settings of one worker process.
+#[derive(Clone)]
+pub struct WorkerSettings {
+    /// Broker URL.
+    pub amqp_url: SecretString,
+    /// Queue names.
+    pub topology: Topology,
+    /// `basic.qos` prefetch, re-applied on every (re)connection.
+    pub prefetch: u16,
+    /// Deliveries processed at once.
+    pub concurrency: usize,
+}
+
+/// A worker: consumes the payments queue and applies each event once through its handler.
+pub struct Worker<H: Handler> {
+    pool: PgPool,
+    handler: Arc<H>,
+    settings: WorkerSettings,
+}
+
+struct Ctx<H: Handler> {
+    pool: PgPool,
+    handler: Arc<H>,
+    cancel: CancellationToken,
+    delivery_limit: u32,
+}
+
+impl<H: Handler> Worker<H> {
+    /// A worker over `pool` applying `handler`.
+    pub fn new(pool: PgPool, handler: H, settings: WorkerSettings) -> Worker<H> {
+        Worker {
+            pool,
+            handler: Arc::new(handler),
+            settings,
+        }
+    }
+
+    /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
+    /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
+    pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let ctx = Arc::new(Ctx {
+            pool: self.pool.clone(),
+            handler: self.handler.clone(),
+            cancel: cancel.clone(),
+            delivery_limit: self.settings.topology.delivery_limit,
+        });
+        let mut backoff = Duration::from_millis(200);
+        while !cancel.is_cancelled() {
+            match self.consume_session(&ctx, &permits, &cancel).await {
+                Ok(()) => backoff = Duration::from_millis(200),
+                Err(e) => {
+                    tracing::warn!(
+                        messaging.system = "rabbitmq",
+                        error.cause_chain = ?e,
+                        error.message = %e,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "consumer session ended; reconnecting"
+                    );
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        // Wait for in-flight deliveries: each finishes its transaction and its ack.
+        let _all = permits
+            .acquire_many(self.settings.concurrency as u32)
+            .await
+            .context("wait for in-flight deliveries")?;
+        tracing::info!("worker stopped");
+        Ok(())
+    }
+
+    /// One connection's lifetime: connect, declare, qos, consume until cancel or failure.
+    async fn consume_session(
+        &self,
+        ctx: &Arc<Ctx<H>>,
+        permits: &Arc<Semaphore>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let s = &self.settings;
+        let connection = hookline_bus::connect(&s.amqp_url, "hookline-worker").await?;
+        let channel = connection.create_channel().await.context("open channel")?;
+        s.topology.declare(&channel).await?;
+        // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
+        channel
+            .basic_qos(s.prefetch, BasicQosOptions { global: false })
+            .await
+            .context("basic.qos")?;
+        let mut consumer = channel
+            .basic_consume(
+                s.topology.payments_queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(), // manual acks
+                FieldTable::default(),
+            )
+            .await
+            .context("basic.consume")?;
+        let tag = consumer.tag();
+        tracing::info!(
+            messaging.system = "rabbitmq",
+            queue = %s.topology.payments_queue,
+            prefetch = s.prefetch,
+            concurrency = s.concurrency,
+            "worker consuming"
+        );
+        // A consumer may stop yielding without an error when the connection dies (lapin #389): watch the status.
+        let mut health = tokio::time::interval(Duration::from_secs(2));
+        let result = loop {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    channel.basic_cancel(tag.clone(), BasicCancelOptions::default()).await.ok();
+                    break Ok(());
+                }
+                _ = health.tick() => {
+                    if !connection.status().connected() {
+                        break Err(anyhow::anyhow!("connection to RabbitMQ lost"));
+                    }
+                }
+                next = consumer.next() => match next {
+                    Some(Ok(delivery)) => {
+                        let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
+                        let ctx = ctx.clone();
+                        tokio::spawn(async move {
+                            handle_delivery(&ctx, delivery).await;
+                            drop(permit);
+                        });
+                    }
+                    Some(Err(e)) => break Err(anyhow::Error::new(e).context("consumer failed")),
+                    None => break Err(anyhow::anyhow!("consumer stream ended")),
+                }
+            }
+        };
+        if result.is_ok() {
+            // Graceful: wait for in-flight deliveries to ack on this channel before closing it.
+            let _all = permits
+                .acquire_many(self.settings.concurrency as u32)
+                .await
+                .context("wait for in-flight deliveries")?;
+            channel.close(200, "worker stopping".into()).await.ok();
+            connection.close(200, "worker stopping".into()).await.ok();
+        }
+        result
+    }
+}
+
+fn delivery_count(delivery: &Delivery) -> u32 {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delivery-count").cloned())
+        .and_then(|v| match v {
+            AMQPValue::LongLongInt(n) => Some(n as u32),
+            AMQPValue::LongInt(n) => Some(n as u32),
+            AMQPValue::LongUInt(n) => Some(n),
+            AMQPValue::ShortInt(n) => Some(n as u32),
+            AMQPValue::ShortUInt(n) => Some(u32::from(n)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
+    let consumer = ctx.handler.consumer();
+    let started = std::time::Instant::now();
+    let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
+        Ok(m) => m,
+        Err(e) => {
+            // Not even an event reference: nothing to record against; the DLQ keeps the bytes.
+            tracing::error!(
+                messaging.system = "rabbitmq",
+                delivery_tag = delivery.delivery_tag,
+                error.message = %e,
+                "unparseable message; dead-lettering"
+            );
+            reject(&delivery).await;
+            metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+                .increment(1);
+            return;
+        }
+    };
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        // Run the transaction in its own task so a panicking handler is contained and the delivery requeued.
+        let task = {
+            let ctx = ctx.clone();
+            tokio::spawn(
+                async move { process_event(&ctx.pool, ctx.handler.as_ref(), msg.id).await },
+            )
+        };
+        let result = match task.await {
+            Ok(r) => r,
+            Err(join) => {
+                let reason = format!("handler panicked: {join}");
+                tracing::error!(event_id = msg.id, error.message = %reason, "requeueing");
+                // Requeue: the quorum queue counts it against the delivery limit, so a message that always
+                // panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit` times,
+                // i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
+                if delivery_count(&delivery) >= ctx.delivery_limit {
+                    record_dead_letter(&ctx.pool, consumer, msg.id, &reason)
+                        .await
+                        .ok();
+                }
+                delivery
+                    .acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .ok();
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
+                    .increment(1);
+                return;
+            }
+        };
+        match result {
+            Ok(processed) => {
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("worker.after_commit");
+                let outcome = match &processed {
+                    Processed::Applied(o) => o.kind.as_str(),
+                    Processed::Duplicate => "duplicate",
+                };
+                tracing::debug!(
+                    event_id = msg.id,
+                    provider = %msg.provider,
+                    provider_event_id = %msg.provider_event_id,
+                    redelivered = delivery.redelivered,
+                    outcome,
+                    "processed"
+                );
+                ack(&delivery, msg.id).await;
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
+                    .increment(1);
+                metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
+                    .record(started.elapsed().as_secs_f64());
+                return;
+            }
+            Err(ProcessError::Permanent(reason)) => {
+                tracing::error!(
+                    event_id = msg.id,
+                    provider = %msg.provider,
+                    provider_event_id = %msg.provider_event_id,
+                    error.message = %reason,
+                    "permanent failure; dead-lettering"
+                );
+                // Record before rejecting: if recording fails we retry instead of losing the reason.
+                if let Err(e) = record_dead_letter(&ctx.pool, consumer, msg.id, &reason).await {
+                    tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
+                } else {
+                    reject(&delivery).await;
+                    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+                        .increment(1);
+                    return;
+                }
+            }
+            Err(ProcessError::Transient(e)) => {
+                tracing::warn!(
+                    event_id = msg.id,
+                    error.cause_chain = ?e,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "transient failure; retrying in-process"
+                );
+            }
+        }
+        metrics::counter!(metric::RETRIES, "consumer" => consumer).increment(1);
+        // Not acked, not requeued: the message stays ours and burns no delivery attempt while we back off.
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => {
+                // Shutting down with the database away: leave it unacked; closing the channel requeues it.
+                return;
+            }
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+async fn ack(delivery: &Delivery, event_id: i64) {
+    match delivery.acker.ack(BasicAckOptions::default()).await {
+        Ok(true) => {}
+        // The channel is closed or recovering: the ack was not sent. The message will be redelivered and the
+        // processed marker makes that a no-op.
+        Ok(false) | Err(_) => tracing::warn!(
+            event_id,
+            delivery_tag = delivery.delivery_tag,
+            "ack not delivered (channel closed); the event will be redelivered and deduplicated"
+        ),
+    }
+}
+
+async fn reject(delivery: &Delivery) {
+    if !matches!(
+        delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: false })
+            .await,
+        Ok(true)
+    ) {
+        tracing::warn!(
+            delivery_tag = delivery.delivery_tag,
+            "reject not delivered (channel closed); the message will be redelivered"
+        );
+    }
+}

@@ -1,0 +1,591 @@
+//! Applying payment facts inside the worker's transaction: the state machine and the double-entry ledger.
+//!
+//! Every transition row-locks its payment (`SELECT … FOR UPDATE`), so concurrent events for one payment apply
+//! one after the other. Statuses only move up their rank, postings are unique by constraint, and refunds or
+//! disputes that arrive before their payment succeeded are parked and applied by the transaction that makes it
+//! succeed — so the final state and ledger do not depend on arrival order.
+
+use std::collections::HashMap;
+
+use hookline_core::ProviderConfig;
+use hookline_signature::Scheme;
+use sqlx::PgConnection;
+
+use super::model::{DisputeStatus, Money, PaymentFact, PaymentStatus};
+use super::normalize::normalize;
+use crate::handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};
+
+/// Ledger account names (fixed vocabulary).
+pub mod account {
+    /// What the provider owes us: captured amount minus its fee.
+    pub const RECEIVABLE: &str = "provider_receivable";
+    /// Provider fees (expense).
+    pub const FEES: &str = "provider_fees";
+    /// Revenue (credit on capture, debited back by refunds).
+    pub const REVENUE: &str = "revenue";
+    /// Money lost to disputes (expense).
+    pub const DISPUTE_LOSSES: &str = "dispute_losses";
+}
+
+/// Per-provider settings the payments effect needs.
+#[derive(Debug, Clone)]
+struct ProviderRule {
+    scheme: Scheme,
+    fee_bps: i64,
+    fee_fixed: i64,
+}
+
+/// The payments effect.
+#[derive(Debug, Clone)]
+pub struct PaymentsHandler {
+    providers: HashMap<String, ProviderRule>,
+}
+
+/// Consumer name of the payments effect (processed markers, dead letters).
+pub const CONSUMER: &str = "payments";
+
+impl PaymentsHandler {
+    /// Builds the handler from the configured providers (their scheme selects the normaliser, their fee rate
+    /// the ledger split).
+    pub fn new<'a>(providers: impl IntoIterator<Item = &'a ProviderConfig>) -> PaymentsHandler {
+        PaymentsHandler {
+            providers: providers
+                .into_iter()
+                .map(|p| {
+                    (
+                        p.name.clone(),
+                        ProviderRule {
+                            scheme: p.scheme,
+                            fee_bps: p.fee_bps,
+                            fee_fixed: p.fee_fixed,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The provider fee on `amount`: `amount × bps / 10000` rounded half up, plus the fixed part, never more than
+/// the amount itself.
+pub fn fee(amount: i64, fee_bps: i64, fee_fixed: i64) -> i64 {
+    let variable = (i128::from(amount) * i128::from(fee_bps) + 5_000) / 10_000;
+    (variable as i64).saturating_add(fee_fixed).min(amount)
+}
+
+impl Handler for PaymentsHandler {
+    fn consumer(&self) -> &'static str {
+        CONSUMER
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut PgConnection,
+        event: &StoredEvent,
+    ) -> Result<Outcome, HandleError> {
+        let rule = self.providers.get(&event.provider).ok_or_else(|| {
+            HandleError::Permanent(format!(
+                "provider '{}' is not configured in this worker",
+                event.provider
+            ))
+        })?;
+        let facts = normalize(rule.scheme, event.event_type.as_deref(), &event.body)
+            .map_err(|e| HandleError::Permanent(format!("invalid payload: {e}")))?;
+        let mut kinds = Vec::with_capacity(facts.len());
+        let mut details = Vec::new();
+        for fact in facts {
+            let (kind, detail) = apply_fact(tx, &event.provider, rule, event.id, fact).await?;
+            kinds.push(kind);
+            details.extend(detail);
+        }
+        // The event's overall outcome: anything parked matters most to an operator, then fetches, then work.
+        let kind = [
+            OutcomeKind::Parked,
+            OutcomeKind::NeedsFetch,
+            OutcomeKind::Applied,
+        ]
+        .into_iter()
+        .find(|k| kinds.contains(k))
+        .unwrap_or(OutcomeKind::Ignored);
+        Ok(Outcome {
+            kind,
+            detail: (!details.is_empty()).then(|| details.join("; ")),
+        })
+    }
+}
+
+/// A locked payment row.
+#[derive(Debug, sqlx::FromRow)]
+struct PaymentRow {
+    id: i64,
+    status: String,
+    amount: Option<i64>,
+    currency: Option<String>,
+    amount_refunded: i64,
+}
+
+impl PaymentRow {
+    fn status(&self) -> PaymentStatus {
+        PaymentStatus::parse(&self.status).unwrap_or(PaymentStatus::Created)
+    }
+}
+
+/// Creates the payment if unknown (an early refund makes its payment known) and locks it.
+async fn lock_payment(
+    tx: &mut PgConnection,
+    provider: &str,
+    payment_ref: &str,
+) -> Result<PaymentRow, HandleError> {
+    sqlx::query(
+        "INSERT INTO payments (provider, provider_payment_id, status) VALUES ($1, $2, 'created')
+         ON CONFLICT ON CONSTRAINT payments_provider_payment_id_key DO NOTHING",
+    )
+    .bind(provider)
+    .bind(payment_ref)
+    .execute(&mut *tx)
+    .await?;
+    Ok(sqlx::query_as::<_, PaymentRow>(
+        "SELECT id, status, amount, currency, amount_refunded FROM payments
+         WHERE provider = $1 AND provider_payment_id = $2 FOR UPDATE",
+    )
+    .bind(provider)
+    .bind(payment_ref)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
+type Applied = (OutcomeKind, Option<String>);
+
+async fn apply_fact(
+    tx: &mut PgConnection,
+    provider: &str,
+    rule: &ProviderRule,
+    event_id: i64,
+    fact: PaymentFact,
+) -> Result<Applied, HandleError> {
+    match fact {
+        PaymentFact::Payment {
+            payment_ref,
+            status,
+            amount,
+        } => apply_payment(tx, provider, rule, event_id, &payment_ref, status, amount).await,
+        PaymentFact::Refund {
+            refund_ref,
+            payment_ref,
+            amount,
+        } => {
+            let payment = lock_payment(tx, provider, &payment_ref).await?;
+            let inserted: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO refunds (provider, provider_refund_id, payment_id, amount, currency, status, event_id)
+                 VALUES ($1, $2, $3, $4, $5, 'parked', $6)
+                 ON CONFLICT ON CONSTRAINT refunds_provider_refund_id_key DO NOTHING
+                 RETURNING id",
+            )
+            .bind(provider)
+            .bind(&refund_ref)
+            .bind(payment.id)
+            .bind(amount.amount)
+            .bind(&amount.currency)
+            .bind(event_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(refund_id) = inserted else {
+                // Another event already reported this refund (refund.created then charge.refunded, …).
+                return Ok((
+                    OutcomeKind::Applied,
+                    Some(format!("refund {refund_ref} already recorded")),
+                ));
+            };
+            if payment.status() == PaymentStatus::Succeeded {
+                let detail = apply_refund(tx, provider, payment.id, refund_id).await?;
+                Ok((OutcomeKind::Applied, detail))
+            } else {
+                Ok((
+                    OutcomeKind::Parked,
+                    Some(format!(
+                        "refund {refund_ref} parked until payment {payment_ref} succeeds"
+                    )),
+                ))
+            }
+        }
+        PaymentFact::Dispute {
+            dispute_ref,
+            payment_ref,
+            amount,
+            status,
+        } => {
+            let payment = lock_payment(tx, provider, &payment_ref).await?;
+            sqlx::query(
+                "INSERT INTO disputes (provider, provider_dispute_id, payment_id, amount, currency, status, event_id)
+                 VALUES ($1, $2, $3, $4, $5, 'open', $6)
+                 ON CONFLICT ON CONSTRAINT disputes_provider_dispute_id_key DO NOTHING",
+            )
+            .bind(provider)
+            .bind(&dispute_ref)
+            .bind(payment.id)
+            .bind(amount.amount)
+            .bind(&amount.currency)
+            .bind(event_id)
+            .execute(&mut *tx)
+            .await?;
+            let (dispute_id, current, posted): (i64, String, bool) = sqlx::query_as(
+                "SELECT id, status, posted FROM disputes
+                 WHERE provider = $1 AND provider_dispute_id = $2 FOR UPDATE",
+            )
+            .bind(provider)
+            .bind(&dispute_ref)
+            .fetch_one(&mut *tx)
+            .await?;
+            let current = match current.as_str() {
+                "won" => DisputeStatus::Won,
+                "lost" => DisputeStatus::Lost,
+                _ => DisputeStatus::Open,
+            };
+            let new = current.max(status);
+            if new != current {
+                sqlx::query("UPDATE disputes SET status = $2, updated_at = now() WHERE id = $1")
+                    .bind(dispute_id)
+                    .bind(new.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if new == DisputeStatus::Lost && !posted {
+                if payment.status() == PaymentStatus::Succeeded {
+                    post_dispute_loss(tx, provider, payment.id, dispute_id).await?;
+                } else {
+                    return Ok((
+                        OutcomeKind::Parked,
+                        Some(format!(
+                            "lost dispute {dispute_ref} parked until payment {payment_ref} succeeds"
+                        )),
+                    ));
+                }
+            }
+            Ok((OutcomeKind::Applied, None))
+        }
+        PaymentFact::InvoicePaid {
+            invoice_ref,
+            subscription_id,
+            billing_cycle,
+            amount,
+        } => {
+            let inserted = sqlx::query(
+                "INSERT INTO subscription_charges
+                     (provider, subscription_id, billing_cycle, invoice_id, amount, currency, event_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT ON CONSTRAINT subscription_charges_cycle_key DO NOTHING",
+            )
+            .bind(provider)
+            .bind(&subscription_id)
+            .bind(&billing_cycle)
+            .bind(&invoice_ref)
+            .bind(amount.amount)
+            .bind(&amount.currency)
+            .bind(event_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            let detail = (inserted == 0).then(|| {
+                format!("subscription {subscription_id} cycle {billing_cycle} already charged")
+            });
+            Ok((OutcomeKind::Applied, detail))
+        }
+        PaymentFact::NeedsFetch {
+            resource,
+            resource_id,
+        } => {
+            sqlx::query(
+                "INSERT INTO pending_fetches (provider, resource, resource_id, event_id)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT ON CONSTRAINT pending_fetches_resource_key DO NOTHING",
+            )
+            .bind(provider)
+            .bind(&resource)
+            .bind(&resource_id)
+            .bind(event_id)
+            .execute(&mut *tx)
+            .await?;
+            Ok((
+                OutcomeKind::NeedsFetch,
+                Some(format!("{resource} {resource_id} must be fetched")),
+            ))
+        }
+        PaymentFact::Ignored { reason } => Ok((OutcomeKind::Ignored, Some(reason))),
+    }
+}
+
+async fn apply_payment(
+    tx: &mut PgConnection,
+    provider: &str,
+    rule: &ProviderRule,
+    event_id: i64,
+    payment_ref: &str,
+    status: PaymentStatus,
+    amount: Option<Money>,
+) -> Result<Applied, HandleError> {
+    let payment = lock_payment(tx, provider, payment_ref).await?;
+    let current = payment.status();
+    if let (Some(m), Some(cur)) = (&amount, &payment.currency) {
+        if &m.currency != cur {
+            return Err(HandleError::Permanent(format!(
+                "payment {payment_ref}: currency {} differs from the recorded {cur}",
+                m.currency
+            )));
+        }
+    }
+    if status <= current {
+        // A late or repeated event: the payment is already at or past this status. Keep the first known amount.
+        if payment.amount.is_none() && current != PaymentStatus::Succeeded {
+            if let Some(m) = &amount {
+                set_amount(tx, payment.id, m).await?;
+            }
+        }
+        return Ok((
+            OutcomeKind::Applied,
+            (status < current).then(|| {
+                format!(
+                    "payment {payment_ref} already {}; {} changes nothing",
+                    current.as_str(),
+                    status.as_str()
+                )
+            }),
+        ));
+    }
+    // Moving forward. Success fixes the captured amount; other statuses only fill an unknown amount.
+    let new_amount = match (status, &amount, payment.amount) {
+        (PaymentStatus::Succeeded, Some(m), _) => Some(m.clone()),
+        (_, Some(m), None) => Some(m.clone()),
+        _ => None,
+    };
+    if let Some(m) = &new_amount {
+        set_amount(tx, payment.id, m).await?;
+    }
+    sqlx::query("UPDATE payments SET status = $2, updated_at = now() WHERE id = $1")
+        .bind(payment.id)
+        .bind(status.as_str())
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(payment.id)
+    .bind(event_id)
+    .bind(current.as_str())
+    .bind(status.as_str())
+    .execute(&mut *tx)
+    .await?;
+    if status != PaymentStatus::Succeeded {
+        return Ok((OutcomeKind::Applied, None));
+    }
+    let captured = match (&new_amount, payment.amount, &payment.currency) {
+        (Some(m), _, _) => m.clone(),
+        (None, Some(a), Some(c)) => Money {
+            amount: a,
+            currency: c.clone(),
+        },
+        _ => {
+            return Err(HandleError::Permanent(format!(
+                "payment {payment_ref} succeeded but no amount is known"
+            )))
+        }
+    };
+    let fee = fee(captured.amount, rule.fee_bps, rule.fee_fixed);
+    post(
+        tx,
+        provider,
+        "payment",
+        payment_ref,
+        payment.id,
+        event_id,
+        &captured.currency,
+        &[
+            (account::RECEIVABLE, captured.amount - fee),
+            (account::FEES, fee),
+            (account::REVENUE, -captured.amount),
+        ],
+    )
+    .await?;
+    // Apply what was waiting for this success, in a deterministic order.
+    let parked: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM refunds WHERE payment_id = $1 AND status = 'parked' ORDER BY provider_refund_id",
+    )
+    .bind(payment.id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut details = Vec::new();
+    for refund_id in parked {
+        details.extend(apply_refund(tx, provider, payment.id, refund_id).await?);
+    }
+    let lost: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM disputes WHERE payment_id = $1 AND status = 'lost' AND NOT posted
+         ORDER BY provider_dispute_id",
+    )
+    .bind(payment.id)
+    .fetch_all(&mut *tx)
+    .await?;
+    for dispute_id in lost {
+        post_dispute_loss(tx, provider, payment.id, dispute_id).await?;
+    }
+    Ok((
+        OutcomeKind::Applied,
+        (!details.is_empty()).then(|| details.join("; ")),
+    ))
+}
+
+async fn set_amount(tx: &mut PgConnection, payment_id: i64, m: &Money) -> Result<(), HandleError> {
+    sqlx::query("UPDATE payments SET amount = $2, currency = $3, updated_at = now() WHERE id = $1")
+        .bind(payment_id)
+        .bind(m.amount)
+        .bind(&m.currency)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Applies a recorded refund to a succeeded payment that this transaction has locked: its own ledger
+/// transaction keyed by the refund id, never more than was captured. Returns a detail when it is rejected.
+async fn apply_refund(
+    tx: &mut PgConnection,
+    provider: &str,
+    payment_id: i64,
+    refund_id: i64,
+) -> Result<Option<String>, HandleError> {
+    // Re-read under the lock: an earlier refund in this same transaction may have changed amount_refunded.
+    let payment = sqlx::query_as::<_, PaymentRow>(
+        "SELECT id, status, amount, currency, amount_refunded FROM payments WHERE id = $1",
+    )
+    .bind(payment_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let (refund_ref, amount, currency, event_id): (String, i64, String, i64) = sqlx::query_as(
+        "SELECT provider_refund_id, amount, currency, event_id FROM refunds WHERE id = $1 FOR UPDATE",
+    )
+    .bind(refund_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let captured = payment.amount.unwrap_or(0);
+    let rejection = if payment.currency.as_deref() != Some(currency.as_str()) {
+        Some(format!(
+            "refund {refund_ref} rejected: currency {currency} differs from the payment's {}",
+            payment.currency.as_deref().unwrap_or("(unknown)")
+        ))
+    } else if payment.amount_refunded + amount > captured {
+        Some(format!(
+            "refund {refund_ref} rejected: {amount} would exceed the captured {captured} (already refunded {})",
+            payment.amount_refunded
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = rejection {
+        sqlx::query("UPDATE refunds SET status = 'rejected', reason = $2 WHERE id = $1")
+            .bind(refund_id)
+            .bind(&reason)
+            .execute(&mut *tx)
+            .await?;
+        tracing::warn!(provider, refund = %refund_ref, reason = %reason, "refund rejected");
+        return Ok(Some(reason));
+    }
+    post(
+        tx,
+        provider,
+        "refund",
+        &refund_ref,
+        payment.id,
+        event_id,
+        &currency,
+        &[(account::REVENUE, amount), (account::RECEIVABLE, -amount)],
+    )
+    .await?;
+    sqlx::query("UPDATE refunds SET status = 'applied' WHERE id = $1")
+        .bind(refund_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE payments SET amount_refunded = amount_refunded + $2, updated_at = now() WHERE id = $1",
+    )
+    .bind(payment.id)
+    .bind(amount)
+    .execute(&mut *tx)
+    .await?;
+    Ok(None)
+}
+
+async fn post_dispute_loss(
+    tx: &mut PgConnection,
+    provider: &str,
+    payment_id: i64,
+    dispute_id: i64,
+) -> Result<(), HandleError> {
+    let (dispute_ref, amount, currency, event_id): (String, i64, String, i64) = sqlx::query_as(
+        "SELECT provider_dispute_id, amount, currency, event_id FROM disputes WHERE id = $1",
+    )
+    .bind(dispute_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    post(
+        tx,
+        provider,
+        "dispute",
+        &dispute_ref,
+        payment_id,
+        event_id,
+        &currency,
+        &[
+            (account::DISPUTE_LOSSES, amount),
+            (account::RECEIVABLE, -amount),
+        ],
+    )
+    .await?;
+    sqlx::query("UPDATE disputes SET posted = true, updated_at = now() WHERE id = $1")
+        .bind(dispute_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Posts one balanced ledger transaction, unless the constraint says this posting already exists. Zero-amount
+/// legs (no fee configured) are omitted.
+#[allow(clippy::too_many_arguments)]
+async fn post(
+    tx: &mut PgConnection,
+    provider: &str,
+    kind: &str,
+    reference: &str,
+    payment_id: i64,
+    event_id: i64,
+    currency: &str,
+    legs: &[(&str, i64)],
+) -> Result<bool, HandleError> {
+    debug_assert_eq!(legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
+    let txn: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
+         RETURNING id",
+    )
+    .bind(provider)
+    .bind(kind)
+    .bind(reference)
+    .bind(payment_id)
+    .bind(event_id)
+    .bind(currency)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(txn) = txn else {
+        return Ok(false);
+    };
+    let (accounts, amounts): (Vec<&str>, Vec<i64>) =
+        legs.iter().filter(|(_, a)| *a != 0).copied().unzip();
+    sqlx::query(
+        "INSERT INTO ledger_entries (transaction_id, account, amount)
+         SELECT $1, * FROM unnest($2::text[], $3::bigint[])",
+    )
+    .bind(txn)
+    .bind(&accounts)
+    .bind(&amounts)
+    .execute(&mut *tx)
+    .await?;
+    Ok(true)
+}

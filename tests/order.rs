@@ -1,0 +1,212 @@
+//! Order independence (property test): any permutation of a payment's event history, with duplicates, applied
+//! through the worker's processing function, ends in the same status and the same ledger as the history in order.
+//!
+//! The events go through the real path after the broker: stored in `webhook_events` as the edge stores them,
+//! then `process_event` (marker first, effects, commit) exactly as a worker runs it per delivery.
+
+use hookline_core::events::{insert_event, NewEvent, StoreOutcome};
+use hookline_tests::{parse_config, stripe, test_config_toml, TestDb};
+use hookline_worker::{process_event, PaymentsHandler, Processed};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use sqlx::PgPool;
+
+/// A payment's full history: a failed attempt, success (reported twice, by two event types), two partial
+/// refunds (one reported by two events), and a dispute opened then lost.
+fn history(tag: &str) -> Vec<(String, Vec<u8>)> {
+    let pi = format!("pi_{tag}");
+    let ev = |n: &str| format!("evt_{tag}_{n}");
+    let re1 = format!("re_{tag}_1");
+    let re2 = format!("re_{tag}_2");
+    let dp = format!("dp_{tag}");
+    vec![
+        (
+            ev("created"),
+            stripe::payment_intent(&ev("created"), "created", &pi, 10_000),
+        ),
+        (
+            ev("processing"),
+            stripe::payment_intent(&ev("processing"), "processing", &pi, 10_000),
+        ),
+        (
+            ev("failed"),
+            stripe::payment_intent(&ev("failed"), "payment_failed", &pi, 10_000),
+        ),
+        (
+            ev("succeeded"),
+            stripe::payment_intent(&ev("succeeded"), "succeeded", &pi, 10_000),
+        ),
+        (
+            ev("charge"),
+            stripe::charge_succeeded(&ev("charge"), &format!("ch_{tag}"), &pi, 10_000),
+        ),
+        (
+            ev("refund1"),
+            stripe::refund(&ev("refund1"), &re1, &pi, 3_000),
+        ),
+        (
+            ev("charge_refunded"),
+            stripe::charge_refunded(
+                &ev("charge_refunded"),
+                &format!("ch_{tag}"),
+                &pi,
+                &[(&re1, 3_000), (&re2, 2_000)],
+            ),
+        ),
+        (
+            ev("dispute_open"),
+            stripe::dispute(
+                &ev("dispute_open"),
+                "created",
+                &dp,
+                &pi,
+                4_000,
+                "needs_response",
+            ),
+        ),
+        (
+            ev("dispute_lost"),
+            stripe::dispute(&ev("dispute_lost"), "closed", &dp, &pi, 4_000, "lost"),
+        ),
+    ]
+}
+
+/// Final picture of one payment, with the per-case tag removed so cases compare.
+async fn picture(pool: &PgPool, tag: &str) -> (String, i64, Vec<(String, String, String, i64)>) {
+    let pi = format!("pi_{tag}");
+    let (status, refunded): (String, i64) = sqlx::query_as(
+        "SELECT status, amount_refunded FROM payments WHERE provider_payment_id = $1",
+    )
+    .bind(&pi)
+    .fetch_one(pool)
+    .await
+    .expect("payment exists");
+    let ledger: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT t.kind, replace(t.reference, $2, 'TAG'), e.account, e.amount
+         FROM ledger_entries e JOIN ledger_transactions t ON t.id = e.transaction_id
+         JOIN payments p ON p.id = t.payment_id
+         WHERE p.provider_payment_id = $1
+         ORDER BY 1, 2, 3",
+    )
+    .bind(&pi)
+    .bind(tag)
+    .fetch_all(pool)
+    .await
+    .expect("ledger");
+    let unbalanced: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT transaction_id FROM ledger_entries GROUP BY transaction_id
+                               HAVING sum(amount) <> 0) u",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("balance");
+    assert_eq!(unbalanced, 0, "every ledger transaction balances");
+    (status, refunded, ledger)
+}
+
+/// Stores the history's events, then processes them in `order` (indices, repeats allowed).
+async fn apply(
+    pool: &PgPool,
+    handler: &PaymentsHandler,
+    events: &[(String, Vec<u8>)],
+    order: &[usize],
+) {
+    let mut ids = Vec::with_capacity(events.len());
+    for (event_id, body) in events {
+        let ty: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let stored = insert_event(
+            pool,
+            &NewEvent {
+                provider: "stripe",
+                provider_event_id: event_id,
+                event_type: ty["type"].as_str(),
+                signed_at: None,
+                headers: vec![],
+                query: "",
+                body,
+            },
+        )
+        .await
+        .expect("store event");
+        let StoreOutcome::Inserted(id) = stored else {
+            panic!("fresh event expected")
+        };
+        ids.push(id);
+    }
+    let mut applied = vec![0; events.len()];
+    for &i in order {
+        match process_event(pool, handler, ids[i])
+            .await
+            .expect("processing succeeds")
+        {
+            Processed::Applied(_) => applied[i] += 1,
+            Processed::Duplicate => {}
+        }
+    }
+    assert!(
+        applied.iter().all(|&n| n == 1),
+        "each event applied exactly once: {applied:?}"
+    );
+}
+
+#[test]
+fn any_order_with_duplicates_converges_to_the_in_order_result() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (db, handler) = rt.block_on(async {
+        let db = TestDb::new().await;
+        let config = parse_config(&test_config_toml(&db.url, "", ""));
+        let handler = PaymentsHandler::new(config.providers.values());
+        (db, handler)
+    });
+    let n = history("x").len();
+    let expected = rt.block_on(async {
+        apply(
+            &db.pool,
+            &handler,
+            &history("inorder"),
+            &(0..n).collect::<Vec<_>>(),
+        )
+        .await;
+        picture(&db.pool, "inorder").await
+    });
+    assert_eq!(expected.0, "succeeded");
+    assert_eq!(expected.1, 5_000, "both refunds applied once");
+    assert_eq!(
+        expected.2.len(),
+        3 + 2 + 2 + 2,
+        "payment(3) + two refunds(2 each) + dispute(2)"
+    );
+
+    // Permutation of every event, plus up to 6 duplicates inserted anywhere.
+    let strategy = (
+        Just((0..n).collect::<Vec<usize>>()).prop_shuffle(),
+        prop::collection::vec((0..n, any::<prop::sample::Index>()), 0..6),
+    )
+        .prop_map(|(mut order, dups)| {
+            for (event, at) in dups {
+                let pos = at.index(order.len() + 1);
+                order.insert(pos, event);
+            }
+            order
+        });
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    runner
+        .run(&strategy, |order| {
+            let tag = format!(
+                "c{}",
+                case.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            );
+            let got = rt.block_on(async {
+                apply(&db.pool, &handler, &history(&tag), &order).await;
+                picture(&db.pool, &tag).await
+            });
+            prop_assert_eq!(&got, &expected, "order {:?}", order);
+            Ok(())
+        })
+        .unwrap();
+}

@@ -1,0 +1,445 @@
+//! End-to-end tests through the HTTP edge, the outbox relay, RabbitMQ and the worker, on real services.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use hookline_tests::stripe;
+use hookline_tests::*;
+use hookline_worker::{HandleError, Handler, Outcome, PaymentsHandler, StoredEvent};
+use lapin::types::FieldTable;
+use sqlx::PgConnection;
+
+const DRAIN: Duration = Duration::from_secs(30);
+
+async fn scalar(pool: &sqlx::PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
+}
+
+/// The source documents' test: the same approved-payment webhook posted twice in parallel gives exactly one
+/// ledger transaction of three entries summing to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_duplicate_approved_payment_posts_once() {
+    let p = TestPipeline::start().await;
+    let worker = p.spawn_worker();
+    let body = stripe::payment_intent("evt_approved_1", "succeeded", "pi_approved_1", 10_000);
+    let (a, b) = tokio::join!(p.edge.post_stripe(&body), p.edge.post_stripe(&body));
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    p.drain(DRAIN).await;
+
+    let pool = p.pool();
+    assert_eq!(assert_ledger_balanced(pool).await, 1);
+    let rows = ledger_rows(pool).await;
+    // fee = 10000 × 3.99% + 39 = 438
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "payment".into(),
+                "pi_approved_1".into(),
+                "provider_fees".into(),
+                438
+            ),
+            (
+                "payment".into(),
+                "pi_approved_1".into(),
+                "provider_receivable".into(),
+                9_562
+            ),
+            (
+                "payment".into(),
+                "pi_approved_1".into(),
+                "revenue".into(),
+                -10_000
+            ),
+        ]
+    );
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM processed_events").await,
+        1
+    );
+    let status: String = sqlx::query_scalar(
+        "SELECT status FROM payments WHERE provider_payment_id = 'pi_approved_1'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(status, "succeeded");
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// Two workers on one queue, many events with concurrent duplicates: every event is processed exactly once and
+/// every payment posts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_double_apply() {
+    let p = Arc::new(TestPipeline::start().await);
+    let w1 = p.spawn_worker();
+    let w2 = p.spawn_worker();
+    let posts = (0..40).flat_map(|i| {
+        let body = stripe::payment_intent(
+            &format!("evt_two_{i}"),
+            "succeeded",
+            &format!("pi_two_{i}"),
+            1_000 + i,
+        );
+        // Each event three times, concurrently.
+        (0..3).map(move |_| (body.clone(), i))
+    });
+    let results = join_all(posts.map(|(body, _)| {
+        let p = p.clone();
+        async move { p.edge.post_stripe(&body).await.status().as_u16() }
+    }))
+    .await;
+    assert!(results.iter().all(|s| *s == 200), "{results:?}");
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM webhook_events").await,
+        40
+    );
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM processed_events").await,
+        40
+    );
+    assert_eq!(assert_ledger_balanced(pool).await, 40);
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT coalesce(sum(amount), 0)::bigint FROM ledger_entries WHERE account = 'revenue'"
+        )
+        .await,
+        -(0..40).map(|i| 1_000 + i).sum::<i64>()
+    );
+    w1.stop().await;
+    w2.stop().await;
+    p.teardown().await;
+}
+
+/// A refund and a lost dispute that arrive before their payment succeeded are parked, not dropped, and applied
+/// by the transaction that makes the payment succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn early_refund_and_dispute_are_parked_then_applied() {
+    let p = TestPipeline::start().await;
+    let worker = p.spawn_worker();
+    let pool = p.pool();
+    for body in [
+        stripe::refund("evt_early_r", "re_early", "pi_early", 2_500),
+        stripe::dispute(
+            "evt_early_d",
+            "closed",
+            "dp_early",
+            "pi_early",
+            1_000,
+            "lost",
+        ),
+    ] {
+        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    }
+    p.drain(DRAIN).await;
+    assert_eq!(
+        assert_ledger_balanced(pool).await,
+        0,
+        "nothing posted before the payment succeeded"
+    );
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT count(*) FROM processed_events WHERE outcome = 'parked'"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM refunds WHERE status = 'parked'").await,
+        1
+    );
+
+    let body = stripe::payment_intent("evt_early_ok", "succeeded", "pi_early", 10_000);
+    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    p.drain(DRAIN).await;
+    assert_eq!(assert_ledger_balanced(pool).await, 3);
+    let kinds: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, reference FROM ledger_transactions ORDER BY kind")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        vec![
+            ("dispute".into(), "dp_early".into()),
+            ("payment".into(), "pi_early".into()),
+            ("refund".into(), "re_early".into()),
+        ]
+    );
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT amount_refunded FROM payments WHERE provider_payment_id = 'pi_early'"
+        )
+        .await,
+        2_500
+    );
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// Business key: two different events for the same subscription cycle charge once; unknown types are recorded
+/// as ignored and acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invoice_cycle_charged_once_and_unknown_types_ignored() {
+    let p = TestPipeline::start().await;
+    let worker = p.spawn_worker();
+    for body in [
+        stripe::invoice_paid("evt_inv_1", "in_1", "sub_1", 1_767_225_600, 4_990),
+        stripe::invoice_paid("evt_inv_2", "in_1", "sub_1", 1_767_225_600, 4_990),
+        stripe::invoice_paid("evt_inv_3", "in_2", "sub_1", 1_769_904_000, 4_990),
+        br#"{"id":"evt_cust","type":"customer.created","data":{"object":{"id":"cus_1"}}}"#.to_vec(),
+    ] {
+        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    }
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM subscription_charges").await,
+        2
+    );
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT count(*) FROM processed_events WHERE outcome = 'ignored'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(scalar(pool, "SELECT count(*) FROM dead_letters").await, 0);
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// A signed event with an invalid amount is stored (the provider delivered it), then dead-lettered by the worker
+/// with its reason recorded; it writes nothing to the ledger and the events after it keep flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invalid_amount_is_dead_lettered_with_reason() {
+    let p = TestPipeline::start().await;
+    let worker = p.spawn_worker();
+    let bad = stripe::payment_intent("evt_bad_amount", "succeeded", "pi_bad", -500);
+    assert_eq!(p.edge.post_stripe(&bad).await.status(), 200);
+    let good = stripe::payment_intent("evt_good_after", "succeeded", "pi_good", 700);
+    assert_eq!(p.edge.post_stripe(&good).await.status(), 200);
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    let reason: String = sqlx::query_scalar("SELECT reason FROM dead_letters")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(reason.contains("amount"), "{reason}");
+    assert_eq!(assert_ledger_balanced(pool).await, 1);
+    let dlq = p.topology().dead_letter_queue;
+    wait_until(DRAIN, "dead letter in the DLQ", || async {
+        p.queue_depth(&dlq).await == 1
+    })
+    .await;
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// Wraps the payments handler and panics on one event: a poison message that no code path can finish.
+struct PoisonOn {
+    inner: PaymentsHandler,
+    provider_event_id: &'static str,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl Handler for PoisonOn {
+    fn consumer(&self) -> &'static str {
+        self.inner.consumer()
+    }
+
+    async fn handle(
+        &self,
+        tx: &mut PgConnection,
+        event: &StoredEvent,
+    ) -> Result<Outcome, HandleError> {
+        if event.provider_event_id == self.provider_event_id {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            panic!("poison event {}", event.provider_event_id);
+        }
+        self.inner.handle(tx, event).await
+    }
+}
+
+/// A poison message is retried until the delivery limit (3 in tests: RabbitMQ dead-letters a message returned
+/// more than 3 times, so it is delivered 4 times), then lands in the dead-letter queue with a recorded reason,
+/// while the other events keep flowing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn poison_message_reaches_dlq_after_delivery_limit() {
+    let p = TestPipeline::start().await;
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let worker = p.spawn_worker_with(PoisonOn {
+        inner: PaymentsHandler::new(p.config.providers.values()),
+        provider_event_id: "evt_poison",
+        attempts: attempts.clone(),
+    });
+    let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
+    assert_eq!(p.edge.post_stripe(&poison).await.status(), 200);
+    for i in 0..10 {
+        let body = stripe::payment_intent(
+            &format!("evt_flow_{i}"),
+            "succeeded",
+            &format!("pi_flow_{i}"),
+            100,
+        );
+        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    }
+    let dlq = p.topology().dead_letter_queue;
+    wait_until(DRAIN, "poison message in the DLQ", || async {
+        p.queue_depth(&dlq).await == 1
+    })
+    .await;
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    assert_eq!(
+        assert_ledger_balanced(pool).await,
+        10,
+        "every other event was applied"
+    );
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        4,
+        "delivered delivery_limit + 1 times"
+    );
+    let reason: String = sqlx::query_scalar("SELECT reason FROM dead_letters")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert!(reason.contains("panicked"), "{reason}");
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// The relay's publish is `mandatory`: with the queue unbound, RabbitMQ returns the message and the row stays
+/// unpublished; once the binding is back the sweeper publishes it and the worker applies it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unroutable_publish_stays_in_outbox_until_routable() {
+    let p = TestPipeline::start().await;
+    let t = p.topology();
+    // Declare the topology by starting (and stopping) a worker, then remove the binding.
+    let warmup = p.spawn_worker();
+    let conn = hookline_bus::connect(&p.config.amqp_url, "hookline-test")
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    wait_until(DRAIN, "topology declared", || async {
+        p.queue_depth(&t.payments_queue).await == 0
+    })
+    .await;
+    warmup.stop().await;
+    ch.queue_unbind(
+        t.payments_queue.as_str().into(),
+        t.exchange.as_str().into(),
+        "#".into(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+
+    let body = stripe::payment_intent("evt_unroutable", "succeeded", "pi_unroutable", 100);
+    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    let metrics_url = format!("{}/metrics", p.edge.base);
+    wait_until(DRAIN, "the relay saw the message returned", || async {
+        let text = p
+            .edge
+            .client
+            .get(&metrics_url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.contains("hookline_relay_not_confirmed_total{reason=\"returned\"}")
+    })
+    .await;
+    assert_eq!(
+        scalar(
+            p.pool(),
+            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
+        )
+        .await,
+        1,
+        "a returned message is not published"
+    );
+    // Starting a worker re-declares the topology (binding included); the sweeper then publishes the row.
+    let worker = p.spawn_worker();
+    p.drain(DRAIN).await;
+    assert_eq!(assert_ledger_balanced(p.pool()).await, 1);
+    assert_eq!(
+        scalar(
+            p.pool(),
+            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
+        )
+        .await,
+        0
+    );
+    conn.close(200, "".into()).await.ok();
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// Events committed while the edge cannot reach RabbitMQ are answered 200 and published later by a relay
+/// (here a standalone one, as `hookline relay` runs it), then applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
+    let db = TestDb::new().await;
+    // The edge's relay points at a closed port: every publish fails.
+    let toml = test_config_toml(&db.url, "", FAST_PIPELINE).replace(
+        "[amqp]",
+        "amqp_url = \"amqp://guest:guest@127.0.0.1:1/%2f\"\n[amqp]",
+    );
+    let broken = parse_config(&toml);
+    let edge = TestEdge::spawn_on(db, broken.clone()).await;
+    for i in 0..20 {
+        let body = stripe::payment_intent(
+            &format!("evt_out_{i}"),
+            "succeeded",
+            &format!("pi_out_{i}"),
+            100 + i,
+        );
+        assert_eq!(edge.post_stripe(&body).await.status(), 200);
+    }
+    assert_eq!(
+        scalar(
+            &edge.db.pool,
+            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
+        )
+        .await,
+        20
+    );
+    // The real broker for the relay and the worker.
+    let mut good = broken.clone();
+    good.amqp_url = parse_config(&test_config_toml(&edge.db.url, "", "")).amqp_url;
+    let p = TestPipeline {
+        edge,
+        config: good,
+        toml: String::new(),
+    };
+    let worker = p.spawn_worker();
+    let mut relay = hookline_bus::Relay::new(
+        p.pool().clone(),
+        p.config.amqp_url.clone(),
+        p.topology(),
+        hookline_core::config::RelayConfig {
+            sweep_min_age: Duration::ZERO,
+            ..p.config.relay.clone()
+        },
+        "hookline-test-relay",
+    );
+    let published = relay.sweep().await.expect("sweep");
+    assert_eq!(published, 20);
+    p.drain(DRAIN).await;
+    assert_eq!(assert_ledger_balanced(p.pool()).await, 20);
+    worker.stop().await;
+    p.teardown().await;
+}
