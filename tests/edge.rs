@@ -570,3 +570,22 @@ async fn metrics_expose_outcomes() {
         assert!(text.contains(needle), "missing {needle} in:\n{text}");
     }
 }
+
+/// `hookline migrate` semantics: creating and migrating an existing, migrated database again changes nothing
+/// and does not fail.
+#[tokio::test]
+async fn migrate_twice_is_safe() {
+    let db = TestDb::new().await;
+    let url = secrecy::SecretString::from(db.url.clone());
+    hookline_core::db::migrate(&url)
+        .await
+        .expect("second migrate");
+    hookline_core::db::migrate(&url)
+        .await
+        .expect("third migrate");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied as usize, hookline_core::MIGRATOR.iter().count());
+}

@@ -443,3 +443,114 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
     worker.stop().await;
     p.teardown().await;
 }
+
+/// Several relays sweeping at once (several edge processes) share the backlog through `FOR UPDATE SKIP LOCKED`:
+/// every committed event is published, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_sweepers_publish_each_row_once() {
+    let db = TestDb::new().await;
+    let toml = test_config_toml(&db.url, "", "[relay]\nembedded = false\nbatch_size = 50");
+    let config = parse_config(&toml);
+    let edge = TestEdge::spawn_on(db, config.clone()).await;
+    for i in 0..200 {
+        let body = stripe::payment_intent(
+            &format!("evt_sw_{i}"),
+            "succeeded",
+            &format!("pi_sw_{i}"),
+            100,
+        );
+        assert_eq!(edge.post_stripe(&body).await.status(), 200);
+    }
+    let p = TestPipeline { edge, config, toml };
+    let relay = |name: &str| {
+        hookline_bus::Relay::new(
+            p.pool().clone(),
+            p.config.amqp_url.clone(),
+            p.topology(),
+            hookline_core::config::RelayConfig {
+                sweep_min_age: Duration::ZERO,
+                ..p.config.relay.clone()
+            },
+            name,
+        )
+    };
+    let (mut a, mut b, mut c) = (relay("relay-a"), relay("relay-b"), relay("relay-c"));
+    let (ra, rb, rc) = tokio::join!(a.sweep(), b.sweep(), c.sweep());
+    let total = ra.unwrap() + rb.unwrap() + rc.unwrap();
+    assert_eq!(total, 200, "each row published by exactly one sweeper");
+    assert_eq!(
+        p.queue_depth(&p.topology().payments_queue).await,
+        200,
+        "no duplicate on the queue"
+    );
+    assert_eq!(
+        scalar(
+            p.pool(),
+            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
+        )
+        .await,
+        0
+    );
+    p.teardown().await;
+}
+
+/// Pagar.me postbacks (form-encoded): a paid transaction posts once with Pagar.me's fee; its later `refunded`
+/// postback posts the refund as its own transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pagarme_postbacks_paid_then_refunded() {
+    let p = TestPipeline::start().await;
+    let worker = p.spawn_worker();
+    let postback = |status: &str, refunded: i64| {
+        format!(
+            "id=4242&fingerprint=abc&event=transaction_status_changed&old_status=processing&desired_status={status}\
+             &current_status={status}&object=transaction&transaction%5Bid%5D=4242&transaction%5Bamount%5D=20000\
+             &transaction%5Bpaid_amount%5D=20000&transaction%5Brefunded_amount%5D={refunded}"
+        )
+        .into_bytes()
+    };
+    for body in [
+        postback("paid", 0),
+        postback("paid", 0),
+        postback("refunded", 20000),
+    ] {
+        let headers = vec![
+            (
+                "X-Hub-Signature".to_string(),
+                hookline_signature::sign::pagarme(secrets::PAGARME.as_bytes(), &body),
+            ),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ];
+        assert_eq!(
+            p.edge.post("pagarme", "", &headers, body).await.status(),
+            200
+        );
+    }
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM webhook_events").await,
+        2,
+        "the repeated postback is a duplicate"
+    );
+    assert_eq!(assert_ledger_balanced(pool).await, 2);
+    let rows = ledger_rows(pool).await;
+    // fee = 20000 × 2.99% = 598
+    assert!(
+        rows.contains(&("payment".into(), "4242".into(), "provider_fees".into(), 598)),
+        "{rows:?}"
+    );
+    assert!(
+        rows.contains(&(
+            "refund".into(),
+            "4242:refund:20000".into(),
+            "revenue".into(),
+            20_000
+        )),
+        "{rows:?}"
+    );
+    worker.stop().await;
+    p.teardown().await;
+}

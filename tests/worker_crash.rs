@@ -109,3 +109,63 @@ async fn killed_inside_transaction_applies_once() {
     );
     p.teardown().await;
 }
+
+/// Graceful shutdown: SIGTERM while a delivery is inside its transaction lets it commit and ack, then the
+/// process exits 0; nothing is redelivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_finishes_in_flight_work_then_exits() {
+    let p = TestPipeline::start().await;
+    let config = p.config_file();
+    let mut worker = Child::spawn(
+        "hookline-worker",
+        &["--config", config.to_str().unwrap()],
+        &[("FAILPOINTS", "worker.before_commit=sleep(1500)")],
+    );
+    let body = stripe::payment_intent("evt_term", "succeeded", "pi_term", 5_000);
+    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    let pool = p.pool().clone();
+    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
+    wait_until(WAIT, "the worker is inside its transaction", || {
+        let (pool, db_name) = (pool.clone(), db_name.clone());
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'",
+            )
+            .bind(&db_name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    let pid = worker.0.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut exit = None;
+    wait_until(WAIT, "the worker exits", || {
+        let done = worker.0.try_wait().unwrap();
+        if done.is_some() {
+            exit = done;
+        }
+        async move { done.is_some() }
+    })
+    .await;
+    assert!(exit.unwrap().success(), "clean exit: {exit:?}");
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM processed_events").await,
+        1,
+        "committed"
+    );
+    assert_eq!(
+        p.queue_depth(&p.topology().payments_queue).await,
+        0,
+        "acked, not requeued"
+    );
+    assert_eq!(assert_ledger_balanced(&pool).await, 1);
+    p.teardown().await;
+}
