@@ -236,6 +236,7 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
     .into_bytes()
 }
 
+pub mod faults;
 pub mod pipeline;
 pub use pipeline::*;
 

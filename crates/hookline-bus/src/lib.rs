@@ -9,7 +9,7 @@ pub mod relay;
 pub mod topology;
 
 pub use message::EventMessage;
-pub use relay::{Relay, RelayHandle};
+pub use relay::{Publisher, Relay, RelayHandle};
 pub use topology::Topology;
 
 use anyhow::Context;

@@ -291,14 +291,16 @@ async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> any
     Ok(())
 }
 
-/// One connection and one confirm-mode channel.
-struct Publisher {
+/// One connection and one confirm-mode channel, publishing event references with confirms and `mandatory`.
+/// Used by the relay and by operator commands (replay, dead-letter redrive).
+pub struct Publisher {
     connection: Connection,
     channel: Channel,
 }
 
 impl Publisher {
-    async fn open(
+    /// Connects as `name`, declares the topology and enables publisher confirms.
+    pub async fn open(
         url: &SecretString,
         topology: &Topology,
         name: &str,
@@ -318,12 +320,14 @@ impl Publisher {
 
     /// Publishes the whole batch before awaiting any confirm (pipelined), then returns the ids RabbitMQ acked
     /// without returning them. An error means the channel is unusable.
-    async fn publish(
+    pub async fn publish(
         &self,
         topology: &Topology,
         msgs: &[EventMessage],
         confirm_timeout: Duration,
     ) -> anyhow::Result<Vec<i64>> {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("relay.before_publish");
         let mut pending = Vec::with_capacity(msgs.len());
         for m in msgs {
             let body = serde_json::to_vec(m).context("serialise event message")?;
@@ -386,7 +390,8 @@ impl Publisher {
         Ok(acked)
     }
 
-    async fn close(self) {
+    /// Closes the channel and the connection.
+    pub async fn close(self) {
         self.channel.close(200, "relay stopping".into()).await.ok();
         self.connection
             .close(200, "relay stopping".into())

@@ -1,14 +1,22 @@
-//! `hookline`, the operator command line: `migrate`, `verify`.
+//! `hookline`, the operator command line.
 //!
-//! Exit codes are part of the interface: 0 success, 1 the operation ran and found a problem (e.g. an invalid
-//! signature), 2 a usage error (clap's convention), 3 an operational failure (database unreachable, …).
+//! Exit codes are part of the interface: 0 success, 1 the operation ran and found a problem (an invalid
+//! signature, something needing attention), 2 a usage error (clap's convention), 3 an operational failure
+//! (database or broker unreachable, …).
 
+mod dlq;
+mod ops;
+mod purge;
+mod replay;
+mod simulate;
+mod status;
 mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hookline_core::Config;
 
 /// The hookline operator command line.
 #[derive(Parser, Debug)]
@@ -28,43 +36,76 @@ enum Command {
     /// Check a webhook signature offline, exactly as the edge would, and say precisely why it fails.
     Verify(verify::VerifyArgs),
     /// Run the outbox relay on its own: publish committed-but-unpublished events to RabbitMQ until stopped
-    /// (SIGTERM/Ctrl-C). Safe to run beside the edge's embedded relay and other relays (rows are claimed with
+    /// (SIGTERM/Ctrl-C). Safe beside the edge's embedded relay and other relays (rows are claimed with
     /// FOR UPDATE SKIP LOCKED). `--once` sweeps the backlog once and exits.
     Relay {
         /// Sweep once and exit instead of running until stopped.
         #[arg(long)]
         once: bool,
     },
+    /// Show the state of the pipeline; exits 1 when something needs attention (usable as a probe).
+    Status(status::StatusArgs),
+    /// Re-deliver stored events to the workers. A replay RE-DELIVERS: the worker's deduplication means an
+    /// event whose effect was already applied changes nothing, and one never applied is applied once. No flag
+    /// re-applies an applied effect.
+    Replay(replay::ReplayArgs),
+    /// Inspect and redrive dead letters.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCommand),
+    /// Delete old raw events and their processed markers, in bounded batches. Never touches the ledger,
+    /// payments, or events not yet processed.
+    Purge(purge::PurgeArgs),
+    /// Send realistic signed provider events to a running edge, as the provider would.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// Parses the arguments, runs the command and maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     hookline_core::telemetry::init_tracing();
-    match cli.command {
-        Command::Verify(args) => verify::run(&args),
-        Command::Relay { once } => {
-            let result = (|| -> anyhow::Result<()> {
-                let config = hookline_core::Config::load(cli.config.as_deref())?;
-                let rt = tokio::runtime::Runtime::new()?;
-                rt.block_on(relay(config, once))
-            })();
-            report(result)
+    if let Command::Verify(args) = &cli.command {
+        return verify::run(args);
+    }
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
         }
-        Command::Migrate => {
-            let result = (|| -> anyhow::Result<()> {
-                let config = hookline_core::Config::load(cli.config.as_deref())?;
-                let rt = tokio::runtime::Runtime::new()?;
-                rt.block_on(hookline_core::db::migrate(&config.database_url))?;
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Verify(_) => unreachable!("handled above"),
+            Command::Migrate => {
+                hookline_core::db::migrate(&config.database_url).await?;
                 println!("database migrated");
-                Ok(())
-            })();
-            report(result)
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Relay { once } => relay(&config, once).await,
+            Command::Status(args) => status::run(&config, &args).await,
+            Command::Replay(args) => replay::run(&config, &args).await,
+            Command::Dlq(cmd) => dlq::run(&config, &cmd).await,
+            Command::Purge(args) => purge::run(&config, &args).await,
+            Command::Simulate(args) => simulate::run(&config, &args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(3)
         }
     }
 }
 
-async fn relay(config: hookline_core::Config, once: bool) -> anyhow::Result<()> {
+async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
     use hookline_core::db::{self, PoolSettings};
     let pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
     let mut relay_config = config.relay.clone();
@@ -75,7 +116,7 @@ async fn relay(config: hookline_core::Config, once: bool) -> anyhow::Result<()> 
     let relay = hookline_bus::Relay::new(
         pool,
         config.amqp_url.clone(),
-        hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+        ops::topology(config),
         relay_config,
         "hookline-relay",
     );
@@ -83,18 +124,8 @@ async fn relay(config: hookline_core::Config, once: bool) -> anyhow::Result<()> 
         let mut relay = relay;
         let n = relay.sweep().await?;
         println!("published {n} events");
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     relay.run(None, hookline_worker::shutdown_signal()).await;
-    Ok(())
-}
-
-fn report(result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(3)
-        }
-    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -77,6 +77,8 @@ pub struct Config {
     pub relay: RelayConfig,
     /// The worker.
     pub worker: WorkerConfig,
+    /// Retention of raw events.
+    pub retention: RetentionConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -103,6 +105,20 @@ pub struct RelayConfig {
     pub batch_size: u32,
     /// How long to wait for RabbitMQ to confirm a batch before treating it as unpublished.
     pub confirm_timeout: Duration,
+}
+
+/// `[retention]`: how long raw events and their processed markers are kept.
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    /// `hookline purge` refuses a window shorter than this unless `--force`. Default 30 days: above every
+    /// provider's retry horizon (Stripe retries for 3 days), so a purged event can no longer be redelivered.
+    pub floor: Duration,
+    /// When set, the worker purges events older than this periodically.
+    pub auto_purge_older_than: Option<Duration>,
+    /// How often the worker's periodic purge runs.
+    pub auto_purge_interval: Duration,
+    /// Rows deleted per batch (one short transaction each).
+    pub batch_size: u32,
 }
 
 /// `[worker]`: the consumer.
@@ -195,6 +211,8 @@ struct RawConfig {
     #[serde(default)]
     worker: RawWorker,
     #[serde(default)]
+    retention: RawRetention,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
 }
 
@@ -213,6 +231,15 @@ struct RawRelay {
     sweep_min_age_ms: Option<u64>,
     batch_size: Option<u32>,
     confirm_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    floor_days: Option<u64>,
+    auto_purge_older_than_days: Option<u64>,
+    auto_purge_interval_secs: Option<u64>,
+    batch_size: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -359,6 +386,29 @@ impl Config {
                 16,
                 "worker.db_max_connections",
             )? as u32,
+        };
+
+        let rt = raw.retention;
+        const DAY: u64 = 86_400;
+        let floor_days = rt.floor_days.unwrap_or(30);
+        let retention = RetentionConfig {
+            floor: Duration::from_secs(floor_days * DAY),
+            auto_purge_older_than: match rt.auto_purge_older_than_days {
+                Some(d) if d < floor_days => {
+                    return Err(ConfigError::invalid(
+                        "retention.auto_purge_older_than_days",
+                        format!("{d} is below retention.floor_days ({floor_days})"),
+                    ))
+                }
+                Some(d) => Some(Duration::from_secs(d * DAY)),
+                None => None,
+            },
+            auto_purge_interval: Duration::from_secs(positive(
+                rt.auto_purge_interval_secs,
+                3600,
+                "retention.auto_purge_interval_secs",
+            )?),
+            batch_size: positive(rt.batch_size.map(u64::from), 1000, "retention.batch_size")? as u32,
         };
 
         let e = raw.edge;
@@ -508,6 +558,7 @@ impl Config {
             edge,
             relay,
             worker,
+            retention,
             providers,
         })
     }

@@ -8,3 +8,4 @@ pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};
 pub use db::MIGRATOR;
+pub mod retention;

@@ -19,6 +19,9 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     hookline_core::telemetry::init_tracing();
+    // Fault-injection builds read FAILPOINTS=name=action;… from the environment.
+    #[cfg(feature = "failpoints")]
+    let _scenario = fail::FailScenario::setup();
     let config = hookline_core::Config::load(args.config.as_deref())?;
     actix_web::rt::System::new().block_on(async move {
         if args.migrate {

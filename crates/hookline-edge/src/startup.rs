@@ -88,11 +88,19 @@ impl Application {
         .client_request_timeout(edge.client_request_timeout)
         .client_disconnect_timeout(std::time::Duration::from_secs(1))
         .shutdown_timeout(edge.shutdown_timeout.as_secs())
+        // actix treats SIGINT as a forced stop; we handle both SIGTERM and SIGINT as graceful (below).
+        .disable_signals()
         .listen(listener)?;
         if edge.workers > 0 {
             server = server.workers(edge.workers);
         }
         let server = server.run();
+        let handle = server.handle();
+        tokio::spawn(async move {
+            wait_for_shutdown_signal().await;
+            tracing::info!("shutdown requested; finishing in-flight requests");
+            handle.stop(true).await;
+        });
         tracing::info!(
             listen = %config.edge.listen,
             port,
@@ -126,4 +134,19 @@ impl Application {
         tracing::info!("edge stopped");
         result
     }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+async fn wait_for_shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await.ok();
 }

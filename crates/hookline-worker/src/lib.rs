@@ -8,6 +8,7 @@ pub mod consumer;
 pub mod handler;
 pub mod payments;
 pub mod process;
+pub mod retention;
 
 pub use consumer::{Worker, WorkerSettings};
 pub use handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};

@@ -109,6 +109,16 @@ pub async fn process_event<H: Handler>(
         .await
         .map_err(db_error("record outcome"))?;
     }
+    // A redriven dead letter that now applies is resolved in the same transaction.
+    sqlx::query(
+        "UPDATE dead_letters SET resolved_at = now()
+         WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL",
+    )
+    .bind(handler.consumer())
+    .bind(event_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(db_error("resolve dead letter"))?;
     #[cfg(feature = "failpoints")]
     fail::fail_point!("worker.before_commit");
     tx.commit().await.map_err(db_error("commit"))?;

@@ -141,6 +141,8 @@ async fn handle(
         query,
         body: &body,
     };
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("edge.before_commit");
     // One budget for acquire + INSERT: past it the provider gets 503 and retries. The statement commits on its
     // own (no explicit transaction), so abandoning it cannot leave a pooled connection inside a transaction.
     let stored = tokio::time::timeout(
@@ -161,6 +163,8 @@ async fn handle(
             IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
         }
     })?;
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("edge.after_commit");
     if let (StoreOutcome::Inserted(id), Some(relay)) = (stored, &state.relay) {
         // Committed: hand it to the relay. Never awaited, so the answer does not wait for RabbitMQ.
         relay.notify(EventMessage {

@@ -1,0 +1,344 @@
+//! `hookline dlq`: inspect and redrive dead letters.
+//!
+//! The reason and attempt count of each dead letter live in PostgreSQL (`dead_letters`), the message itself in
+//! the dead-letter queue. A redrive re-delivers the events (audited like a replay); the worker resolves each dead
+//! letter in the transaction that finally applies it, and the redriven copies are removed from the DLQ.
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{ArgGroup, Args, Subcommand};
+use hookline_bus::{EventMessage, Publisher};
+use hookline_core::Config;
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
+use time::OffsetDateTime;
+
+use crate::ops;
+use crate::replay::UsageError;
+
+/// Dead-letter commands.
+#[derive(Subcommand, Debug)]
+pub enum DlqCommand {
+    /// List dead letters: reason, attempts, first/last failure, provider, type.
+    List {
+        /// Include resolved dead letters (applied after a redrive).
+        #[arg(long)]
+        all: bool,
+        /// Output JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one dead letter: the raw payload and the failure reason.
+    Show {
+        /// The stored event id (first column of `dlq list`).
+        id: i64,
+    },
+    /// Re-deliver dead-lettered events after the cause is fixed (each is applied once).
+    Redrive(RedriveArgs),
+}
+
+/// Arguments of `hookline dlq redrive`.
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("which").args(["ids", "provider", "event_type", "all"]).multiple(true).required(true)))]
+pub struct RedriveArgs {
+    /// Only these event ids (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<i64>,
+    /// Only this provider's dead letters.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Only this event type.
+    #[arg(long = "type")]
+    pub event_type: Option<String>,
+    /// Every unresolved dead letter.
+    #[arg(long)]
+    pub all: bool,
+    /// Why (required; recorded in the audit row).
+    #[arg(long)]
+    pub reason: String,
+    /// Who runs it (default: $SUDO_USER or $USER).
+    #[arg(long)]
+    pub operator: Option<String>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct DeadRow {
+    event_id: i64,
+    provider: Option<String>,
+    event_type: Option<String>,
+    reason: String,
+    attempts: i32,
+    first_failed_at: OffsetDateTime,
+    last_failed_at: OffsetDateTime,
+    resolved_at: Option<OffsetDateTime>,
+}
+
+fn ts(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Runs a dead-letter command.
+pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> {
+    let pool = ops::pool(config).await?;
+    match cmd {
+        DlqCommand::List { all, json } => {
+            let rows: Vec<DeadRow> = sqlx::query_as(
+                "SELECT d.event_id, e.provider, e.event_type, d.reason, d.attempts, d.first_failed_at,
+                        d.last_failed_at, d.resolved_at
+                 FROM dead_letters d LEFT JOIN webhook_events e ON e.id = d.event_id
+                 WHERE d.consumer = 'payments' AND ($1 OR d.resolved_at IS NULL)
+                 ORDER BY d.first_failed_at, d.event_id",
+            )
+            .bind(*all)
+            .fetch_all(&pool)
+            .await
+            .context("read dead letters")?;
+            if *json {
+                for r in &rows {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "event_id": r.event_id, "provider": r.provider, "type": r.event_type,
+                            "reason": r.reason, "attempts": r.attempts,
+                            "first_failed_at": ts(r.first_failed_at), "last_failed_at": ts(r.last_failed_at),
+                            "resolved_at": r.resolved_at.map(ts),
+                        })
+                    );
+                }
+            } else {
+                println!(
+                    "{:>10}  {:<12} {:<28} {:>8}  {:<20} {:<20} reason",
+                    "event_id", "provider", "type", "attempts", "first_failed", "last_failed"
+                );
+                for r in &rows {
+                    let mut reason = r.reason.replace('\n', " ");
+                    if reason.chars().count() > 80 {
+                        reason = reason.chars().take(77).chain("...".chars()).collect();
+                    }
+                    println!(
+                        "{:>10}  {:<12} {:<28} {:>8}  {:<20} {:<20} {}{}",
+                        r.event_id,
+                        r.provider.as_deref().unwrap_or("(purged)"),
+                        r.event_type.as_deref().unwrap_or("-"),
+                        r.attempts,
+                        ts(r.first_failed_at).chars().take(19).collect::<String>(),
+                        ts(r.last_failed_at).chars().take(19).collect::<String>(),
+                        if r.resolved_at.is_some() {
+                            "[resolved] "
+                        } else {
+                            ""
+                        },
+                        reason
+                    );
+                }
+                println!("{} dead letter(s)", rows.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DlqCommand::Show { id } => show(&pool, *id).await,
+        DlqCommand::Redrive(args) => redrive(config, &pool, args).await,
+    }
+}
+
+async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
+    let dead: Option<DeadRow> = sqlx::query_as(
+        "SELECT d.event_id, e.provider, e.event_type, d.reason, d.attempts, d.first_failed_at,
+                d.last_failed_at, d.resolved_at
+         FROM dead_letters d LEFT JOIN webhook_events e ON e.id = d.event_id
+         WHERE d.consumer = 'payments' AND d.event_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let Some(d) = dead else {
+        eprintln!("error: no dead letter for event {id}");
+        return Ok(ExitCode::from(1));
+    };
+    println!("event_id:      {}", d.event_id);
+    println!(
+        "provider:      {}",
+        d.provider.as_deref().unwrap_or("(raw event purged)")
+    );
+    println!("type:          {}", d.event_type.as_deref().unwrap_or("-"));
+    println!("attempts:      {}", d.attempts);
+    println!("first failed:  {}", ts(d.first_failed_at));
+    println!("last failed:   {}", ts(d.last_failed_at));
+    println!(
+        "resolved:      {}",
+        d.resolved_at.map(ts).unwrap_or_else(|| "no".into())
+    );
+    println!("error chain:");
+    for (i, part) in d.reason.split(": ").enumerate() {
+        println!("  {}{part}", if i == 0 { "" } else { "caused by: " });
+    }
+    let raw: Option<(String, Vec<u8>, serde_json::Value, String, OffsetDateTime)> = sqlx::query_as(
+        "SELECT provider_event_id, body, headers, query, received_at FROM webhook_events WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    if let Some((provider_event_id, body, headers, query, received_at)) = raw {
+        println!("provider_event_id: {provider_event_id}");
+        println!("received_at:   {}", ts(received_at));
+        if !query.is_empty() {
+            println!("query:         {query}");
+        }
+        println!("headers:");
+        for h in headers.as_array().into_iter().flatten() {
+            println!(
+                "  {}: {}",
+                h[0].as_str().unwrap_or(""),
+                h[1].as_str().unwrap_or("")
+            );
+        }
+        println!("body ({} bytes):", body.len());
+        match std::str::from_utf8(&body) {
+            Ok(text) => println!("{text}"),
+            Err(_) => println!("(not UTF-8) {}", hex_dump(&body)),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hex_dump(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn redrive(
+    config: &Config,
+    pool: &sqlx::PgPool,
+    args: &RedriveArgs,
+) -> anyhow::Result<ExitCode> {
+    if args.reason.trim().is_empty() {
+        eprintln!("error: {}", UsageError("--reason must say why".into()));
+        return Ok(ExitCode::from(2));
+    }
+    let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT e.id, e.provider, e.provider_event_id, e.event_type
+         FROM dead_letters d JOIN webhook_events e ON e.id = d.event_id
+         WHERE d.consumer = 'payments' AND d.resolved_at IS NULL
+           AND (cardinality($1::bigint[]) = 0 OR e.id = ANY($1))
+           AND ($2::text IS NULL OR e.provider = $2)
+           AND ($3::text IS NULL OR e.event_type = $3)
+         ORDER BY e.id",
+    )
+    .bind(&args.ids)
+    .bind(&args.provider)
+    .bind(&args.event_type)
+    .fetch_all(pool)
+    .await
+    .context("select dead letters")?;
+    let filter = serde_json::json!({
+        "ids": args.ids, "provider": args.provider, "event_type": args.event_type, "all": args.all,
+    });
+    let run_id: i64 = sqlx::query_scalar(
+        "INSERT INTO replay_runs (kind, operator, reason, filter, selected)
+         VALUES ('dlq_redrive', $1, $2, $3, $4) RETURNING id",
+    )
+    .bind(ops::operator(args.operator.as_deref()))
+    .bind(&args.reason)
+    .bind(&filter)
+    .bind(rows.len() as i64)
+    .fetch_one(pool)
+    .await
+    .context("write the audit row")?;
+    if rows.is_empty() {
+        sqlx::query("UPDATE replay_runs SET finished_at = now() WHERE id = $1")
+            .bind(run_id)
+            .execute(pool)
+            .await?;
+        println!("no unresolved dead letter matches");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let topology = ops::topology(config);
+    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-dlq-redrive").await?;
+    let msgs: Vec<EventMessage> = rows
+        .into_iter()
+        .map(
+            |(id, provider, provider_event_id, event_type)| EventMessage {
+                id,
+                provider,
+                provider_event_id,
+                event_type,
+            },
+        )
+        .collect();
+    let mut published = Vec::with_capacity(msgs.len());
+    for chunk in msgs.chunks(500) {
+        let acked = publisher
+            .publish(&topology, chunk, config.relay.confirm_timeout)
+            .await
+            .context("publish to RabbitMQ")?;
+        published.extend(acked);
+    }
+    publisher.close().await;
+    let last = published.iter().copied().max().unwrap_or(0);
+    sqlx::query(
+        "UPDATE replay_runs SET published = $2, last_event_id = $3, finished_at = now(), updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(run_id)
+    .bind(published.len() as i64)
+    .bind(last)
+    .execute(pool)
+    .await?;
+    let removed = remove_from_dlq(config, &published.iter().copied().collect()).await?;
+    println!(
+        "redrive run {run_id}: {} of {} dead letters re-delivered; {removed} copies removed from {}",
+        published.len(),
+        msgs.len(),
+        topology.dead_letter_queue
+    );
+    Ok(if published.len() == msgs.len() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+/// Removes the DLQ copies of redriven events. Every message currently in the DLQ is fetched once and held
+/// unacknowledged (so none is fetched twice); redriven ones are acked (dropped), the others are returned.
+async fn remove_from_dlq(config: &Config, redriven: &HashSet<i64>) -> anyhow::Result<u64> {
+    let topology = ops::topology(config);
+    let conn = hookline_bus::connect(&config.amqp_url, "hookline-dlq-redrive").await?;
+    let channel = conn.create_channel().await.context("open channel")?;
+    let mut keep = Vec::new();
+    let mut removed = 0;
+    while let Some(msg) = channel
+        .basic_get(
+            topology.dead_letter_queue.as_str().into(),
+            BasicGetOptions { no_ack: false },
+        )
+        .await
+        .context("basic.get from the DLQ")?
+    {
+        let id = serde_json::from_slice::<EventMessage>(&msg.delivery.data)
+            .ok()
+            .map(|m| m.id);
+        if id.is_some_and(|id| redriven.contains(&id)) {
+            msg.delivery
+                .acker
+                .ack(BasicAckOptions::default())
+                .await
+                .ok();
+            removed += 1;
+        } else {
+            keep.push(msg);
+        }
+    }
+    for msg in keep {
+        msg.delivery
+            .acker
+            .nack(BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await
+            .ok();
+    }
+    channel.close(200, "done".into()).await.ok();
+    conn.close(200, "done".into()).await.ok();
+    Ok(removed)
+}

@@ -1,0 +1,1 @@
+//! Fault harness (placeholder, being written).
