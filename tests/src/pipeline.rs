@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hookline_bus::Topology;
 use hookline_core::Config;
 use hookline_worker::{Handler, Worker, WorkerSettings};
-use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
@@ -71,6 +71,10 @@ impl TestPipeline {
 
     /// Like [`TestPipeline::start`], with extra TOML tables appended (they must not repeat `[relay]`/`[worker]`).
     pub async fn start_with(tail: &str) -> TestPipeline {
+        // Logs of the in-process edge, relay and workers: set HOOKLINE_TEST_LOG=1 (and RUST_LOG to filter).
+        if std::env::var_os("HOOKLINE_TEST_LOG").is_some() {
+            hookline_core::telemetry::init_tracing();
+        }
         let db = TestDb::new().await;
         let toml = test_config_toml(&db.url, "", &format!("{FAST_PIPELINE}\n{tail}"));
         let config = parse_config(&toml);
@@ -105,6 +109,7 @@ impl TestPipeline {
                 topology: self.topology(),
                 prefetch: self.config.worker.prefetch,
                 concurrency: self.config.worker.concurrency,
+                batch_max: self.config.worker.batch_max,
             },
         );
         Self::run_worker(worker)
@@ -130,8 +135,21 @@ impl TestPipeline {
         .await;
     }
 
-    /// Messages ready in a queue of this pipeline (passive declare).
+    /// Messages ready in a queue of this pipeline (passive declare). Waits (up to 10 s) for the queue to be
+    /// declared, since workers and relays declare the topology asynchronously.
     pub async fn queue_depth(&self, queue: &str) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(n) = self.try_queue_depth(queue).await {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "queue {queue} was never declared");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Messages ready in a queue, or `None` when it does not exist (yet).
+    pub async fn try_queue_depth(&self, queue: &str) -> Option<u32> {
         let conn = hookline_bus::connect(&self.config.amqp_url, "hookline-test")
             .await
             .expect("amqp");
@@ -145,32 +163,16 @@ impl TestPipeline {
                 },
                 FieldTable::default(),
             )
-            .await
-            .expect("queue exists");
+            .await;
         conn.close(200, "".into()).await.ok();
-        q.message_count()
+        q.ok().map(|q| q.message_count())
     }
 
-    /// Deletes this pipeline's queues and exchanges.
-    pub async fn teardown(&self) {
-        let Ok(conn) = hookline_bus::connect(&self.config.amqp_url, "hookline-test").await else {
-            return;
-        };
-        if let Ok(ch) = conn.create_channel().await {
-            let t = self.topology();
-            for q in [&t.payments_queue, &t.dead_letter_queue] {
-                ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                    .await
-                    .ok();
-            }
-            for e in [&t.exchange, &t.dead_letter_exchange] {
-                ch.exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default())
-                    .await
-                    .ok();
-            }
-        }
-        conn.close(200, "".into()).await.ok();
-    }
+    /// Ends the test's use of the broker. Queues are NOT deleted here: deleting quorum queues while other tests
+    /// declare theirs has crashed RabbitMQ 3.10's dead-letter supervisor on this machine, so `deploy/test.sh`
+    /// deletes every `test-*` queue once all tests are done.
+    pub async fn teardown(&self) {}
+
 
     /// Writes the configuration to a file for a child process and returns its path.
     pub fn config_file(&self) -> std::path::PathBuf {

@@ -72,10 +72,7 @@ pub async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<ExitCode> 
     let progress = std::io::stderr().is_terminal() && !opts.dry_run;
     let report = retention::purge_with(&pool, &opts, |r| {
         if progress {
-            eprint!(
-                "\r{} events deleted ({} batches)…",
-                r.events, r.batches
-            );
+            eprint!("\r{} events deleted ({} batches)…", r.events, r.batches);
         }
         ControlFlow::Continue(())
     })

@@ -130,6 +130,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Size of the worker's connection pool.
     pub db_max_connections: u32,
+    /// Most deliveries applied in one transaction (each in its own savepoint); 1 disables batching.
+    pub batch_max: usize,
 }
 
 /// `[edge]`: the HTTP receiver.
@@ -151,6 +153,10 @@ pub struct EdgeConfig {
     pub shutdown_timeout: Duration,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
+    /// Most rows written by one multi-row INSERT (group commit); 1 writes each request on its own.
+    pub batch_max: usize,
+    /// Batches in flight at once (each holds one pooled connection while it writes).
+    pub batch_writers: usize,
 }
 
 /// `[providers.NAME]`: one webhook source.
@@ -248,6 +254,7 @@ struct RawWorker {
     prefetch: Option<u16>,
     concurrency: Option<usize>,
     db_max_connections: Option<u32>,
+    batch_max: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -261,6 +268,8 @@ struct RawEdge {
     body_read_timeout_ms: Option<u64>,
     shutdown_timeout_secs: Option<u64>,
     workers: Option<usize>,
+    batch_max: Option<usize>,
+    batch_writers: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -386,6 +395,7 @@ impl Config {
                 16,
                 "worker.db_max_connections",
             )? as u32,
+            batch_max: positive(w.batch_max.map(|b| b as u64), 16, "worker.batch_max")? as usize,
         };
 
         let rt = raw.retention;
@@ -440,6 +450,12 @@ impl Config {
                 "must be greater than 0",
             ));
         }
+        if e.batch_writers.unwrap_or(0) > db_max_connections as usize {
+            return Err(ConfigError::invalid(
+                "edge.batch_writers",
+                format!("must not exceed edge.db_max_connections ({db_max_connections}): each batch holds a connection"),
+            ));
+        }
         let edge = EdgeConfig {
             listen,
             max_body_bytes,
@@ -451,6 +467,13 @@ impl Config {
             body_read_timeout: Duration::from_millis(e.body_read_timeout_ms.unwrap_or(10_000)),
             shutdown_timeout: Duration::from_secs(e.shutdown_timeout_secs.unwrap_or(30)),
             workers: e.workers.unwrap_or(0),
+            batch_max: positive(e.batch_max.map(|v| v as u64), 256, "edge.batch_max")? as usize,
+            // Default: 4 batches in flight, but never more than the pool can serve.
+            batch_writers: positive(
+                e.batch_writers.map(|v| v as u64),
+                4.min(u64::from(db_max_connections)),
+                "edge.batch_writers",
+            )? as usize,
         };
 
         let mut providers = BTreeMap::new();

@@ -90,3 +90,117 @@ pub async fn insert_event<'c>(
     .await?;
     Ok(StoreOutcome::Duplicate(existing))
 }
+
+/// An event owned by a batch (the batch writer outlives the request that produced it).
+#[derive(Debug, Clone)]
+pub struct OwnedEvent {
+    /// Configured provider name.
+    pub provider: String,
+    /// The provider's event id.
+    pub provider_event_id: String,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// Signed timestamp, unix seconds.
+    pub signed_at: Option<i64>,
+    /// Storable headers.
+    pub headers: Vec<(String, String)>,
+    /// Raw query string.
+    pub query: String,
+    /// Raw body.
+    pub body: bytes::Bytes,
+}
+
+/// Stores many events with ONE multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING` (one commit for all), and
+/// returns one outcome per input, in input order.
+///
+/// The constraint still decides every duplicate, including duplicates inside the batch: for each key exactly one
+/// input can be `Inserted` (the first one), the others are `Duplicate` with the same id. Rows are inserted in key
+/// order so that two concurrent batches sharing keys take their index locks in the same order and cannot
+/// deadlock.
+pub async fn insert_events_batch(
+    pool: &sqlx::PgPool,
+    events: &[OwnedEvent],
+) -> Result<Vec<StoreOutcome>, sqlx::Error> {
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by(|&a, &b| {
+        (&events[a].provider, &events[a].provider_event_id)
+            .cmp(&(&events[b].provider, &events[b].provider_event_id))
+    });
+    let mut providers = Vec::with_capacity(events.len());
+    let mut ids = Vec::with_capacity(events.len());
+    let mut types = Vec::with_capacity(events.len());
+    let mut signed = Vec::with_capacity(events.len());
+    let mut headers = Vec::with_capacity(events.len());
+    let mut queries = Vec::with_capacity(events.len());
+    let mut bodies: Vec<&[u8]> = Vec::with_capacity(events.len());
+    for &i in &order {
+        let e = &events[i];
+        providers.push(e.provider.as_str());
+        ids.push(e.provider_event_id.as_str());
+        types.push(e.event_type.as_deref());
+        signed.push(e.signed_at.map(|t| t as f64));
+        headers.push(serde_json::to_string(&e.headers).unwrap_or_else(|_| "[]".into()));
+        queries.push(e.query.as_str());
+        bodies.push(&e.body);
+    }
+    let inserted: Vec<(i64, String, String)> = sqlx::query_as(
+        "INSERT INTO webhook_events
+             (provider, provider_event_id, event_type, signed_at, headers, query, body)
+         SELECT p, i, t, to_timestamp(s), h::jsonb, q, b
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::bytea[])
+              AS u(p, i, t, s, h, q, b)
+         ON CONFLICT ON CONSTRAINT webhook_events_provider_event_id_key DO NOTHING
+         RETURNING id, provider, provider_event_id",
+    )
+    .bind(&providers)
+    .bind(&ids)
+    .bind(&types)
+    .bind(&signed)
+    .bind(&headers)
+    .bind(&queries)
+    .bind(&bodies)
+    .fetch_all(pool)
+    .await?;
+    let mut fresh: std::collections::HashMap<(String, String), i64> = inserted
+        .into_iter()
+        .map(|(id, p, e)| ((p, e), id))
+        .collect();
+    let mut known: std::collections::HashMap<(String, String), i64> = Default::default();
+    let mut outcomes = vec![StoreOutcome::Duplicate(None); events.len()];
+    let mut missing = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        let key = (e.provider.clone(), e.provider_event_id.clone());
+        if let Some(id) = fresh.remove(&key) {
+            known.insert(key, id);
+            outcomes[i] = StoreOutcome::Inserted(id);
+        } else if let Some(id) = known.get(&key) {
+            outcomes[i] = StoreOutcome::Duplicate(Some(*id));
+        } else {
+            missing.push(i);
+        }
+    }
+    if !missing.is_empty() {
+        // Stored before this batch (or by a concurrent one that committed first): a new statement sees them.
+        let (ps, es): (Vec<&str>, Vec<&str>) = missing
+            .iter()
+            .map(|&i| (events[i].provider.as_str(), events[i].provider_event_id.as_str()))
+            .unzip();
+        let existing: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT w.id, w.provider, w.provider_event_id FROM webhook_events w
+             JOIN unnest($1::text[], $2::text[]) AS k(p, i) ON w.provider = k.p AND w.provider_event_id = k.i",
+        )
+        .bind(&ps)
+        .bind(&es)
+        .fetch_all(pool)
+        .await?;
+        let existing: std::collections::HashMap<(String, String), i64> = existing
+            .into_iter()
+            .map(|(id, p, e)| ((p, e), id))
+            .collect();
+        for i in missing {
+            let key = (events[i].provider.clone(), events[i].provider_event_id.clone());
+            outcomes[i] = StoreOutcome::Duplicate(existing.get(&key).copied());
+        }
+    }
+    Ok(outcomes)
+}

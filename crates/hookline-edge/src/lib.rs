@@ -8,6 +8,7 @@
 mod error;
 mod routes;
 mod startup;
+mod writer;
 
 pub use error::IngestError;
 pub use startup::{AppState, Application};

@@ -28,6 +28,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Fast path to the embedded outbox relay, when it runs in this process.
     pub relay: Option<RelayHandle>,
+    /// Group-commit writer for incoming events.
+    pub writer: crate::writer::BatchWriter,
 }
 
 /// A bound, not yet running, edge server.
@@ -77,6 +79,11 @@ impl Application {
             edge: config.edge.clone(),
             metrics: hookline_core::telemetry::metrics_handle(),
             relay: relay_handle,
+            writer: crate::writer::BatchWriter::start(
+                pool.clone(),
+                config.edge.batch_max,
+                config.edge.batch_writers,
+            ),
         });
         let edge = config.edge.clone();
         let mut server = HttpServer::new(move || {

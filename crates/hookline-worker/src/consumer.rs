@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
 use lapin::message::Delivery;
 use lapin::options::{
@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::Handler;
-use crate::process::{process_event, record_dead_letter, ProcessError, Processed};
+use crate::process::{process_batch, process_event, record_dead_letter, ProcessError, Processed};
 
 /// Metric names of the worker.
 pub mod metric {
@@ -42,6 +42,8 @@ pub struct WorkerSettings {
     pub prefetch: u16,
     /// Deliveries processed at once.
     pub concurrency: usize,
+    /// Most deliveries applied in one transaction (1 = one transaction per delivery).
+    pub batch_max: usize,
 }
 
 /// A worker: consumes the payments queue and applies each event once through its handler.
@@ -155,12 +157,28 @@ impl<H: Handler> Worker<H> {
                 }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
+                        // Take whatever else is already here (up to batch_max): one transaction for all of them.
+                        let mut batch = vec![delivery];
+                        let mut failed = None;
+                        while batch.len() < s.batch_max {
+                            match consumer.next().now_or_never() {
+                                Some(Some(Ok(d))) => batch.push(d),
+                                Some(Some(Err(e))) => {
+                                    failed = Some(e);
+                                    break;
+                                }
+                                _ => break,
+                            }
+                        }
                         let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
                         let ctx = ctx.clone();
                         tokio::spawn(async move {
-                            handle_delivery(&ctx, delivery).await;
+                            handle_batch(&ctx, batch).await;
                             drop(permit);
                         });
+                        if let Some(e) = failed {
+                            break Err(anyhow::Error::new(e).context("consumer failed"));
+                        }
                     }
                     Some(Err(e)) => break Err(anyhow::Error::new(e).context("consumer failed")),
                     None => break Err(anyhow::anyhow!("consumer stream ended")),
@@ -226,28 +244,14 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
             )
         };
         let result = match task.await {
+            Ok(Err(ProcessError::Panicked(p))) => Err(format!("handler panicked: {p}")),
+            Ok(r) => Ok(r),
+            Err(join) => Err(format!("handler panicked: {join}")),
+        };
+        let result = match result {
             Ok(r) => r,
-            Err(join) => {
-                let reason = format!("handler panicked: {join}");
-                tracing::error!(event_id = msg.id, error.message = %reason, "requeueing");
-                // Requeue: the quorum queue counts it against the delivery limit, so a message that always
-                // panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit` times,
-                // i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
-                if delivery_count(&delivery) >= ctx.delivery_limit {
-                    record_dead_letter(&ctx.pool, consumer, msg.id, &reason)
-                        .await
-                        .ok();
-                }
-                delivery
-                    .acker
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..Default::default()
-                    })
-                    .await
-                    .ok();
-                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
-                    .increment(1);
+            Err(reason) => {
+                requeue_panicked(ctx, &delivery, msg.id, &reason).await;
                 return;
             }
         };
@@ -292,6 +296,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                     return;
                 }
             }
+            Err(ProcessError::Panicked(_)) => unreachable!("handled above"),
             Err(ProcessError::Transient(e)) => {
                 tracing::warn!(
                     event_id = msg.id,
@@ -311,6 +316,94 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Requeues a delivery whose handler panicked. The quorum queue counts it against the delivery limit, so a
+/// message that always panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit`
+/// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
+async fn requeue_panicked<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: &Delivery, event_id: i64, reason: &str) {
+    let consumer = ctx.handler.consumer();
+    tracing::error!(event_id, error.message = %reason, "requeueing");
+    if delivery_count(delivery) >= ctx.delivery_limit {
+        record_dead_letter(&ctx.pool, consumer, event_id, reason)
+            .await
+            .ok();
+    }
+    delivery
+        .acker
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await
+        .ok();
+    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued").increment(1);
+}
+
+/// Processes several deliveries in one transaction (one savepoint each, see [`process_batch`]) and acks each
+/// after the commit. Anything that did not apply in the batch — a transient or permanent failure rolled back to
+/// its savepoint, or a batch that could not commit — goes through the one-by-one path, which backs off or
+/// dead-letters; a panicked event is requeued exactly as it would be alone.
+async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Delivery>) {
+    if deliveries.len() == 1 {
+        return handle_delivery(ctx, deliveries.remove(0)).await;
+    }
+    let consumer = ctx.handler.consumer();
+    let started = std::time::Instant::now();
+    let mut parsed = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        match serde_json::from_slice::<EventMessage>(&d.data) {
+            Ok(m) => parsed.push((d, m)),
+            Err(_) => handle_delivery(ctx, d).await, // rejects it to the DLQ
+        }
+    }
+    let ids: Vec<i64> = parsed.iter().map(|(_, m)| m.id).collect();
+    let task = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { process_batch(&ctx.pool, ctx.handler.as_ref(), &ids).await })
+    };
+    let results = match task.await {
+        Ok(Ok(results)) => results,
+        Ok(Err(e)) => {
+            tracing::warn!(error.message = %e, batch = parsed.len(), "batch did not commit; processing one by one");
+            for (d, _) in parsed {
+                handle_delivery(ctx, d).await;
+            }
+            return;
+        }
+        Err(join) => {
+            tracing::error!(error.message = %join, "batch task failed; processing one by one");
+            for (d, _) in parsed {
+                handle_delivery(ctx, d).await;
+            }
+            return;
+        }
+    };
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("worker.after_commit");
+    let mut alone = Vec::new();
+    for ((delivery, msg), result) in parsed.into_iter().zip(results) {
+        match result {
+            Ok(processed) => {
+                let outcome = match &processed {
+                    Processed::Applied(o) => o.kind.as_str(),
+                    Processed::Duplicate => "duplicate",
+                };
+                ack(&delivery, msg.id).await;
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
+                    .increment(1);
+            }
+            Err(ProcessError::Panicked(p)) => {
+                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await;
+            }
+            Err(_) => alone.push(delivery),
+        }
+    }
+    metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
+        .record(started.elapsed().as_secs_f64());
+    for d in alone {
+        handle_delivery(ctx, d).await;
     }
 }
 

@@ -13,7 +13,7 @@ pub mod retention;
 pub use consumer::{Worker, WorkerSettings};
 pub use handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};
 pub use payments::PaymentsHandler;
-pub use process::{process_event, ProcessError, Processed};
+pub use process::{process_batch, process_event, ProcessError, Processed};
 
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::Config;
@@ -33,6 +33,7 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
             topology: hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
             prefetch: config.worker.prefetch,
             concurrency: config.worker.concurrency,
+            batch_max: config.worker.batch_max,
         },
     ))
 }

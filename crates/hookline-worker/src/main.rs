@@ -22,5 +22,19 @@ async fn main() -> anyhow::Result<()> {
     let _scenario = fail::FailScenario::setup();
     let config = hookline_core::Config::load(args.config.as_deref())?;
     let worker = hookline_worker::payments_worker(&config)?;
-    worker.run(hookline_worker::shutdown_signal()).await
+    let cancel = hookline_worker::shutdown_signal();
+    // Retention runs beside the consumer when [retention] auto_purge_older_than_days is set.
+    let purge_pool = hookline_core::db::lazy_pool(
+        &config.database_url,
+        &hookline_core::db::PoolSettings::cli(),
+    )?;
+    let purge = tokio::spawn(hookline_worker::retention::run_periodic(
+        purge_pool,
+        config.retention.clone(),
+        cancel.clone(),
+    ));
+    let result = worker.run(cancel.clone()).await;
+    cancel.cancel();
+    purge.await.ok();
+    result
 }

@@ -7,8 +7,11 @@
 //! worker processing the same event blocks on the marker's primary key until the first commits, then inserts
 //! nothing and applies nothing. If the first rolls back, the second proceeds.
 
+use std::panic::AssertUnwindSafe;
+
 use anyhow::Context;
-use sqlx::PgPool;
+use futures::FutureExt;
+use sqlx::{PgConnection, PgPool};
 
 use crate::handler::{HandleError, Handler, Outcome, StoredEvent};
 
@@ -30,6 +33,10 @@ pub enum ProcessError {
     /// Will never succeed as is: dead-letter with this reason.
     #[error("{0}")]
     Permanent(String),
+    /// The handler panicked (a bug, or a payload it cannot survive). Whether a retry helps is unknown: the
+    /// delivery is requeued and the queue's delivery limit eventually dead-letters it.
+    #[error("handler panicked: {0}")]
+    Panicked(String),
 }
 
 impl From<HandleError> for ProcessError {
@@ -55,6 +62,62 @@ pub async fn process_event<H: Handler>(
     event_id: i64,
 ) -> Result<Processed, ProcessError> {
     let mut tx = pool.begin().await.map_err(db_error("begin transaction"))?;
+    match apply_in_tx(&mut tx, handler, event_id).await {
+        Ok(Processed::Applied(outcome)) => {
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("worker.before_commit");
+            tx.commit().await.map_err(db_error("commit"))?;
+            Ok(Processed::Applied(outcome))
+        }
+        other => {
+            // Duplicate (nothing written) or failure: end the transaction without effect.
+            tx.rollback().await.ok();
+            other
+        }
+    }
+}
+
+/// Processes several events in ONE transaction, each inside its own savepoint: one commit for the batch, while
+/// each event keeps its own marker-first exactly-once guarantee and its own failure isolation (a failing event
+/// is rolled back to its savepoint; the others commit).
+///
+/// Returns one result per id, in order, valid only if the batch committed; `Err` means nothing committed.
+pub async fn process_batch<H: Handler>(
+    pool: &PgPool,
+    handler: &H,
+    event_ids: &[i64],
+) -> Result<Vec<Result<Processed, ProcessError>>, ProcessError> {
+    let mut tx = pool.begin().await.map_err(db_error("begin transaction"))?;
+    let mut results = Vec::with_capacity(event_ids.len());
+    for &id in event_ids {
+        sqlx::query("SAVEPOINT event")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("savepoint"))?;
+        let result = apply_in_tx(&mut tx, handler, id).await;
+        let end = if result.is_ok() {
+            "RELEASE SAVEPOINT event"
+        } else {
+            "ROLLBACK TO SAVEPOINT event"
+        };
+        sqlx::query(end)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("end savepoint"))?;
+        results.push(result);
+    }
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("worker.before_commit");
+    tx.commit().await.map_err(db_error("commit"))?;
+    Ok(results)
+}
+
+/// Marker first, then the effects, inside the caller's transaction (which the caller commits or rolls back).
+async fn apply_in_tx<H: Handler>(
+    tx: &mut PgConnection,
+    handler: &H,
+    event_id: i64,
+) -> Result<Processed, ProcessError> {
     let inserted = sqlx::query(
         "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
          ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING",
@@ -66,8 +129,7 @@ pub async fn process_event<H: Handler>(
     .map_err(db_error("insert processed marker"))?
     .rows_affected();
     if inserted == 0 {
-        // Already processed (possibly by a concurrent worker that just committed): commit nothing.
-        tx.rollback().await.ok();
+        // Already processed (possibly by a concurrent worker that just committed): change nothing.
         return Ok(Processed::Duplicate);
     }
     let row: Option<(String, String, Option<String>, Vec<u8>)> = sqlx::query_as(
@@ -78,7 +140,6 @@ pub async fn process_event<H: Handler>(
     .await
     .map_err(db_error("load stored event"))?;
     let Some((provider, provider_event_id, event_type, body)) = row else {
-        tx.rollback().await.ok();
         return Err(ProcessError::Permanent(format!(
             "stored event {event_id} does not exist (purged, or published from another database)"
         )));
@@ -90,11 +151,19 @@ pub async fn process_event<H: Handler>(
         event_type,
         body,
     };
-    let outcome = match handler.handle(&mut tx, &event).await {
-        Ok(o) => o,
-        Err(e) => {
-            tx.rollback().await.ok();
-            return Err(e.into());
+    // A panic is contained to this event (in a batch, the others still commit).
+    let outcome = match AssertUnwindSafe(handler.handle(&mut *tx, &event))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result?,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_string());
+            return Err(ProcessError::Panicked(msg));
         }
     };
     if outcome != Outcome::applied() {
@@ -119,9 +188,6 @@ pub async fn process_event<H: Handler>(
     .execute(&mut *tx)
     .await
     .map_err(db_error("resolve dead letter"))?;
-    #[cfg(feature = "failpoints")]
-    fail::fail_point!("worker.before_commit");
-    tx.commit().await.map_err(db_error("commit"))?;
     Ok(Processed::Applied(outcome))
 }
 

@@ -80,7 +80,9 @@ pub async fn run_periodic(pool: PgPool, retention: RetentionConfig, cancel: Canc
                     tracing::debug!(run_id = r.run_id, "periodic purge: nothing to delete");
                 }
             }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "periodic purge failed; retrying next interval"),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "periodic purge failed; retrying next interval")
+            }
         }
     }
     tracing::debug!("periodic purge stopped");

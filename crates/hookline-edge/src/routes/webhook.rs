@@ -8,9 +8,10 @@ use anyhow::Context;
 use bytes::BytesMut;
 use futures::StreamExt;
 use hookline_bus::EventMessage;
-use hookline_core::events::{self, NewEvent, StoreOutcome};
+use hookline_core::events::{self, OwnedEvent, StoreOutcome};
 use hookline_signature::{Request, Verified, Verifier};
 
+use crate::writer::WriteError;
 use crate::{AppState, IngestError};
 
 /// Metric names (fixed, documented in the README).
@@ -132,37 +133,39 @@ async fn handle(
             }
         })?;
 
-    let event = NewEvent {
-        provider: name,
-        provider_event_id: &verified.event_id,
-        event_type: verified.event_type.as_deref(),
+    let event = OwnedEvent {
+        provider: name.to_string(),
+        provider_event_id: verified.event_id.clone(),
+        event_type: verified.event_type.clone(),
         signed_at: verified.signed_at,
         headers: events::storable_headers(headers.iter().copied()),
-        query,
-        body: &body,
+        query: query.to_string(),
+        body: body.freeze(),
     };
     #[cfg(feature = "failpoints")]
     fail::fail_point!("edge.before_commit");
-    // One budget for acquire + INSERT: past it the provider gets 503 and retries. The statement commits on its
-    // own (no explicit transaction), so abandoning it cannot leave a pooled connection inside a transaction.
-    let stored = tokio::time::timeout(
-        state.edge.db_timeout,
-        events::insert_event(&state.pool, &event),
-    )
-    .await
-    .map_err(|_| {
-        IngestError::Unavailable(anyhow::anyhow!(
-            "storing the event took longer than {:?}",
-            state.edge.db_timeout
-        ))
-    })?
-    .map_err(|e| {
-        if hookline_core::db::is_transient(&e) {
-            IngestError::Unavailable(anyhow::Error::new(e).context("storing the event failed"))
-        } else {
-            IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
-        }
-    })?;
+    // One budget for queueing + INSERT: past it the provider gets 503 and retries. Giving up only drops our
+    // wait: the batch statement commits on its own (no explicit transaction), so no pooled connection is left
+    // inside a transaction, and a row that commits after the 503 is found as a duplicate on the retry.
+    let stored = tokio::time::timeout(state.edge.db_timeout, state.writer.store(event))
+        .await
+        .map_err(|_| {
+            IngestError::Unavailable(anyhow::anyhow!(
+                "storing the event took longer than {:?}",
+                state.edge.db_timeout
+            ))
+        })?
+        .map_err(|e| match e {
+            WriteError::Database(ref db) if hookline_core::db::is_transient(db) => {
+                IngestError::Unavailable(anyhow::Error::new(e).context("storing the event failed"))
+            }
+            WriteError::Closed => {
+                IngestError::Unavailable(anyhow::Error::new(e).context("the edge is shutting down"))
+            }
+            WriteError::Database(_) => {
+                IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
+            }
+        })?;
     #[cfg(feature = "failpoints")]
     fail::fail_point!("edge.after_commit");
     if let (StoreOutcome::Inserted(id), Some(relay)) = (stored, &state.relay) {
