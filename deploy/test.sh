@@ -17,6 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).
 cargo build --workspace --bins --locked
 # Tests are I/O bound (real databases and brokers), so run more of them at once than there are cores.
