@@ -494,6 +494,26 @@ impl Cluster {
             .collect()
     }
 
+    /// Runs the operator command `hookline --config FILE ARGS…` to completion (at most 120 s) with a clean
+    /// environment; returns its output.
+    pub async fn hookline(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = tokio::process::Command::new(binary("hookline"));
+        cmd.arg("--config")
+            .arg(&self.config_path)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL")
+            .env_remove("HOOKLINE_CONFIG")
+            .env_remove("FAILPOINTS")
+            .env("RUST_LOG", "info,sqlx=warn,lapin=warn")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        tokio::time::timeout(Duration::from_secs(120), cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("hookline {args:?} did not finish within 120 s"))
+            .expect("run hookline")
+    }
+
     /// The cluster's database pool (for assertions and for holding locks).
     pub fn pool(&self) -> &PgPool {
         &self.db.pool
@@ -610,16 +630,26 @@ impl Cluster {
         }
     }
 
-    /// Waits until the workers stopped making progress (no new processed marker for `quiet`) while at least
-    /// `backlog` stored events wait: the fail point holds every runtime thread.
-    pub async fn wait_workers_frozen(&self, backlog: i64, quiet: Duration, timeout: Duration) {
+    /// Waits until the workers stopped making progress (no new processed marker for `quiet`, at least
+    /// `min_markers` already) while at least `backlog` stored events wait: the fail point holds every runtime
+    /// thread.
+    pub async fn wait_workers_frozen(
+        &self,
+        min_markers: i64,
+        backlog: i64,
+        quiet: Duration,
+        timeout: Duration,
+    ) {
         let deadline = Instant::now() + timeout;
         let mut seen = (-1, Instant::now());
         loop {
             let markers = self.marker_count().await;
             if markers != seen.0 {
                 seen = (markers, Instant::now());
-            } else if seen.1.elapsed() >= quiet && self.unprocessed_count().await >= backlog {
+            } else if seen.1.elapsed() >= quiet
+                && markers >= min_markers
+                && self.unprocessed_count().await >= backlog
+            {
                 return;
             }
             assert!(
@@ -644,7 +674,11 @@ impl Cluster {
         };
         let mut counts = LiveCounts::default();
         if let Ok(q) = ch
-            .queue_declare(t.payments_queue.as_str().into(), passive, FieldTable::default())
+            .queue_declare(
+                t.payments_queue.as_str().into(),
+                passive,
+                FieldTable::default(),
+            )
             .await
         {
             counts.ready = q.message_count();
@@ -652,7 +686,11 @@ impl Cluster {
         }
         let ch = conn.create_channel().await.expect("channel");
         if let Ok(q) = ch
-            .queue_declare(t.dead_letter_queue.as_str().into(), passive, FieldTable::default())
+            .queue_declare(
+                t.dead_letter_queue.as_str().into(),
+                passive,
+                FieldTable::default(),
+            )
             .await
         {
             counts.dlq = q.message_count();
@@ -726,6 +764,22 @@ impl Cluster {
             self.log_dir.display()
         );
 
+        // G1 at the request level, checked first (a row never disappears): every 2xx answer is backed by a
+        // stored row.
+        let stored_now = self.stored_ids().await;
+        let ok_without_row: Vec<&Attempt> = reports
+            .iter()
+            .flat_map(|r| r.attempts.iter())
+            .filter(|a| a.is_2xx() && !stored_now.contains(&a.provider_event_id))
+            .collect();
+        assert!(
+            ok_without_row.is_empty(),
+            "{}: {} 2xx answers for events that are not stored, e.g. {:?}",
+            self.name,
+            ok_without_row.len(),
+            ok_without_row.iter().take(3).collect::<Vec<_>>()
+        );
+
         // Drain: every acknowledged event processed (or, for poison, dead-lettered).
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         loop {
@@ -747,8 +801,8 @@ impl Cluster {
             if Instant::now() >= deadline {
                 self.assert_running();
                 panic!(
-                    "{}: drain timed out after {DRAIN_TIMEOUT:?}: {} acknowledged events not processed \
-                     (e.g. {:?}); unpublished: {}; logs in {}",
+                    "{}: LOST? drain timed out after {DRAIN_TIMEOUT:?}: {} acknowledged events not \
+                     processed (e.g. {:?}); unpublished: {}; logs in {}",
                     self.name,
                     missing.len(),
                     missing.iter().take(5).collect::<Vec<_>>(),
@@ -792,7 +846,10 @@ impl Cluster {
         .await
         .expect("count stored events");
         let more_than_once: Vec<&(String, i64)> = stored.iter().filter(|(_, n)| *n > 1).collect();
-        assert!(more_than_once.is_empty(), "events stored twice: {more_than_once:?}");
+        assert!(
+            more_than_once.is_empty(),
+            "events stored twice: {more_than_once:?}"
+        );
         let stored_ids: HashSet<String> = stored
             .iter()
             .filter_map(|(k, _)| k.strip_prefix("stripe:").map(str::to_string))
@@ -806,17 +863,9 @@ impl Cluster {
             .iter()
             .filter(|id| !sent.contains_key(*id))
             .collect();
-        assert!(stored_unsent.is_empty(), "stored but never sent: {stored_unsent:?}");
-        // G1 at the request level: every 2xx answer is backed by a stored row.
-        let ok_without_row: Vec<&Attempt> = reports
-            .iter()
-            .flat_map(|r| r.attempts.iter())
-            .filter(|a| a.is_2xx() && !stored_ids.contains(&a.provider_event_id))
-            .collect();
         assert!(
-            ok_without_row.is_empty(),
-            "2xx answered for events that are not stored: {:?}",
-            ok_without_row.iter().take(5).collect::<Vec<_>>()
+            stored_unsent.is_empty(),
+            "stored but never sent: {stored_unsent:?}"
         );
 
         // Markers: at most one per event; lost and unexpected empty.
@@ -835,9 +884,15 @@ impl Cluster {
         .fetch_one(&pool)
         .await
         .expect("count orphan markers");
-        assert_eq!(orphan_markers, 0, "processed markers without a stored event");
+        assert_eq!(
+            orphan_markers, 0,
+            "processed markers without a stored event"
+        );
         let twice: Vec<&(String, i64, String)> = markers.iter().filter(|m| m.1 > 1).collect();
-        assert!(twice.is_empty(), "events processed more than once: {twice:?}");
+        assert!(
+            twice.is_empty(),
+            "events processed more than once: {twice:?}"
+        );
         let not_applied: Vec<&(String, i64, String)> =
             markers.iter().filter(|m| m.2 != "applied").collect();
         assert!(
@@ -850,7 +905,10 @@ impl Cluster {
             .filter(|id| !processed.contains(*id) && !poison.contains(*id))
             .collect();
         lost.sort();
-        assert!(lost.is_empty(), "LOST (acknowledged, never processed): {lost:?}");
+        assert!(
+            lost.is_empty(),
+            "LOST (acknowledged, never processed): {lost:?}"
+        );
         let mut unexpected: Vec<&String> = processed
             .iter()
             .filter(|id| !sent.contains_key(*id))
@@ -951,9 +1009,14 @@ impl Cluster {
             .iter()
             .filter(|(_, n, s)| *n != 1 || *s != 1)
             .collect();
-        assert!(odd.is_empty(), "payments with other than one transition: {odd:?}");
-        let expected_payments: HashSet<String> =
-            processed.iter().map(|id| sent[id].payment_id.clone()).collect();
+        assert!(
+            odd.is_empty(),
+            "payments with other than one transition: {odd:?}"
+        );
+        let expected_payments: HashSet<String> = processed
+            .iter()
+            .map(|id| sent[id].payment_id.clone())
+            .collect();
         let payments: HashSet<String> = transitions.into_iter().map(|t| t.0).collect();
         assert_eq!(
             payments, expected_payments,
@@ -1014,6 +1077,17 @@ impl Cluster {
             conn.close(200, "".into()).await.ok();
         }
         self.db.pool.close().await;
+        // Drop the database: hundreds of leftover test databases make every checkpoint (and so every
+        // PostgreSQL stop) slow.
+        let name = self.db_name();
+        let admin = format!("{}/postgres", crate::pg_base_url());
+        if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
+            sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .execute(&mut conn)
+                .await
+                .ok();
+            sqlx::Connection::close(conn).await.ok();
+        }
         std::fs::remove_dir_all(&self.log_dir).ok();
     }
 }
@@ -1141,6 +1215,8 @@ pub struct Progress {
     pub responses: AtomicUsize,
     /// Non-2xx answers and transport errors so far.
     pub failures: AtomicUsize,
+    /// HTTP answers so far, any status (resends and twins included).
+    pub answered: AtomicUsize,
     attempts: Mutex<Vec<Attempt>>,
     acked_ids: Mutex<HashSet<String>>,
     in_flight_ids: Mutex<HashMap<String, usize>>,
@@ -1185,11 +1261,15 @@ impl Progress {
         }
     }
 
-    /// Waits until the edge is stuck: at least `min_acked` events acknowledged, requests outstanding, and no
-    /// request finished during `quiet` (the fail point holds them). Returns the ids in flight.
+    /// Waits until the edge is stuck behind a fail point: at least `min_answered` HTTP answers so far,
+    /// requests outstanding, and no answer at all during `quiet`. Returns the ids in flight.
+    ///
+    /// fail-rs's `sleep` blocks the thread, and an actix worker thread serves many connections: besides the
+    /// requests held at the fail point, others on the same thread are stuck wherever they were (possibly after
+    /// their commit). Tests must not assume every request in flight is at the fail point.
     pub async fn wait_stalled(
         &self,
-        min_acked: usize,
+        min_answered: usize,
         quiet: Duration,
         timeout: Duration,
     ) -> HashSet<String> {
@@ -1200,15 +1280,15 @@ impl Progress {
             if responses != seen.0 {
                 seen = (responses, Instant::now());
             } else if seen.1.elapsed() >= quiet
-                && self.acked() >= min_acked
+                && self.answered.load(Ordering::SeqCst) >= min_answered
                 && self.in_flight.load(Ordering::SeqCst) > 0
             {
                 return self.in_flight_ids();
             }
             assert!(
                 Instant::now() < deadline,
-                "the edge never stalled ({} acked, {} in flight)",
-                self.acked(),
+                "the edge never stalled ({} answered, {} in flight)",
+                self.answered.load(Ordering::SeqCst),
                 self.in_flight.load(Ordering::SeqCst)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1217,6 +1297,9 @@ impl Progress {
 
     fn record(&self, a: Attempt) {
         self.responses.fetch_add(1, Ordering::SeqCst);
+        if a.status.is_some() {
+            self.answered.fetch_add(1, Ordering::SeqCst);
+        }
         if !a.is_2xx() {
             self.failures.fetch_add(1, Ordering::SeqCst);
         }
@@ -1436,8 +1519,14 @@ impl Load {
                 let mut event = event;
                 let first = deliver(&client, &url, &progress, &load, &event, Delivery::First);
                 event.acked = if event.concurrent {
-                    let twin =
-                        deliver(&client, &url, &progress, &load, &event, Delivery::Concurrent);
+                    let twin = deliver(
+                        &client,
+                        &url,
+                        &progress,
+                        &load,
+                        &event,
+                        Delivery::Concurrent,
+                    );
                     let (a, b) = tokio::join!(first, twin);
                     a || b
                 } else {
@@ -1594,14 +1683,20 @@ pub async fn stuck_worker_transactions(c: &Cluster, min_idle: Duration) -> i64 {
 /// delivered, `messages_unacknowledged` must not exceed the prefetch. Returns the load's report for the checker.
 pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str, events: usize) -> LoadReport {
     let prefetch = u64::from(c.config.worker.prefetch);
-    assert!(events as u64 > prefetch, "the backlog must exceed the prefetch");
+    assert!(
+        events as u64 > prefetch,
+        "the backlog must exceed the prefetch"
+    );
     let mut lock = c.pool().begin().await.expect("begin");
     sqlx::query("LOCK TABLE processed_events IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *lock)
         .await
         .expect("lock processed_events");
     let report = send_all(&Load::new(tag, events).unique_only(), &c.base).await;
-    assert!(report.unacked().is_empty(), "backlog events not acknowledged");
+    assert!(
+        report.unacked().is_empty(),
+        "backlog events not acknowledged"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let counts = loop {
         let counts = c.queue_stats().await;

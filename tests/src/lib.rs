@@ -49,6 +49,39 @@ pub struct TestDb {
     pub pool: PgPool,
 }
 
+impl Drop for TestDb {
+    /// Drops the database when the test ends (pass or fail), so a run does not leave hundreds behind: a
+    /// PostgreSQL restart checkpoints every file of every database, and the fault tests restart it. Set
+    /// `HOOKLINE_TEST_KEEP_DB=1` to keep them for debugging. Runs on its own thread and runtime because `Drop`
+    /// cannot await.
+    fn drop(&mut self) {
+        if std::env::var_os("HOOKLINE_TEST_KEEP_DB").is_some() {
+            return;
+        }
+        let Some(name) = self.url.rsplit('/').next().map(str::to_string) else {
+            return;
+        };
+        let admin = format!("{}/postgres", pg_base_url());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    let _ = sqlx::query(&sql).execute(&mut conn).await;
+                    let _ = conn.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 impl TestDb {
     /// Creates `hookline_test_<uuid>` and applies the migrations through the same code path as `hookline migrate`.
     pub async fn new() -> TestDb {

@@ -143,7 +143,10 @@ impl TestPipeline {
             if let Some(n) = self.try_queue_depth(queue).await {
                 return n;
             }
-            assert!(Instant::now() < deadline, "queue {queue} was never declared");
+            assert!(
+                Instant::now() < deadline,
+                "queue {queue} was never declared"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -172,7 +175,6 @@ impl TestPipeline {
     /// declare theirs has crashed RabbitMQ 3.10's dead-letter supervisor on this machine, so `deploy/test.sh`
     /// deletes every `test-*` queue once all tests are done.
     pub async fn teardown(&self) {}
-
 
     /// Writes the configuration to a file for a child process and returns its path.
     pub fn config_file(&self) -> std::path::PathBuf {

@@ -1,5 +1,5 @@
 //! The RabbitMQ definitions file shipped in `deploy/` describes exactly what the code declares (default prefix
-//! `hookline`, default delivery limit 10), so provisioning the broker up front and declaring at start-up agree.
+//! `hookline`, default delivery limit 20), so provisioning the broker up front and declaring at start-up agree.
 
 use hookline_bus::Topology;
 use lapin::types::AMQPValue;
@@ -23,7 +23,7 @@ fn named<'a>(list: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 
 #[test]
 fn definitions_file_matches_declared_topology() {
-    let t = Topology::new("hookline", 10);
+    let t = Topology::new("hookline", 20);
     let d = definitions();
     assert_eq!(named(&d["exchanges"], &t.exchange)["type"], "topic");
     assert_eq!(

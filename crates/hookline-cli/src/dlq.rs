@@ -82,6 +82,27 @@ fn ts(t: OffsetDateTime) -> String {
 /// Runs a dead-letter command.
 pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
+    if !matches!(cmd, DlqCommand::Show { .. }) {
+        // Record a reason for any DLQ message that has none (delivery limit reached through crashes), so the
+        // table below is the whole picture.
+        let topology = ops::topology(config);
+        match hookline_worker::dlq::reconcile(
+            &pool,
+            &config.amqp_url,
+            &topology,
+            "payments",
+            100_000,
+        )
+        .await
+        {
+            Ok(r) if r.recorded > 0 => eprintln!(
+                "note: {} dead-lettered message(s) had no recorded reason; recorded now",
+                r.recorded
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("warning: cannot inspect the dead-letter queue: {e:#}"),
+        }
+    }
     match cmd {
         DlqCommand::List { all, json } => {
             let rows: Vec<DeadRow> = sqlx::query_as(

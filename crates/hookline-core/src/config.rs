@@ -362,7 +362,7 @@ impl Config {
             ));
         }
 
-        let delivery_limit = raw.amqp.delivery_limit.unwrap_or(10);
+        let delivery_limit = raw.amqp.delivery_limit.unwrap_or(20);
         if delivery_limit == 0 {
             return Err(ConfigError::invalid(
                 "amqp.delivery_limit",
@@ -418,7 +418,8 @@ impl Config {
                 3600,
                 "retention.auto_purge_interval_secs",
             )?),
-            batch_size: positive(rt.batch_size.map(u64::from), 1000, "retention.batch_size")? as u32,
+            batch_size: positive(rt.batch_size.map(u64::from), 1000, "retention.batch_size")?
+                as u32,
         };
 
         let e = raw.edge;

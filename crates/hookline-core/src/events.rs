@@ -183,7 +183,12 @@ pub async fn insert_events_batch(
         // Stored before this batch (or by a concurrent one that committed first): a new statement sees them.
         let (ps, es): (Vec<&str>, Vec<&str>) = missing
             .iter()
-            .map(|&i| (events[i].provider.as_str(), events[i].provider_event_id.as_str()))
+            .map(|&i| {
+                (
+                    events[i].provider.as_str(),
+                    events[i].provider_event_id.as_str(),
+                )
+            })
             .unzip();
         let existing: Vec<(i64, String, String)> = sqlx::query_as(
             "SELECT w.id, w.provider, w.provider_event_id FROM webhook_events w
@@ -198,7 +203,10 @@ pub async fn insert_events_batch(
             .map(|(id, p, e)| ((p, e), id))
             .collect();
         for i in missing {
-            let key = (events[i].provider.clone(), events[i].provider_event_id.clone());
+            let key = (
+                events[i].provider.clone(),
+                events[i].provider_event_id.clone(),
+            );
             outcomes[i] = StoreOutcome::Duplicate(existing.get(&key).copied());
         }
     }

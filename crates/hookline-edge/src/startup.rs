@@ -37,7 +37,7 @@ pub struct Application {
     port: u16,
     server: Server,
     pool: PgPool,
-    relay: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    relay: Option<(CancellationToken, std::thread::JoinHandle<()>)>,
 }
 
 impl Application {
@@ -64,8 +64,24 @@ impl Application {
             );
             let (handle, inbox) = hookline_bus::relay::fast_path();
             let cancel = CancellationToken::new();
-            let task = tokio::spawn(relay.run(Some(inbox), cancel.clone()));
-            (Some(handle), Some((cancel, task)))
+            let token = cancel.clone();
+            // The relay gets its own thread and runtime: whatever it waits on (a blocked broker, a slow
+            // confirm) must never stall the runtime that serves requests and runs the batch writer.
+            let thread = std::thread::Builder::new()
+                .name("hookline-relay".into())
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt.block_on(relay.run(Some(inbox), token)),
+                        Err(e) => {
+                            tracing::error!(error.message = %e, "cannot start the relay runtime")
+                        }
+                    }
+                })
+                .context("start the relay thread")?;
+            (Some(handle), Some((cancel, thread)))
         } else {
             (None, None)
         };
@@ -133,9 +149,11 @@ impl Application {
         let result = self.server.await.context("HTTP server failed");
         // In-flight requests are done; what the relay has not published yet stays in the outbox for the next
         // relay to sweep.
-        if let Some((cancel, task)) = self.relay {
+        if let Some((cancel, thread)) = self.relay {
             cancel.cancel();
-            task.await.ok();
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .ok();
         }
         self.pool.close().await;
         tracing::info!("edge stopped");

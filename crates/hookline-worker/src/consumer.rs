@@ -31,6 +31,9 @@ pub mod metric {
     pub const PROCESS_SECONDS: &str = "hookline_worker_process_seconds";
 }
 
+/// How often a worker reconciles the dead-letter queue with the `dead_letters` table.
+const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Settings of one worker process.
 #[derive(Clone)]
 pub struct WorkerSettings {
@@ -80,6 +83,32 @@ impl<H: Handler> Worker<H> {
             cancel: cancel.clone(),
             delivery_limit: self.settings.topology.delivery_limit,
         });
+        // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
+        // crashes carry no recorded reason otherwise).
+        let reconcile = {
+            let (pool, url, topology, cancel) = (
+                self.pool.clone(),
+                self.settings.amqp_url.clone(),
+                self.settings.topology.clone(),
+                cancel.clone(),
+            );
+            let consumer = self.handler.consumer();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
+                tick.tick().await; // the first tick is immediate: start one interval from now
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    if let Err(e) =
+                        crate::dlq::reconcile(&pool, &url, &topology, consumer, 1_000).await
+                    {
+                        tracing::warn!(error.message = %e, "dead-letter reconciliation failed; will retry");
+                    }
+                }
+            })
+        };
         let mut backoff = Duration::from_millis(200);
         while !cancel.is_cancelled() {
             match self.consume_session(&ctx, &permits, &cancel).await {
@@ -105,6 +134,7 @@ impl<H: Handler> Worker<H> {
             .acquire_many(self.settings.concurrency as u32)
             .await
             .context("wait for in-flight deliveries")?;
+        reconcile.await.ok();
         tracing::info!("worker stopped");
         Ok(())
     }
@@ -322,7 +352,12 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
 /// Requeues a delivery whose handler panicked. The quorum queue counts it against the delivery limit, so a
 /// message that always panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit`
 /// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
-async fn requeue_panicked<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: &Delivery, event_id: i64, reason: &str) {
+async fn requeue_panicked<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    delivery: &Delivery,
+    event_id: i64,
+    reason: &str,
+) {
     let consumer = ctx.handler.consumer();
     tracing::error!(event_id, error.message = %reason, "requeueing");
     if delivery_count(delivery) >= ctx.delivery_limit {
@@ -338,7 +373,8 @@ async fn requeue_panicked<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: &Delivery, ev
         })
         .await
         .ok();
-    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued").increment(1);
+    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
+        .increment(1);
 }
 
 /// Processes several deliveries in one transaction (one savepoint each, see [`process_batch`]) and acks each

@@ -5,6 +5,7 @@
 //! after the commit. A redelivery finds the marker and changes nothing.
 
 pub mod consumer;
+pub mod dlq;
 pub mod handler;
 pub mod payments;
 pub mod process;

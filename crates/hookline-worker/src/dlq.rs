@@ -1,0 +1,146 @@
+//! Reconciling the dead-letter queue with the `dead_letters` table.
+//!
+//! The worker records a reason for what it dead-letters itself (permanent failures, panics at the limit). But on
+//! RabbitMQ 3.10 every requeue — including the ones caused by a worker crash or a lost connection — counts
+//! against the quorum queue's delivery limit, so a good message held by a crash-looping worker can reach the DLQ
+//! with no reason recorded. Reconciliation makes every DLQ message visible in PostgreSQL (so `hookline status`,
+//! `dlq list`, `dlq redrive` and `replay --dead` see it) and drops DLQ copies of events that were in fact applied.
+
+use std::collections::HashSet;
+
+use anyhow::Context;
+use hookline_bus::{EventMessage, Topology};
+use lapin::message::BasicGetMessage;
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
+use lapin::types::AMQPValue;
+use secrecy::SecretString;
+use sqlx::PgPool;
+
+/// What a reconciliation pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Messages looked at.
+    pub seen: u64,
+    /// Dead letters recorded for messages that had no reason in the database.
+    pub recorded: u64,
+    /// DLQ copies dropped because their event had been applied after all.
+    pub dropped_applied: u64,
+}
+
+/// The `x-death` reason RabbitMQ stamped on a dead-lettered message (`rejected`, `delivery_limit`, …).
+pub fn death_reason(msg: &BasicGetMessage) -> Option<String> {
+    let headers = msg.delivery.properties.headers().as_ref()?;
+    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(first) = deaths.as_slice().first()? else {
+        return None;
+    };
+    match first.inner().get("reason")? {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// One pass over (at most `max`) DLQ messages. Every message is fetched once and held unacknowledged, so none
+/// is seen twice; at the end the applied ones are acked (dropped) and the rest returned to the DLQ unchanged.
+pub async fn reconcile(
+    pool: &PgPool,
+    amqp_url: &SecretString,
+    topology: &Topology,
+    consumer: &str,
+    max: u64,
+) -> anyhow::Result<Reconciled> {
+    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-reconcile").await?;
+    let channel = conn.create_channel().await.context("open channel")?;
+    let mut held = Vec::new();
+    let mut report = Reconciled::default();
+    while report.seen < max {
+        let Some(msg) = channel
+            .basic_get(
+                topology.dead_letter_queue.as_str().into(),
+                BasicGetOptions { no_ack: false },
+            )
+            .await
+            .context("basic.get from the dead-letter queue")?
+        else {
+            break;
+        };
+        report.seen += 1;
+        held.push(msg);
+    }
+    let ids: Vec<i64> = held
+        .iter()
+        .filter_map(|m| serde_json::from_slice::<EventMessage>(&m.delivery.data).ok())
+        .map(|m| m.id)
+        .collect();
+    let applied: HashSet<i64> = sqlx::query_scalar(
+        "SELECT event_id FROM processed_events WHERE consumer = $1 AND event_id = ANY($2)",
+    )
+    .bind(consumer)
+    .bind(&ids)
+    .fetch_all(pool)
+    .await
+    .context("look up processed markers")?
+    .into_iter()
+    .collect();
+    for msg in held {
+        let id = serde_json::from_slice::<EventMessage>(&msg.delivery.data)
+            .ok()
+            .map(|m| m.id);
+        match id {
+            Some(id) if applied.contains(&id) => {
+                // Applied after all (e.g. committed, then the worker died before acking, repeatedly).
+                msg.delivery
+                    .acker
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .ok();
+                report.dropped_applied += 1;
+            }
+            Some(id) => {
+                let death = death_reason(&msg).unwrap_or_else(|| "unknown".into());
+                let reason = format!(
+                    "dead-lettered by RabbitMQ ({death}) with no failure recorded by a worker: the delivery \
+                     limit was reached through worker crashes or lost connections; redrive it"
+                );
+                let inserted = sqlx::query(
+                    "INSERT INTO dead_letters (consumer, event_id, reason) VALUES ($1, $2, $3)
+                     ON CONFLICT ON CONSTRAINT dead_letters_pkey DO NOTHING",
+                )
+                .bind(consumer)
+                .bind(id)
+                .bind(&reason)
+                .execute(pool)
+                .await
+                .context("record dead letter")?
+                .rows_affected();
+                report.recorded += inserted;
+                return_to_queue(&msg).await;
+            }
+            None => return_to_queue(&msg).await,
+        }
+    }
+    channel.close(200, "reconciled".into()).await.ok();
+    conn.close(200, "reconciled".into()).await.ok();
+    if report.recorded > 0 || report.dropped_applied > 0 {
+        tracing::warn!(
+            recorded = report.recorded,
+            dropped_applied = report.dropped_applied,
+            "dead-letter queue reconciled"
+        );
+    }
+    Ok(report)
+}
+
+async fn return_to_queue(msg: &BasicGetMessage) {
+    msg.delivery
+        .acker
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await
+        .ok();
+}

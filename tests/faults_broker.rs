@@ -1,0 +1,81 @@
+//! RabbitMQ faults during load, against the real binaries: every connection closed twice, and the broker
+//! application stopped and started (W9, E10). The edge keeps answering 2xx from the database; the worker and
+//! the relay reconnect by themselves; after the drain the worker's prefetch is honoured again.
+//!
+//! These tests disturb the shared broker: they live in their own test binary (cargo runs test binaries one after
+//! another) and take a lock against each other; a [`BrokerGuard`] restarts the broker app even if a test fails.
+
+use std::time::Duration;
+
+use hookline_tests::faults::*;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const WAIT: Duration = Duration::from_secs(60);
+
+fn options() -> ClusterOptions {
+    ClusterOptions {
+        prefetch: 8,
+        concurrency: 4,
+        ..ClusterOptions::default()
+    }
+}
+
+/// The broker is not the source of truth: every request got a 2xx at its first attempt.
+fn assert_edge_always_2xx(report: &LoadReport) {
+    assert_eq!(
+        report.non_2xx() + report.transport_errors(),
+        0,
+        "the edge answered something other than 2xx while the broker was disturbed: {:?}",
+        report.statuses()
+    );
+}
+
+/// `rabbitmqctl close_all_connections`, twice during load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_closed_twice_during_load() {
+    let _serial = SERIAL.lock().await;
+    let _broker = BrokerGuard::new();
+    let mut c = Cluster::new("connections_closed_twice_during_load", options()).await;
+    c.start_worker(None).await;
+    c.start_edge(None).await;
+    let run = Load::new("cc", 240).rate(60.0).start(&c.base);
+    run.progress.wait_acked(60, WAIT).await;
+    rabbitmqctl(&["close_all_connections", "fault test: connection loss 1"]).await;
+    run.progress.wait_acked(140, WAIT).await;
+    rabbitmqctl(&["close_all_connections", "fault test: connection loss 2"]).await;
+    let report = run.finish().await;
+    assert_edge_always_2xx(&report);
+    c.check(&[&report]).await;
+    // Both reconnected by themselves, once per loss.
+    let sessions = c.log_messages("worker", "worker consuming").len();
+    let relay = c.log_messages("edge", "relay connected").len();
+    assert!(sessions >= 3, "worker consumer sessions: {sessions}");
+    assert!(relay >= 3, "relay connections: {relay}");
+    let backlog = assert_prefetch_honoured(&c, "cc_backlog", 40).await;
+    c.check(&[&report, &backlog]).await;
+    c.teardown().await;
+}
+
+/// `rabbitmqctl stop_app` during load, 60 events acknowledged while it is down, then `start_app`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn broker_app_stopped_and_started_during_load() {
+    let _serial = SERIAL.lock().await;
+    let broker = BrokerGuard::new();
+    let mut c = Cluster::new("broker_app_stopped_and_started_during_load", options()).await;
+    c.start_worker(None).await;
+    c.start_edge(None).await;
+    let run = Load::new("app", 240).rate(60.0).start(&c.base);
+    run.progress.wait_acked(60, WAIT).await;
+    rabbitmqctl(&["stop_app"]).await;
+    let down_at = run.progress.acked();
+    // The edge keeps acknowledging from the database while the broker is away.
+    run.progress.wait_acked(down_at + 60, WAIT).await;
+    rabbitmqctl(&["start_app"]).await;
+    drop(broker); // also waits for the broker to finish starting
+    let report = run.finish().await;
+    assert_edge_always_2xx(&report);
+    c.check(&[&report]).await;
+    let backlog = assert_prefetch_honoured(&c, "app_backlog", 40).await;
+    c.check(&[&report, &backlog]).await;
+    c.teardown().await;
+}

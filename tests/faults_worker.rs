@@ -1,0 +1,209 @@
+//! Worker faults during load, against the real `hookline-worker` process: SIGKILL between the commit and the
+//! acks (W1) and inside the transaction (W2), each followed by a restart, and a poison message among the load
+//! (W7/B10). Each test has its own database and RabbitMQ prefix, so they run in parallel.
+
+use std::time::Duration;
+
+use hookline_tests::faults::*;
+
+const FREEZE: Duration = Duration::from_secs(60);
+
+/// W1: every batch after the 10th is held by `worker.after_commit` (committed, not acknowledged) until the
+/// worker's runtime threads are all held; SIGKILL; the broker requeues the committed deliveries, the restarted
+/// worker finds their markers and applies nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn w1_worker_killed_between_commit_and_ack() {
+    let mut c = Cluster::new(
+        "w1_worker_killed_between_commit_and_ack",
+        ClusterOptions::default(),
+    )
+    .await;
+    let w = c
+        .start_worker(Some("worker.after_commit=10*off->sleep(60000)"))
+        .await;
+    c.start_edge(None).await;
+    let run = Load::new("w1", 200).rate(80.0).start(&c.base);
+    c.wait_workers_frozen(10, 5, Duration::from_secs(1), FREEZE)
+        .await;
+    c.kill_worker(w);
+    // The load finishes with no worker running; then everything is published and the broker has requeued the
+    // killed worker's deliveries: the system is still, so the counts below are exact.
+    let report = run.finish().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !c.unpublished_ids(Duration::ZERO).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay did not publish the backlog"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let counts = c.wait_consumers(0, Duration::from_secs(30)).await;
+    let unprocessed = c.unprocessed_count().await;
+    // Messages beyond the unprocessed events belong to events whose transaction committed before the kill:
+    // the window between commit and ack was really hit, and those deliveries come back.
+    assert!(
+        i64::from(counts.ready) > unprocessed,
+        "committed-but-unacknowledged deliveries were requeued: {counts:?}, {unprocessed} unprocessed events"
+    );
+    report_line(&format!(
+        "[faults] w1: {} deliveries of already-committed events requeued by the kill",
+        i64::from(counts.ready) - unprocessed
+    ));
+    c.restart_worker(w, None).await;
+    c.check(&[&report]).await;
+    c.teardown().await;
+}
+
+/// W2: one transaction is held by `worker.before_commit` (idle in transaction, marker and effects written but
+/// not committed); SIGKILL; PostgreSQL rolls it back; the redelivery applies the event once. A second worker
+/// keeps consuming throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn w2_worker_killed_inside_transaction() {
+    let mut c = Cluster::new(
+        "w2_worker_killed_inside_transaction",
+        ClusterOptions::default(),
+    )
+    .await;
+    let w = c
+        .start_worker(Some("worker.before_commit=10*off->1*sleep(60000)"))
+        .await;
+    c.start_worker(None).await;
+    c.start_edge(None).await;
+    let run = Load::new("w2", 200).rate(80.0).start(&c.base);
+    let deadline = std::time::Instant::now() + FREEZE;
+    while stuck_worker_transactions(&c, Duration::from_secs(1)).await < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no worker transaction was ever held open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.kill_worker(w);
+    // The killed session disappears: PostgreSQL rolled its transaction back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stuck_worker_transactions(&c, Duration::ZERO).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed worker's transaction is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.restart_worker(w, None).await;
+    let report = run.finish().await;
+    c.check(&[&report]).await;
+    c.teardown().await;
+}
+
+/// Poison: one signed event with a negative `amount_received` among the load. It is stored (2xx: the provider
+/// delivered it), the worker dead-letters exactly that one (`dead_letters` + DLQ) and processes all the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn poison_message_dead_lettered_alone() {
+    let mut c = Cluster::new(
+        "poison_message_dead_lettered_alone",
+        ClusterOptions::default(),
+    )
+    .await;
+    c.start_worker(None).await;
+    c.start_worker(None).await;
+    c.start_edge(None).await;
+    let report = send_all(&Load::new("poison", 150).rate(100.0).poison(37), &c.base).await;
+    let checked = c.check(&[&report]).await;
+    assert_eq!(checked.dead_lettered, 1);
+    assert_eq!(checked.processed, 149);
+    let reasons: Vec<String> = sqlx::query_scalar("SELECT reason FROM dead_letters")
+        .fetch_all(c.pool())
+        .await
+        .unwrap();
+    assert!(
+        reasons[0].contains("amount_received"),
+        "the reason names the offending field: {reasons:?}"
+    );
+    c.teardown().await;
+}
+
+/// W8/W9 variant: the same deliveries handed back to the queue more often than the delivery limit by crashes
+/// that are not the message's fault (here four SIGKILLs of a worker holding them inside its transaction; a
+/// broker connection loss returns them the same way). A good message must still be processed once.
+/// RabbitMQ 3.10 counts every requeue caused by a crash against the delivery limit, so good messages held by a
+/// crash-looping worker can reach the DLQ with no failure recorded. They must not be lost: `hookline dlq`
+/// reconciles the DLQ into `dead_letters` (a reason for each), and a redrive applies each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_crashes_dead_letter_good_messages_visibly_and_redrive_applies_them() {
+    let mut c = Cluster::new(
+        "repeated_crashes_do_not_dead_letter_good_messages",
+        ClusterOptions {
+            prefetch: 4,
+            concurrency: 1,
+            ..ClusterOptions::default()
+        },
+    )
+    .await;
+    c.start_edge(None).await;
+    let report = send_all(&Load::new("crash", 20).unique_only(), &c.base).await;
+    let hold = Some("worker.before_commit=sleep(60000)");
+    let w = c.start_worker(hold).await;
+    // delivery_limit is 3 in the test configuration: four returns exceed it.
+    for round in 0..4 {
+        let deadline = std::time::Instant::now() + FREEZE;
+        while stuck_worker_transactions(&c, Duration::from_millis(300)).await < 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: no transaction held"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        c.kill_worker(w);
+        c.wait_consumers(0, Duration::from_secs(30)).await;
+        let next = if round < 3 { hold } else { None };
+        c.restart_worker(w, next).await;
+    }
+    // The crashed-on messages exceeded the limit: they sit in the DLQ, visible after reconciliation.
+    let list = c.hookline(&["dlq", "list", "--json"]).await;
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let listed = String::from_utf8_lossy(&list.stdout).lines().count();
+    assert!(listed >= 1, "dead-lettered good messages are listed");
+    assert!(
+        String::from_utf8_lossy(&list.stdout)
+            .contains("delivery limit was reached through worker crashes"),
+        "{}",
+        String::from_utf8_lossy(&list.stdout)
+    );
+    let redrive = c
+        .hookline(&[
+            "dlq",
+            "redrive",
+            "--all",
+            "--reason",
+            "worker crash loop fixed",
+        ])
+        .await;
+    assert!(
+        redrive.status.success(),
+        "{}",
+        String::from_utf8_lossy(&redrive.stdout)
+    );
+    let pool = c.pool().clone();
+    hookline_tests::wait_until(
+        Duration::from_secs(60),
+        "redriven dead letters resolved",
+        || {
+            let pool = pool.clone();
+            async move {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                n == 0
+            }
+        },
+    )
+    .await;
+    c.check(&[&report]).await;
+    c.teardown().await;
+}
