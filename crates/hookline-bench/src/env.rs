@@ -1,0 +1,315 @@
+//! The benchmark's private resources — two databases, a RabbitMQ prefix, a port, a configuration file — and the
+//! edge and worker child processes. Everything is named after one run tag and removed by [`BenchEnv::teardown`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hookline_bus::Topology;
+use hookline_core::Config;
+use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use secrecy::SecretString;
+use sqlx::Connection;
+
+use crate::gen::{FEE_BPS, FEE_FIXED, PROVIDER, STRIPE_SECRET};
+use crate::Options;
+
+/// Names, URLs and configuration of one run.
+#[derive(Debug)]
+pub struct BenchEnv {
+    /// Short tag (8 hex digits) in every name of this run.
+    pub run: String,
+    /// Database the edge, relay and worker use: `hookline_bench_<uuid>`.
+    pub db_name: String,
+    /// Its URL.
+    pub db_url: String,
+    /// Database of the baselines (kept apart so their rows and markers cannot blur the correctness checks).
+    pub baseline_db_name: String,
+    /// Its URL.
+    pub baseline_db_url: String,
+    /// Server URL without a database, for `CREATE`/`DROP DATABASE`.
+    pub pg_base_url: String,
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Exchanges and queues of this run (prefix `bench-<uuid>`).
+    pub topology: Topology,
+    /// Where the edge listens.
+    pub edge_addr: SocketAddr,
+    /// The configuration file given to both children.
+    pub config_path: PathBuf,
+    /// The same configuration, parsed (effective values, defaults included).
+    pub config: Config,
+}
+
+/// A port that was free a moment ago: the edge needs a fixed one in its file, so bind port 0 and let it go.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
+    Ok(listener.local_addr().context("local address")?.port())
+}
+
+/// The configuration both children read. Pool sizes, prefetch, concurrency and relay timings are left at their
+/// defaults on purpose: the benchmark measures the shipped configuration (the effective values are printed).
+fn config_toml(db_url: &str, amqp_url: &str, prefix: &str, addr: SocketAddr) -> String {
+    format!(
+        r#"# Written by hookline-bench for one run; the database and queues it names are removed at the end.
+database_url = "{db_url}"
+amqp_url = "{amqp_url}"
+
+[amqp]
+prefix = "{prefix}"
+
+[edge]
+listen = "{addr}"
+workers = 2
+
+[providers.{PROVIDER}]
+scheme = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+tolerance_secs = 300
+fee_bps = {FEE_BPS}
+fee_fixed = {FEE_FIXED}
+"#
+    )
+}
+
+impl BenchEnv {
+    /// Chooses names and a port and writes the configuration file into the output directory. Touches neither
+    /// PostgreSQL nor RabbitMQ (see [`BenchEnv::provision`]).
+    pub fn new(opts: &Options) -> anyhow::Result<BenchEnv> {
+        let uuid = uuid::Uuid::new_v4().simple().to_string();
+        let run = uuid[..8].to_string();
+        let base = opts.pg_base_url.trim_end_matches('/').to_string();
+        let db_name = format!("hookline_bench_{uuid}");
+        let baseline_db_name = format!("hookline_bench_{uuid}_baseline");
+        let db_url = format!("{base}/{db_name}");
+        let baseline_db_url = format!("{base}/{baseline_db_name}");
+        let prefix = format!("bench-{uuid}");
+        let edge_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        let toml = config_toml(&db_url, &opts.amqp_url, &prefix, edge_addr);
+        let no_env: [(&str, &str); 0] = [];
+        let config = Config::from_toml_str(&toml, "hookline-bench", &no_env)
+            .context("the generated configuration is invalid")?;
+        std::fs::create_dir_all(&opts.out_dir)
+            .with_context(|| format!("create output directory {}", opts.out_dir.display()))?;
+        let config_path = opts.out_dir.join("hookline-bench.toml");
+        std::fs::write(&config_path, &toml)
+            .with_context(|| format!("write {}", config_path.display()))?;
+        Ok(BenchEnv {
+            run,
+            topology: Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+            db_name,
+            db_url,
+            baseline_db_name,
+            baseline_db_url,
+            pg_base_url: base,
+            amqp_url: opts.amqp_url.clone(),
+            edge_addr,
+            config_path,
+            config,
+        })
+    }
+
+    /// Creates and migrates both databases (through the same code as `hookline migrate`) and checks that
+    /// RabbitMQ answers.
+    pub async fn provision(&self) -> anyhow::Result<()> {
+        for url in [&self.db_url, &self.baseline_db_url] {
+            hookline_core::db::migrate(&SecretString::from(url.clone()))
+                .await
+                .with_context(|| format!("create and migrate {url}"))?;
+        }
+        let conn =
+            hookline_bus::connect(&SecretString::from(self.amqp_url.clone()), "hookline-bench")
+                .await?;
+        conn.close(200, "".into()).await.ok();
+        Ok(())
+    }
+
+    /// Drops both databases and deletes this run's queues and exchanges. Returns what could not be removed
+    /// (best effort: one failure does not stop the rest).
+    pub async fn teardown(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let admin = format!("{}/postgres", self.pg_base_url);
+        match retry(|| sqlx::PgConnection::connect(&admin)).await {
+            Ok(mut conn) => {
+                for name in [&self.db_name, &self.baseline_db_name] {
+                    // FORCE: a pool that was not closed cleanly must not keep the database alive.
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    if let Err(e) = sqlx::query(&sql).execute(&mut conn).await {
+                        problems.push(format!("drop database {name}: {e}"));
+                    }
+                }
+                conn.close().await.ok();
+            }
+            Err(e) => problems.push(format!("connect to {admin} to drop the databases: {e}")),
+        }
+        let amqp = SecretString::from(self.amqp_url.clone());
+        match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
+            Ok(conn) => {
+                match conn.create_channel().await {
+                    Ok(ch) => {
+                        let t = &self.topology;
+                        for q in [&t.payments_queue, &t.dead_letter_queue] {
+                            if let Err(e) = ch
+                                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                                .await
+                            {
+                                problems.push(format!("delete queue {q}: {e}"));
+                            }
+                        }
+                        for x in [&t.exchange, &t.dead_letter_exchange] {
+                            if let Err(e) = ch
+                                .exchange_delete(
+                                    x.as_str().into(),
+                                    ExchangeDeleteOptions::default(),
+                                )
+                                .await
+                            {
+                                problems.push(format!("delete exchange {x}: {e}"));
+                            }
+                        }
+                    }
+                    Err(e) => problems.push(format!("open a channel to delete the queues: {e}")),
+                }
+                conn.close(200, "".into()).await.ok();
+            }
+            Err(e) => problems.push(format!("connect to RabbitMQ to delete the queues: {e:#}")),
+        }
+        problems
+    }
+
+    /// Messages in `queue` (ready, not counting unacknowledged ones), by passive declare.
+    pub async fn queue_depth(&self, queue: &str) -> anyhow::Result<u32> {
+        let conn =
+            hookline_bus::connect(&SecretString::from(self.amqp_url.clone()), "hookline-bench")
+                .await?;
+        let ch = conn.create_channel().await.context("open channel")?;
+        let q = ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("passive declare of {queue}"))?;
+        conn.close(200, "".into()).await.ok();
+        Ok(q.message_count())
+    }
+}
+
+/// Tries `connect` for up to 30 s: teardown must not give up because a server is restarting at that moment.
+async fn retry<T, E, F, Fut>(mut connect: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match connect().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// A child process (`hookline-edge` or `hookline-worker`), SIGKILLed by its pid when dropped so that an error or
+/// Ctrl-C never leaves one behind.
+pub struct ChildProcess {
+    name: &'static str,
+    child: tokio::process::Child,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl ChildProcess {
+    /// Starts `{bin_dir}/{name} --config {config}` with its output in `log`. The environment variables that would
+    /// override the file (`DATABASE_URL`, `AMQP_URL`, `HOOKLINE_CONFIG`) and fault injection are removed, and the
+    /// log filter is the shipped default, so a developer's shell cannot skew the run.
+    pub fn spawn(
+        bin_dir: &Path,
+        name: &'static str,
+        config: &Path,
+        log: &Path,
+    ) -> anyhow::Result<ChildProcess> {
+        let bin = bin_dir.join(name);
+        anyhow::ensure!(
+            bin.exists(),
+            "{} is missing: build it first (cargo build --release -p hookline-edge -p hookline-worker)",
+            bin.display()
+        );
+        let out =
+            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone().context("duplicate log handle")?;
+        let child = tokio::process::Command::new(&bin)
+            .arg("--config")
+            .arg(config)
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL")
+            .env_remove("HOOKLINE_CONFIG")
+            .env_remove("FAILPOINTS")
+            .env_remove("HOOKLINE_LOG_FORMAT")
+            .env("RUST_LOG", hookline_core::telemetry::DEFAULT_FILTER)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start {}", bin.display()))?;
+        let pid = child.id().context("child has no pid")?;
+        Ok(ChildProcess {
+            name,
+            child,
+            pid,
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// An error naming the log when the process has already exited.
+    pub fn ensure_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait().context("poll child")? {
+            anyhow::bail!(
+                "{} exited ({status}); see {}",
+                self.name,
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGKILL by pid, then reap it.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child
+            .start_kill()
+            .with_context(|| format!("kill {} (pid {})", self.name, self.pid))?;
+        self.child.wait().await.context("reap child")?;
+        Ok(())
+    }
+}
+
+/// Waits until the edge answers `GET /readyz` with 200 (its database answers).
+pub async fn wait_ready(edge: &mut ChildProcess, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        edge.ensure_running()?;
+        if crate::load::get_status(addr, "/readyz").await == Some(200) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the edge did not become ready on {addr} within 20 s; see {}",
+            edge.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

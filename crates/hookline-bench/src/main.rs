@@ -1,0 +1,124 @@
+//! `hookline-bench`: measures hookline (edge, relay, worker) end to end on the local PostgreSQL and RabbitMQ, prints
+//! one table, writes `report.json`, `report.txt` and `latency.svg`, and exits non-zero when a correctness check
+//! fails (missed performance targets are reported, not fatal).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use hookline_bench::{report, Options, DEFAULT_AMQP, DEFAULT_PG};
+
+/// Benchmark hookline end to end (baselines, edge max and latency sweep, worker drain, whole pipeline).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Seconds per measured phase (default 10; 2 with --quick). Sweep points last half of it.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Seconds per latency-sweep point (default: half of --duration).
+    #[arg(long, value_name = "SECS")]
+    sweep_duration: Option<f64>,
+    /// Short phases, for a smoke test.
+    #[arg(long)]
+    quick: bool,
+    /// HTTP connections of the closed-loop load, and baseline A's database connections.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Output directory (report.json, report.txt, latency.svg, the children's logs).
+    #[arg(long, value_name = "DIR", default_value = "bench-out")]
+    out: PathBuf,
+    /// Directory of hookline-edge and hookline-worker (default: the directory of this binary).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+    /// PostgreSQL server URL, without a database name.
+    #[arg(long, env = "HOOKLINE_BENCH_PG", default_value = DEFAULT_PG)]
+    pg: String,
+    /// RabbitMQ URL.
+    #[arg(long, env = "HOOKLINE_BENCH_AMQP", default_value = DEFAULT_AMQP)]
+    amqp: String,
+    /// Offered rate of the pipeline phase, requests/s (default: 0.6 × baseline A, at most 0.9 × the capacity
+    /// estimated from the CPU per event of the edge and worker phases).
+    #[arg(long, value_name = "REQ_PER_S")]
+    pipeline_rate: Option<f64>,
+    /// Share of deliveries that repeat an earlier one.
+    #[arg(long, default_value_t = 0.1)]
+    duplicates: f64,
+    /// Cap on prepared deliveries per phase.
+    #[arg(long, value_name = "N")]
+    max_events: Option<usize>,
+}
+
+fn options(args: Args) -> anyhow::Result<Options> {
+    let bin_dir = match args.bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .context("locate this executable")?
+            .parent()
+            .context("executable has no directory")?
+            .to_path_buf(),
+    };
+    let mut opts = Options::new(bin_dir);
+    if args.quick {
+        opts = opts.quick();
+    }
+    if let Some(secs) = args.duration {
+        anyhow::ensure!(secs > 0.0, "--duration must be positive");
+        // Signatures are made right before each phase; past the 300 s tolerance they would be refused.
+        anyhow::ensure!(
+            secs < 250.0,
+            "--duration must stay well below the 300 s signature tolerance"
+        );
+        opts.duration = Duration::from_secs_f64(secs);
+        opts.sweep_duration = opts.duration / 2;
+    }
+    if let Some(secs) = args.sweep_duration {
+        anyhow::ensure!(
+            secs > 0.0 && secs < 250.0,
+            "--sweep-duration must be positive and below 250 s"
+        );
+        opts.sweep_duration = Duration::from_secs_f64(secs);
+    }
+    opts.concurrency = args.concurrency;
+    opts.out_dir = args.out;
+    opts.pg_base_url = args.pg;
+    opts.amqp_url = args.amqp;
+    opts.pipeline_rate = args.pipeline_rate;
+    opts.duplicate_share = args.duplicates;
+    opts.max_events_per_phase = args.max_events;
+    Ok(opts)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let opts = match options(Args::parse()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match hookline_bench::run(&opts).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", report::render_table(&report));
+    match report::write_outputs(&report, &opts.out_dir) {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+        }
+        Err(e) => eprintln!("hookline-bench: {e:#}"),
+    }
+    if report.correctness_pass {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("hookline-bench: correctness FAILED");
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,68 @@
+//! Smoke test: the whole benchmark pipeline with a few hundred events and 1 s phases, against the real
+//! PostgreSQL and RabbitMQ. It checks that the run completes and its correctness checks pass — not speed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hookline_bench::{report, Options};
+
+/// The release binaries when they are built, else the debug ones next to this test (CI builds only those).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/smoke-<hash> → target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target profile directory")
+        .to_path_buf();
+    let release = profile_dir
+        .parent()
+        .expect("target directory")
+        .join("release");
+    if release.join("hookline-edge").exists() && release.join("hookline-worker").exists() {
+        release
+    } else {
+        profile_dir
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_pipeline_run_is_correct() {
+    let out = std::env::temp_dir().join(format!("hookline-bench-smoke-{}", std::process::id()));
+    let mut opts = Options::new(bin_dir()).quick();
+    opts.duration = Duration::from_secs(1);
+    opts.warmup = Duration::from_millis(300);
+    opts.concurrency = 8;
+    opts.max_events_per_phase = Some(300);
+    opts.sweep = vec![0.25, 0.5, 0.9];
+    opts.out_dir = out.clone();
+    if let Ok(pg) = std::env::var("HOOKLINE_TEST_PG") {
+        opts.pg_base_url = pg;
+    }
+
+    let report = hookline_bench::run(&opts).await.expect("benchmark run");
+    let table = report::render_table(&report);
+    println!("{table}");
+    assert!(report.correctness_pass, "correctness failed:\n{table}");
+    for key in [
+        "baseline_insert",
+        "baseline_worker_tx",
+        "edge_max",
+        "worker_drain",
+        "pipeline",
+    ] {
+        let p = report
+            .phase(key)
+            .unwrap_or_else(|| panic!("phase {key} missing"));
+        // Counts, not rates: with a few hundred events a rate window can be too short to mean anything.
+        assert!(p.events > 0, "{key} measured nothing:\n{table}");
+    }
+    let files = report::write_outputs(&report, &out).expect("write outputs");
+    let svg = std::fs::read_to_string(&files[2]).expect("read svg");
+    assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).expect("read json"))
+            .expect("json");
+    assert_eq!(json["correctness_pass"], true);
+    std::fs::remove_dir_all(&out).ok();
+}
