@@ -18,7 +18,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::Handler;
-use crate::process::{process_batch, process_event, record_dead_letter, ProcessError, Processed};
+use crate::process::{
+    process_batch, process_event, record_dead_letter, BatchFailed, ProcessError, Processed,
+};
 
 /// Metric names of the worker.
 pub mod metric {
@@ -309,20 +311,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                 return;
             }
             Err(ProcessError::Permanent(reason)) => {
-                tracing::error!(
-                    event_id = msg.id,
-                    provider = %msg.provider,
-                    provider_event_id = %msg.provider_event_id,
-                    error.message = %reason,
-                    "permanent failure; dead-lettering"
-                );
-                // Record before rejecting: if recording fails we retry instead of losing the reason.
-                if let Err(e) = record_dead_letter(&ctx.pool, consumer, msg.id, &reason).await {
-                    tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
-                } else {
-                    reject(&delivery).await;
-                    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
-                        .increment(1);
+                if dead_letter(ctx, &delivery, &msg, &reason).await {
                     return;
                 }
             }
@@ -377,10 +366,11 @@ async fn requeue_panicked<H: Handler>(
         .increment(1);
 }
 
-/// Processes several deliveries in one transaction (one savepoint each, see [`process_batch`]) and acks each
-/// after the commit. Anything that did not apply in the batch — a transient or permanent failure rolled back to
-/// its savepoint, or a batch that could not commit — goes through the one-by-one path, which backs off or
-/// dead-letters; a panicked event is requeued exactly as it would be alone.
+/// Processes several deliveries in one transaction (see [`process_batch`]) and acks each after the commit.
+///
+/// If the batch fails, the event that failed is handled according to its failure without running it again
+/// (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per delivery,
+/// batch or not), and every other delivery goes through the one-by-one path, which applies it or backs off.
 async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Delivery>) {
     if deliveries.len() == 1 {
         return handle_delivery(ctx, deliveries.remove(0)).await;
@@ -399,48 +389,79 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
         let ctx = ctx.clone();
         tokio::spawn(async move { process_batch(&ctx.pool, ctx.handler.as_ref(), &ids).await })
     };
-    let results = match task.await {
-        Ok(Ok(results)) => results,
-        Ok(Err(e)) => {
-            tracing::warn!(error.message = %e, batch = parsed.len(), "batch did not commit; processing one by one");
-            for (d, _) in parsed {
-                handle_delivery(ctx, d).await;
-            }
-            return;
-        }
-        Err(join) => {
-            tracing::error!(error.message = %join, "batch task failed; processing one by one");
-            for (d, _) in parsed {
-                handle_delivery(ctx, d).await;
-            }
-            return;
-        }
-    };
-    #[cfg(feature = "failpoints")]
-    fail::fail_point!("worker.after_commit");
-    let mut alone = Vec::new();
-    for ((delivery, msg), result) in parsed.into_iter().zip(results) {
-        match result {
-            Ok(processed) => {
+    let failed = match task.await {
+        Ok(Ok(results)) => {
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("worker.after_commit");
+            for ((delivery, msg), processed) in parsed.iter().zip(results) {
                 let outcome = match &processed {
                     Processed::Applied(o) => o.kind.as_str(),
                     Processed::Duplicate => "duplicate",
                 };
-                ack(&delivery, msg.id).await;
+                ack(delivery, msg.id).await;
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
             }
-            Err(ProcessError::Panicked(p)) => {
-                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await;
+            metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
+                .record(started.elapsed().as_secs_f64());
+            return;
+        }
+        Ok(Err(failed)) => failed,
+        Err(join) => BatchFailed {
+            index: None,
+            error: ProcessError::Panicked(join.to_string()),
+        },
+    };
+    let mut rest = Vec::with_capacity(parsed.len());
+    for (i, (delivery, msg)) in parsed.into_iter().enumerate() {
+        if Some(i) != failed.index {
+            rest.push(delivery);
+            continue;
+        }
+        match &failed.error {
+            ProcessError::Panicked(p) => {
+                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await
             }
-            Err(_) => alone.push(delivery),
+            ProcessError::Permanent(reason) => {
+                if !dead_letter(ctx, &delivery, &msg, reason).await {
+                    rest.push(delivery);
+                }
+            }
+            ProcessError::Transient(_) => rest.push(delivery),
         }
     }
-    metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
-        .record(started.elapsed().as_secs_f64());
-    for d in alone {
+    if failed.index.is_none() {
+        tracing::warn!(error.message = %failed.error, "batch did not commit; processing one by one");
+    }
+    for d in rest {
         handle_delivery(ctx, d).await;
     }
+}
+
+/// Records the reason and rejects the delivery to the dead-letter queue. False when the reason could not be
+/// recorded (the delivery is then left for a retry rather than dead-lettered without a reason).
+async fn dead_letter<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    delivery: &Delivery,
+    msg: &EventMessage,
+    reason: &str,
+) -> bool {
+    let consumer = ctx.handler.consumer();
+    tracing::error!(
+        event_id = msg.id,
+        provider = %msg.provider,
+        provider_event_id = %msg.provider_event_id,
+        error.message = %reason,
+        "permanent failure; dead-lettering"
+    );
+    if let Err(e) = record_dead_letter(&ctx.pool, consumer, msg.id, reason).await {
+        tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
+        return false;
+    }
+    reject(delivery).await;
+    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+        .increment(1);
+    true
 }
 
 async fn ack(delivery: &Delivery, event_id: i64) {

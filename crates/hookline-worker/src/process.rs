@@ -77,38 +77,53 @@ pub async fn process_event<H: Handler>(
     }
 }
 
-/// Processes several events in ONE transaction, each inside its own savepoint: one commit for the batch, while
-/// each event keeps its own marker-first exactly-once guarantee and its own failure isolation (a failing event
-/// is rolled back to its savepoint; the others commit).
+/// Why a batch did not commit: the position of the event that failed, and how. Nothing of the batch was
+/// committed; the other events are neither applied nor known to fail.
+#[derive(Debug)]
+pub struct BatchFailed {
+    /// Index of the failing event in the batch, when one event caused it (`None`: the transaction itself
+    /// failed, e.g. at BEGIN or COMMIT).
+    pub index: Option<usize>,
+    /// The failure.
+    pub error: ProcessError,
+}
+
+/// Processes several events in ONE transaction: one commit for the batch, while each event keeps its own
+/// marker-first exactly-once guarantee (a duplicate inside the batch finds the marker the batch just inserted).
 ///
-/// Returns one result per id, in order, valid only if the batch committed; `Err` means nothing committed.
+/// Optimistic: the common case (every event applies) costs no savepoints. If any event fails, the whole batch
+/// rolls back and the caller learns which event failed; it then handles that one according to its failure and
+/// processes the others on their own — so a failure never prevents the others from applying.
 pub async fn process_batch<H: Handler>(
     pool: &PgPool,
     handler: &H,
     event_ids: &[i64],
-) -> Result<Vec<Result<Processed, ProcessError>>, ProcessError> {
-    let mut tx = pool.begin().await.map_err(db_error("begin transaction"))?;
+) -> Result<Vec<Processed>, BatchFailed> {
+    let whole = |error| BatchFailed { index: None, error };
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(db_error("begin transaction"))
+        .map_err(whole)?;
     let mut results = Vec::with_capacity(event_ids.len());
-    for &id in event_ids {
-        sqlx::query("SAVEPOINT event")
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error("savepoint"))?;
-        let result = apply_in_tx(&mut tx, handler, id).await;
-        let end = if result.is_ok() {
-            "RELEASE SAVEPOINT event"
-        } else {
-            "ROLLBACK TO SAVEPOINT event"
-        };
-        sqlx::query(end)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error("end savepoint"))?;
-        results.push(result);
+    for (index, &id) in event_ids.iter().enumerate() {
+        match apply_in_tx(&mut tx, handler, id).await {
+            Ok(p) => results.push(p),
+            Err(error) => {
+                tx.rollback().await.ok();
+                return Err(BatchFailed {
+                    index: Some(index),
+                    error,
+                });
+            }
+        }
     }
     #[cfg(feature = "failpoints")]
     fail::fail_point!("worker.before_commit");
-    tx.commit().await.map_err(db_error("commit"))?;
+    tx.commit()
+        .await
+        .map_err(db_error("commit"))
+        .map_err(whole)?;
     Ok(results)
 }
 
@@ -118,31 +133,41 @@ async fn apply_in_tx<H: Handler>(
     handler: &H,
     event_id: i64,
 ) -> Result<Processed, ProcessError> {
-    let inserted = sqlx::query(
-        "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
-         ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING",
+    // One round trip: insert the marker, resolve a dead letter of this event (a redrive that now applies), and
+    // read the stored event — the last two only when the marker was new. A concurrent duplicate blocks on the
+    // marker's key here until the other transaction ends.
+    let row: Option<(String, String, Option<String>, Vec<u8>)> = sqlx::query_as(
+        "WITH marker AS (
+             INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
+             ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
+             RETURNING event_id),
+         resolved AS (
+             UPDATE dead_letters SET resolved_at = now()
+             WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL
+               AND EXISTS (SELECT 1 FROM marker))
+         SELECT e.provider, e.provider_event_id, e.event_type, e.body
+         FROM marker JOIN webhook_events e ON e.id = marker.event_id",
     )
     .bind(handler.consumer())
     .bind(event_id)
-    .execute(&mut *tx)
-    .await
-    .map_err(db_error("insert processed marker"))?
-    .rows_affected();
-    if inserted == 0 {
-        // Already processed (possibly by a concurrent worker that just committed): change nothing.
-        return Ok(Processed::Duplicate);
-    }
-    let row: Option<(String, String, Option<String>, Vec<u8>)> = sqlx::query_as(
-        "SELECT provider, provider_event_id, event_type, body FROM webhook_events WHERE id = $1",
-    )
-    .bind(event_id)
     .fetch_optional(&mut *tx)
     .await
-    .map_err(db_error("load stored event"))?;
+    .map_err(db_error("insert processed marker"))?;
     let Some((provider, provider_event_id, event_type, body)) = row else {
-        return Err(ProcessError::Permanent(format!(
-            "stored event {event_id} does not exist (purged, or published from another database)"
-        )));
+        // Either the marker already existed (a duplicate: change nothing) or the event is gone.
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)")
+                .bind(event_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error("look up stored event"))?;
+        return if exists {
+            Ok(Processed::Duplicate)
+        } else {
+            Err(ProcessError::Permanent(format!(
+                "stored event {event_id} does not exist (purged, or published from another database)"
+            )))
+        };
     };
     let event = StoredEvent {
         id: event_id,
@@ -151,7 +176,7 @@ async fn apply_in_tx<H: Handler>(
         event_type,
         body,
     };
-    // A panic is contained to this event (in a batch, the others still commit).
+    // A panic is contained to this event.
     let outcome = match AssertUnwindSafe(handler.handle(&mut *tx, &event))
         .catch_unwind()
         .await
@@ -178,16 +203,6 @@ async fn apply_in_tx<H: Handler>(
         .await
         .map_err(db_error("record outcome"))?;
     }
-    // A redriven dead letter that now applies is resolved in the same transaction.
-    sqlx::query(
-        "UPDATE dead_letters SET resolved_at = now()
-         WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL",
-    )
-    .bind(handler.consumer())
-    .bind(event_id)
-    .execute(&mut *tx)
-    .await
-    .map_err(db_error("resolve dead letter"))?;
     Ok(Processed::Applied(outcome))
 }
 

@@ -130,28 +130,45 @@ impl PaymentRow {
     }
 }
 
-/// Creates the payment if unknown (an early refund makes its payment known) and locks it.
+/// Locks the payment (`SELECT … FOR UPDATE`), creating it first if unknown (an early refund makes its payment
+/// known). The boolean is true when this call created it — then nothing can be parked on it yet.
 async fn lock_payment(
     tx: &mut PgConnection,
     provider: &str,
     payment_ref: &str,
-) -> Result<PaymentRow, HandleError> {
-    sqlx::query(
+) -> Result<(PaymentRow, bool), HandleError> {
+    const LOCK: &str = "SELECT id, status, amount, currency, amount_refunded FROM payments
+                        WHERE provider = $1 AND provider_payment_id = $2 FOR UPDATE";
+    if let Some(row) = sqlx::query_as::<_, PaymentRow>(LOCK)
+        .bind(provider)
+        .bind(payment_ref)
+        .fetch_optional(&mut *tx)
+        .await?
+    {
+        return Ok((row, false));
+    }
+    // Unknown: create it. The new row is ours (locked) until we commit; a concurrent creator blocks on the key
+    // and, once we commit, takes the conflict path below.
+    let created = sqlx::query_as::<_, PaymentRow>(
         "INSERT INTO payments (provider, provider_payment_id, status) VALUES ($1, $2, 'created')
-         ON CONFLICT ON CONSTRAINT payments_provider_payment_id_key DO NOTHING",
+         ON CONFLICT ON CONSTRAINT payments_provider_payment_id_key DO NOTHING
+         RETURNING id, status, amount, currency, amount_refunded",
     )
     .bind(provider)
     .bind(payment_ref)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(sqlx::query_as::<_, PaymentRow>(
-        "SELECT id, status, amount, currency, amount_refunded FROM payments
-         WHERE provider = $1 AND provider_payment_id = $2 FOR UPDATE",
-    )
-    .bind(provider)
-    .bind(payment_ref)
-    .fetch_one(&mut *tx)
-    .await?)
+    match created {
+        Some(row) => Ok((row, true)),
+        None => Ok((
+            sqlx::query_as::<_, PaymentRow>(LOCK)
+                .bind(provider)
+                .bind(payment_ref)
+                .fetch_one(&mut *tx)
+                .await?,
+            false,
+        )),
+    }
 }
 
 type Applied = (OutcomeKind, Option<String>);
@@ -174,7 +191,7 @@ async fn apply_fact(
             payment_ref,
             amount,
         } => {
-            let payment = lock_payment(tx, provider, &payment_ref).await?;
+            let (payment, _) = lock_payment(tx, provider, &payment_ref).await?;
             let inserted: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO refunds (provider, provider_refund_id, payment_id, amount, currency, status, event_id)
                  VALUES ($1, $2, $3, $4, $5, 'parked', $6)
@@ -214,7 +231,7 @@ async fn apply_fact(
             amount,
             status,
         } => {
-            let payment = lock_payment(tx, provider, &payment_ref).await?;
+            let (payment, _) = lock_payment(tx, provider, &payment_ref).await?;
             sqlx::query(
                 "INSERT INTO disputes (provider, provider_dispute_id, payment_id, amount, currency, status, event_id)
                  VALUES ($1, $2, $3, $4, $5, 'open', $6)
@@ -323,7 +340,7 @@ async fn apply_payment(
     status: PaymentStatus,
     amount: Option<Money>,
 ) -> Result<Applied, HandleError> {
-    let payment = lock_payment(tx, provider, payment_ref).await?;
+    let (payment, created) = lock_payment(tx, provider, payment_ref).await?;
     let current = payment.status();
     if let (Some(m), Some(cur)) = (&amount, &payment.currency) {
         if &m.currency != cur {
@@ -357,22 +374,21 @@ async fn apply_payment(
         (_, Some(m), None) => Some(m.clone()),
         _ => None,
     };
-    if let Some(m) = &new_amount {
-        set_amount(tx, payment.id, m).await?;
-    }
-    sqlx::query("UPDATE payments SET status = $2, updated_at = now() WHERE id = $1")
-        .bind(payment.id)
-        .bind(status.as_str())
-        .execute(&mut *tx)
-        .await?;
+    // One statement: the transition and its audit row.
     sqlx::query(
-        "INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
-         VALUES ($1, $2, $3, $4)",
+        "WITH moved AS (
+             UPDATE payments SET status = $2, amount = coalesce($3, amount),
+                                 currency = coalesce($4, currency), updated_at = now()
+             WHERE id = $1 RETURNING id)
+         INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
+         SELECT id, $5, $6, $2 FROM moved",
     )
     .bind(payment.id)
+    .bind(status.as_str())
+    .bind(new_amount.as_ref().map(|m| m.amount))
+    .bind(new_amount.as_ref().map(|m| m.currency.as_str()))
     .bind(event_id)
     .bind(current.as_str())
-    .bind(status.as_str())
     .execute(&mut *tx)
     .await?;
     if status != PaymentStatus::Succeeded {
@@ -406,26 +422,30 @@ async fn apply_payment(
         ],
     )
     .await?;
-    // Apply what was waiting for this success, in a deterministic order.
-    let parked: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM refunds WHERE payment_id = $1 AND status = 'parked' ORDER BY provider_refund_id",
+    if created {
+        // Created by this very event: nothing can have been parked on it.
+        return Ok((OutcomeKind::Applied, None));
+    }
+    // Apply what was waiting for this success, in a deterministic order: refunds, then lost disputes.
+    let waiting: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, id FROM (
+             SELECT 'refund' AS kind, id, provider_refund_id AS reference FROM refunds
+             WHERE payment_id = $1 AND status = 'parked'
+             UNION ALL
+             SELECT 'dispute', id, provider_dispute_id FROM disputes
+             WHERE payment_id = $1 AND status = 'lost' AND NOT posted) w
+         ORDER BY kind DESC, reference",
     )
     .bind(payment.id)
     .fetch_all(&mut *tx)
     .await?;
     let mut details = Vec::new();
-    for refund_id in parked {
-        details.extend(apply_refund(tx, provider, payment.id, refund_id).await?);
-    }
-    let lost: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM disputes WHERE payment_id = $1 AND status = 'lost' AND NOT posted
-         ORDER BY provider_dispute_id",
-    )
-    .bind(payment.id)
-    .fetch_all(&mut *tx)
-    .await?;
-    for dispute_id in lost {
-        post_dispute_loss(tx, provider, payment.id, dispute_id).await?;
+    for (kind, id) in waiting {
+        if kind == "refund" {
+            details.extend(apply_refund(tx, provider, payment.id, id).await?);
+        } else {
+            post_dispute_loss(tx, provider, payment.id, id).await?;
+        }
     }
     Ok((
         OutcomeKind::Applied,
@@ -559,11 +579,18 @@ async fn post(
     legs: &[(&str, i64)],
 ) -> Result<bool, HandleError> {
     debug_assert_eq!(legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
-    let txn: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
-         RETURNING id",
+    let (accounts, amounts): (Vec<&str>, Vec<i64>) =
+        legs.iter().filter(|(_, a)| *a != 0).copied().unzip();
+    // One statement: the posting (unless the constraint says it exists) and its entries.
+    let entries = sqlx::query(
+        "WITH posting AS (
+             INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
+             RETURNING id)
+         INSERT INTO ledger_entries (transaction_id, account, amount)
+         SELECT posting.id, l.account, l.amount
+         FROM posting, unnest($7::text[], $8::bigint[]) AS l(account, amount)",
     )
     .bind(provider)
     .bind(kind)
@@ -571,21 +598,10 @@ async fn post(
     .bind(payment_id)
     .bind(event_id)
     .bind(currency)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(txn) = txn else {
-        return Ok(false);
-    };
-    let (accounts, amounts): (Vec<&str>, Vec<i64>) =
-        legs.iter().filter(|(_, a)| *a != 0).copied().unzip();
-    sqlx::query(
-        "INSERT INTO ledger_entries (transaction_id, account, amount)
-         SELECT $1, * FROM unnest($2::text[], $3::bigint[])",
-    )
-    .bind(txn)
     .bind(&accounts)
     .bind(&amounts)
     .execute(&mut *tx)
-    .await?;
-    Ok(true)
+    .await?
+    .rows_affected();
+    Ok(entries > 0)
 }
