@@ -387,15 +387,15 @@ impl Config {
         };
         let w = raw.worker;
         let worker = WorkerConfig {
-            prefetch: positive(w.prefetch.map(u64::from), 64, "worker.prefetch")? as u16,
-            concurrency: positive(w.concurrency.map(|c| c as u64), 16, "worker.concurrency")?
+            prefetch: positive(w.prefetch.map(u64::from), 128, "worker.prefetch")? as u16,
+            concurrency: positive(w.concurrency.map(|c| c as u64), 8, "worker.concurrency")?
                 as usize,
             db_max_connections: positive(
                 w.db_max_connections.map(u64::from),
                 16,
                 "worker.db_max_connections",
             )? as u32,
-            batch_max: positive(w.batch_max.map(|b| b as u64), 16, "worker.batch_max")? as usize,
+            batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
         };
 
         let rt = raw.retention;
