@@ -136,15 +136,10 @@ async fn queue_depths(config: &Config) -> Queues {
     let t = ops::topology(config);
     let result = tokio::time::timeout(Duration::from_secs(5), async {
         let conn = hookline_bus::connect(&config.amqp_url, "hookline-status").await?;
-        let ch = conn.create_channel().await?;
         let mut depths = Vec::new();
         for q in [&t.payments_queue, &t.dead_letter_queue] {
-            // Passive: reports without creating; a missing queue closes the channel, so use one per queue.
-            let ch = if depths.is_empty() {
-                ch.clone()
-            } else {
-                conn.create_channel().await?
-            };
+            // Passive: reports without creating. A missing queue closes the channel, so one channel per queue.
+            let ch = conn.create_channel().await?;
             let depth = ch
                 .queue_declare(
                     q.as_str().into(),
@@ -157,6 +152,9 @@ async fn queue_depths(config: &Config) -> Queues {
                 .await
                 .map(|q| q.message_count())
                 .ok();
+            if depth.is_some() {
+                ch.close(200, "status".into()).await.ok();
+            }
             depths.push(depth);
         }
         conn.close(200, "status".into()).await.ok();
