@@ -4,24 +4,12 @@
 
 use std::time::Duration;
 
+use hookline_tests::faults::rabbitmqctl;
 use hookline_tests::stripe;
 use hookline_tests::*;
 
 static BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const DRAIN: Duration = Duration::from_secs(120);
-
-async fn rabbitmqctl(args: &[&str]) {
-    let out = tokio::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .await
-        .expect("run rabbitmqctl");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 async fn post_batch(p: &TestPipeline, from: i64, to: i64) {
     for i in from..to {

@@ -13,6 +13,28 @@ async fn scalar(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
 
+/// Waits until the worker binary sits inside an open transaction on this pipeline's database (held there by a
+/// `worker.before_commit` fail point).
+async fn wait_worker_in_transaction(p: &TestPipeline, what: &str) {
+    let pool = p.pool().clone();
+    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
+    wait_until(WAIT, what, || {
+        let (pool, db_name) = (pool.clone(), db_name.clone());
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'",
+            )
+            .bind(&db_name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n == 1
+        }
+    })
+    .await;
+}
+
 /// W1: killed between commit and ack → redelivered, the marker turns it into a no-op: one ledger posting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_after_commit_before_ack_applies_once() {
@@ -76,22 +98,7 @@ async fn killed_inside_transaction_applies_once() {
     let body = stripe::payment_intent("evt_w2", "succeeded", "pi_w2", 5_000);
     assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
     let pool = p.pool().clone();
-    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
-    wait_until(WAIT, "the worker holds an open transaction", || {
-        let (pool, db_name) = (pool.clone(), db_name.clone());
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'",
-            )
-            .bind(&db_name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            n == 1
-        }
-    })
-    .await;
+    wait_worker_in_transaction(&p, "the worker holds an open transaction").await;
     assert_eq!(
         scalar(&pool, "SELECT count(*) FROM processed_events").await,
         0,
@@ -124,22 +131,7 @@ async fn sigterm_finishes_in_flight_work_then_exits() {
     let body = stripe::payment_intent("evt_term", "succeeded", "pi_term", 5_000);
     assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
     let pool = p.pool().clone();
-    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
-    wait_until(WAIT, "the worker is inside its transaction", || {
-        let (pool, db_name) = (pool.clone(), db_name.clone());
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'",
-            )
-            .bind(&db_name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            n == 1
-        }
-    })
-    .await;
+    wait_worker_in_transaction(&p, "the worker is inside its transaction").await;
     let pid = worker.0.id().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])

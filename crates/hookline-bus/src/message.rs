@@ -16,6 +16,20 @@ pub struct EventMessage {
     pub event_type: Option<String>,
 }
 
+/// A `(id, provider, provider_event_id, event_type)` row, as selected from `webhook_events`.
+pub type EventRow = (i64, String, String, Option<String>);
+
+impl From<EventRow> for EventMessage {
+    fn from((id, provider, provider_event_id, event_type): EventRow) -> Self {
+        EventMessage {
+            id,
+            provider,
+            provider_event_id,
+            event_type,
+        }
+    }
+}
+
 impl EventMessage {
     /// Routing key on the events exchange: `{provider}.{event_type}`, so future consumers can bind selectively.
     pub fn routing_key(&self) -> String {

@@ -140,7 +140,7 @@ impl Relay {
                 return Ok(total);
             }
             let mut tx = self.pool.begin().await.context("begin sweep transaction")?;
-            let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+            let rows: Vec<crate::message::EventRow> = sqlx::query_as(
                 "SELECT id, provider, provider_event_id, event_type FROM webhook_events
                  WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)
                  ORDER BY id LIMIT $2
@@ -156,17 +156,7 @@ impl Relay {
                 tx.commit().await.context("end sweep transaction")?;
                 return Ok(total);
             }
-            let msgs: Vec<EventMessage> = rows
-                .into_iter()
-                .map(
-                    |(id, provider, provider_event_id, event_type)| EventMessage {
-                        id,
-                        provider,
-                        provider_event_id,
-                        event_type,
-                    },
-                )
-                .collect();
+            let msgs: Vec<EventMessage> = rows.into_iter().map(EventMessage::from).collect();
             let publisher = self.publisher.as_ref().expect("ensured above");
             let acked = match publisher
                 .publish(&self.topology, &msgs, self.config.confirm_timeout)

@@ -11,7 +11,6 @@ use anyhow::Context;
 use clap::{ArgGroup, Args, Subcommand};
 use hookline_bus::{EventMessage, Publisher};
 use hookline_core::Config;
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
 use time::OffsetDateTime;
 
 use crate::ops;
@@ -236,7 +235,7 @@ async fn redrive(
         eprintln!("error: {}", UsageError("--reason must say why".into()));
         return Ok(ExitCode::from(2));
     }
-    let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+    let rows: Vec<hookline_bus::message::EventRow> = sqlx::query_as(
         "SELECT e.id, e.provider, e.provider_event_id, e.event_type
          FROM dead_letters d JOIN webhook_events e ON e.id = d.event_id
          WHERE d.consumer = 'payments' AND d.resolved_at IS NULL
@@ -275,17 +274,7 @@ async fn redrive(
     }
     let topology = ops::topology(config);
     let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-dlq-redrive").await?;
-    let msgs: Vec<EventMessage> = rows
-        .into_iter()
-        .map(
-            |(id, provider, provider_event_id, event_type)| EventMessage {
-                id,
-                provider,
-                provider_event_id,
-                event_type,
-            },
-        )
-        .collect();
+    let msgs: Vec<EventMessage> = rows.into_iter().map(EventMessage::from).collect();
     let mut published = Vec::with_capacity(msgs.len());
     for chunk in msgs.chunks(500) {
         let acked = publisher
@@ -305,7 +294,12 @@ async fn redrive(
     .bind(last)
     .execute(pool)
     .await?;
-    let removed = remove_from_dlq(config, &published.iter().copied().collect()).await?;
+    let removed = hookline_worker::dlq::remove(
+        &config.amqp_url,
+        &topology,
+        &published.iter().copied().collect::<HashSet<i64>>(),
+    )
+    .await?;
     println!(
         "redrive run {run_id}: {} of {} dead letters re-delivered; {removed} copies removed from {}",
         published.len(),
@@ -317,49 +311,4 @@ async fn redrive(
     } else {
         ExitCode::from(3)
     })
-}
-
-/// Removes the DLQ copies of redriven events. Every message currently in the DLQ is fetched once and held
-/// unacknowledged (so none is fetched twice); redriven ones are acked (dropped), the others are returned.
-async fn remove_from_dlq(config: &Config, redriven: &HashSet<i64>) -> anyhow::Result<u64> {
-    let topology = ops::topology(config);
-    let conn = hookline_bus::connect(&config.amqp_url, "hookline-dlq-redrive").await?;
-    let channel = conn.create_channel().await.context("open channel")?;
-    let mut keep = Vec::new();
-    let mut removed = 0;
-    while let Some(msg) = channel
-        .basic_get(
-            topology.dead_letter_queue.as_str().into(),
-            BasicGetOptions { no_ack: false },
-        )
-        .await
-        .context("basic.get from the DLQ")?
-    {
-        let id = serde_json::from_slice::<EventMessage>(&msg.delivery.data)
-            .ok()
-            .map(|m| m.id);
-        if id.is_some_and(|id| redriven.contains(&id)) {
-            msg.delivery
-                .acker
-                .ack(BasicAckOptions::default())
-                .await
-                .ok();
-            removed += 1;
-        } else {
-            keep.push(msg);
-        }
-    }
-    for msg in keep {
-        msg.delivery
-            .acker
-            .nack(BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            })
-            .await
-            .ok();
-    }
-    channel.close(200, "done".into()).await.ok();
-    conn.close(200, "done".into()).await.ok();
-    Ok(removed)
 }

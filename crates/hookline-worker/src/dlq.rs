@@ -13,6 +13,7 @@ use hookline_bus::{EventMessage, Topology};
 use lapin::message::BasicGetMessage;
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
 use lapin::types::AMQPValue;
+use lapin::Channel;
 use secrecy::SecretString;
 use sqlx::PgPool;
 
@@ -43,20 +44,15 @@ pub fn death_reason(msg: &BasicGetMessage) -> Option<String> {
     }
 }
 
-/// One pass over (at most `max`) DLQ messages. Every message is fetched once and held unacknowledged, so none
-/// is seen twice; at the end the applied ones are acked (dropped) and the rest returned to the DLQ unchanged.
-pub async fn reconcile(
-    pool: &PgPool,
-    amqp_url: &SecretString,
+/// Fetches up to `max` messages of the dead-letter queue and holds them unacknowledged, so none is fetched
+/// twice. The caller acks (drops) or returns each; closing the channel returns whatever is left.
+async fn hold_all(
+    channel: &Channel,
     topology: &Topology,
-    consumer: &str,
     max: u64,
-) -> anyhow::Result<Reconciled> {
-    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-reconcile").await?;
-    let channel = conn.create_channel().await.context("open channel")?;
+) -> anyhow::Result<Vec<BasicGetMessage>> {
     let mut held = Vec::new();
-    let mut report = Reconciled::default();
-    while report.seen < max {
+    while (held.len() as u64) < max {
         let Some(msg) = channel
             .basic_get(
                 topology.dead_letter_queue.as_str().into(),
@@ -67,14 +63,62 @@ pub async fn reconcile(
         else {
             break;
         };
-        report.seen += 1;
         held.push(msg);
     }
-    let ids: Vec<i64> = held
-        .iter()
-        .filter_map(|m| serde_json::from_slice::<EventMessage>(&m.delivery.data).ok())
+    Ok(held)
+}
+
+/// The stored event id a DLQ message refers to, if it is an event reference at all.
+fn event_id(msg: &BasicGetMessage) -> Option<i64> {
+    serde_json::from_slice::<EventMessage>(&msg.delivery.data)
+        .ok()
         .map(|m| m.id)
-        .collect();
+}
+
+/// Removes the DLQ copies of the given events (after a redrive) and returns how many were removed; every
+/// other message goes back to the DLQ unchanged.
+pub async fn remove(
+    amqp_url: &SecretString,
+    topology: &Topology,
+    ids: &HashSet<i64>,
+) -> anyhow::Result<u64> {
+    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-redrive").await?;
+    let channel = conn.create_channel().await.context("open channel")?;
+    let mut removed = 0;
+    for msg in hold_all(&channel, topology, u64::MAX).await? {
+        if event_id(&msg).is_some_and(|id| ids.contains(&id)) {
+            msg.delivery
+                .acker
+                .ack(BasicAckOptions::default())
+                .await
+                .ok();
+            removed += 1;
+        } else {
+            return_to_queue(&msg).await;
+        }
+    }
+    channel.close(200, "done".into()).await.ok();
+    conn.close(200, "done".into()).await.ok();
+    Ok(removed)
+}
+
+/// One pass over (at most `max`) DLQ messages: applied ones are acked (dropped), those without a recorded
+/// reason get one, and the rest return to the DLQ unchanged.
+pub async fn reconcile(
+    pool: &PgPool,
+    amqp_url: &SecretString,
+    topology: &Topology,
+    consumer: &str,
+    max: u64,
+) -> anyhow::Result<Reconciled> {
+    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-reconcile").await?;
+    let channel = conn.create_channel().await.context("open channel")?;
+    let held = hold_all(&channel, topology, max).await?;
+    let mut report = Reconciled {
+        seen: held.len() as u64,
+        ..Default::default()
+    };
+    let ids: Vec<i64> = held.iter().filter_map(event_id).collect();
     let applied: HashSet<i64> = sqlx::query_scalar(
         "SELECT event_id FROM processed_events WHERE consumer = $1 AND event_id = ANY($2)",
     )
@@ -86,10 +130,7 @@ pub async fn reconcile(
     .into_iter()
     .collect();
     for msg in held {
-        let id = serde_json::from_slice::<EventMessage>(&msg.delivery.data)
-            .ok()
-            .map(|m| m.id);
-        match id {
+        match event_id(&msg) {
             Some(id) if applied.contains(&id) => {
                 // Applied after all (e.g. committed, then the worker died before acking, repeatedly).
                 msg.delivery
@@ -134,6 +175,7 @@ pub async fn reconcile(
     Ok(report)
 }
 
+/// Returns a held message to its queue (nack with requeue).
 async fn return_to_queue(msg: &BasicGetMessage) {
     msg.delivery
         .acker
