@@ -84,8 +84,14 @@ pub async fn rabbitmqctl(args: &[&str]) -> String {
 
 /// Runs `pg_ctlcluster --skip-systemctl-redirect 15 main ACTION EXTRA…`, asserting success.
 pub async fn pg_ctlcluster(action: &str, extra: &[&str]) {
+    let version = pg_cluster_version();
     let out = tokio::process::Command::new("pg_ctlcluster")
-        .args(["--skip-systemctl-redirect", "15", "main", action])
+        .args([
+            "--skip-systemctl-redirect",
+            version.as_str(),
+            "main",
+            action,
+        ])
         .args(extra)
         .output()
         .await
@@ -96,6 +102,20 @@ pub async fn pg_ctlcluster(action: &str, extra: &[&str]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The Debian cluster version to control (the newest under /etc/postgresql; 15 on the machines of this project,
+/// but a fresh machine may install another).
+fn pg_cluster_version() -> String {
+    std::fs::read_dir("/etc/postgresql")
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|v| v.parse::<u32>().ok())
+        .max()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "15".to_string())
 }
 
 /// Waits until PostgreSQL accepts connections (a fresh connection to the maintenance database answers).
