@@ -26,9 +26,20 @@ start edge ./target/release/hookline-edge --config "$config"
 start worker ./target/release/hookline-worker --config "$config"
 
 listen=$(sed -n 's/^listen *= *"\(.*\)"/\1/p' "$config" | head -n 1)
+listen=${listen:-127.0.0.1:8080}
+# GET /readyz without depending on curl (a fresh machine may not have it).
+ready() {
+  local host=${listen%:*} port=${listen##*:}
+  exec 3<>"/dev/tcp/$host/$port" 2>/dev/null || return 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n' "$listen" >&3
+  local status
+  read -r -t 2 status <&3 || status=""
+  exec 3<&- 3>&-
+  [[ $status == *" 200 "* ]]
+}
 for _ in $(seq 50); do
-  if curl -fsS "http://${listen:-127.0.0.1:8080}/readyz" >/dev/null 2>&1; then
-    echo "hookline is up: POST http://${listen:-127.0.0.1:8080}/webhooks/{provider}"; exit 0
+  if ready; then
+    echo "hookline is up: POST http://$listen/webhooks/{provider}"; exit 0
   fi
   sleep 0.2
 done
