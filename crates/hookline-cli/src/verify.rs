@@ -118,6 +118,7 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
         Ok(v) => {
             println!("valid");
             println!("event_id: {}", v.event_id);
+            println!("dedupe_key: {}", v.dedupe_key);
             if let Some(t) = &v.event_type {
                 println!("event_type: {t}");
             }

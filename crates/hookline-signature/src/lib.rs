@@ -245,9 +245,17 @@ impl fmt::Debug for Verifier<'_> {
 /// What a successfully verified request tells the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    /// Dedupe key: stays the same when the provider retries or redelivers the same event.
-    /// Where it comes from depends on the scheme (see [`Verifier::verify`]).
+    /// The provider's own id for the event or delivery, as the provider names it (shown to operators,
+    /// matched against the provider's dashboard). Where it comes from depends on the scheme (see
+    /// [`Verifier::verify`]); for GitHub, Shopify and Mercado Pago it is **not** covered by the signature.
     pub event_id: String,
+    /// The key to deduplicate on: stays the same when the provider retries or redelivers the same event, and is
+    /// derived only from signed material, so that an attacker replaying a captured request with unsigned parts
+    /// changed can neither create a new event nor make a different genuine one look like a duplicate. Equal to
+    /// `event_id` where that is signed (Stripe, Standard Webhooks, Svix, Pagar.me, Adyen); `sha256:{hex of the
+    /// body}` for GitHub and Shopify (they sign only the body); `mp:{data.id}:{x-request-id}` (or
+    /// `mp:{data.id}:ts:{ts}` without a request id) for Mercado Pago (what its manifest signs).
+    pub dedupe_key: String,
     /// The provider's event type (e.g. `invoice.paid`, `push.opened`), when the payload or the
     /// headers carry one. Informational: routing may use it, dedupe does not.
     pub event_type: Option<String>,
@@ -267,14 +275,16 @@ impl Verifier<'_> {
     /// [`VerifyError::TimestampOutOfTolerance`] always means "authentic but stale or from the
     /// future" (replay or clock skew), never "forged".
     ///
-    /// Dedupe key (`event_id`) and `event_type` per scheme:
+    /// The provider's event id (`event_id`) and `event_type` per scheme (the stored dedupe key is
+    /// [`Verified::dedupe_key`]):
     /// - Stripe: body JSON `id`; type = body `type`.
     /// - Standard Webhooks: the `webhook-id` header; Svix: `svix-id` (or the `webhook-id` it fell
     ///   back to); type = body `type`. The body must be a JSON object.
     /// - GitHub: `X-GitHub-Delivery` (kept on redelivery); type = `X-GitHub-Event`, plus
     ///   `.{action}` when the body is a JSON object with a string `action`.
     /// - Mercado Pago: body JSON `id` (numbers as decimal text); type = body `type`, else
-    ///   `action`. The body `data.id` must equal the signed query `data.id`.
+    ///   `action`. The signed query `data.id` is required, the body `data.id` too, and they must
+    ///   be equal.
     /// - Shopify: `X-Shopify-Webhook-Id`; type = `X-Shopify-Topic`.
     /// - Pagar.me: synthesised, see *Pagar.me dedupe key* below; type = the form field `event`.
     /// - Adyen: `{pspReference}:{eventCode}:{success}` of the first item; type = `eventCode`.

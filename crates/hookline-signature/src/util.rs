@@ -9,6 +9,13 @@ use subtle::{Choice, ConstantTimeEq};
 use crate::{Request, VerifyError};
 
 /// HMAC-SHA256 over the concatenation of `parts` (avoids building the signed string in memory).
+/// `sha256:{hex}` of the raw body: the dedupe key of schemes that sign the body and nothing that names the
+/// delivery. A retry or redelivery carries the same bytes; a replay with any other header changed is a duplicate.
+pub(crate) fn body_digest_key(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
 pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
     for part in parts {

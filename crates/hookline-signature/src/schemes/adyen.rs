@@ -99,7 +99,11 @@ fn items(body: &[u8]) -> Result<(Vec<Item>, Value), VerifyError> {
             sig,
         });
     }
-    let first = list[0]["NotificationRequestItem"].clone();
+    // `list` was checked non-empty above; `first()` keeps a panic off this path even so.
+    let first = list
+        .first()
+        .map(|entry| entry["NotificationRequestItem"].clone())
+        .unwrap_or_default();
     Ok((out, first))
 }
 
@@ -135,8 +139,10 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
     }
     let event_code = field_text(first.get("eventCode"));
     let success = field_text(first.get("success"));
+    let event_id = format!("{psp}:{event_code}:{success}");
     Ok(Verified {
-        event_id: format!("{psp}:{event_code}:{success}"),
+        dedupe_key: event_id.clone(),
+        event_id,
         event_type: Some(event_code).filter(|c| !c.is_empty()),
         signed_at: None,
         secret_index,

@@ -68,6 +68,9 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
         }
     });
     Ok(Verified {
+        // The delivery id header is not signed: keying on it would let anyone replay a captured request under a
+        // new id (a new row each time) . The body is the only signed material, and a redelivery repeats it.
+        dedupe_key: util::body_digest_key(ctx.req.body),
         event_id,
         event_type,
         signed_at: None,

@@ -132,12 +132,29 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
 
     let payload = util::json_object(ctx.req.body)?;
     check_body_data_id(&payload, data_id.as_deref())?;
+    // The signature covers only `data.id`, `x-request-id` and `ts`: the dedupe key is built from exactly those,
+    // so a captured notification replayed with any body change (its `id` set to the next notification's, say)
+    // is a duplicate of itself and can never shadow a different genuine notification. Without a signed
+    // `data.id` nothing signed names the resource: refused.
+    let Some(signed_id) = data_id.as_deref() else {
+        return Err(VerifyError::MissingEventId {
+            detail: "the query has no data.id: the signature names no resource".to_owned(),
+        });
+    };
+    // A retry of one delivery repeats `x-request-id` (re-signed with a new `ts`): the key is the resource and
+    // the request id. Without a request id, the signed `ts` is all that tells two notifications about the same
+    // resource apart.
+    let dedupe_key = match request_id {
+        Some(request_id) => format!("mp:{}:{request_id}", signed_id.to_lowercase()),
+        None => format!("mp:{}:ts:{ts_text}", signed_id.to_lowercase()),
+    };
     let event_id = util::id_text(payload.get("id")).ok_or_else(|| VerifyError::MissingEventId {
         detail: "body has no \"id\" (string or number)".to_owned(),
     })?;
     let event_type =
         util::str_field(&payload, "type").or_else(|| util::str_field(&payload, "action"));
     Ok(Verified {
+        dedupe_key,
         event_id,
         event_type,
         signed_at: Some(timestamp),
@@ -168,6 +185,10 @@ fn check_body_data_id(
                 "body data.id '{}' is not covered by the signature: the query has no data.id",
                 util::excerpt(&body_id)
             ),
+        }),
+        (None, Some(_)) => Err(VerifyError::MissingEventId {
+            detail: "body has no data.id (string or number): nothing says which resource changed"
+                .to_owned(),
         }),
         _ => Ok(()),
     }

@@ -113,8 +113,11 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
         });
     }
     let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let event_id = event_id(&form, body);
     Ok(Verified {
-        event_id: event_id(&form, body),
+        // Every field of the key is in the signed body.
+        dedupe_key: event_id.clone(),
+        event_id,
         event_type: field(&form, "event"),
         signed_at: None,
         secret_index,

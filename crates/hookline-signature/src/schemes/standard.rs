@@ -132,6 +132,8 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>, svix: bool) -> Result<Verified, VerifyEr
     // The id header is the idempotency key; the body must still be a usable JSON payload.
     let payload = util::json_object(body)?;
     Ok(Verified {
+        // The id is part of the signed content ("{id}.{ts}.{body}").
+        dedupe_key: id.to_owned(),
         event_id: id.to_owned(),
         event_type: util::str_field(&payload, "type"),
         signed_at: Some(timestamp),

@@ -90,6 +90,8 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
             .to_owned(),
     })?;
     Ok(Verified {
+        // The id is in the signed body.
+        dedupe_key: event_id.clone(),
         event_id,
         event_type: util::str_field(&payload, "type"),
         signed_at: Some(timestamp),
