@@ -40,7 +40,7 @@ pub enum ConfigError {
     Parse {
         /// The path that was read.
         path: String,
-        /// The TOML parser's message, which names the line and field.
+        /// Where and what, with values redacted (see `parse_error_message`): never the source line.
         message: String,
     },
     /// A field is present and well-formed TOML but its value is not acceptable.
@@ -105,6 +105,9 @@ pub struct RelayConfig {
     pub batch_size: u32,
     /// How long to wait for RabbitMQ to confirm a batch before treating it as unpublished.
     pub confirm_timeout: Duration,
+    /// An unpublished event older than this needs attention: `hookline status` exits 1 (its
+    /// `--max-unpublished-age` overrides it for one run).
+    pub max_unpublished_age: Duration,
 }
 
 /// `[retention]`: how long raw events and their processed markers are kept.
@@ -132,6 +135,8 @@ pub struct WorkerConfig {
     pub db_max_connections: u32,
     /// Most deliveries applied in one transaction (each in its own savepoint); 1 disables batching.
     pub batch_max: usize,
+    /// Where the worker serves `/healthz` and `/metrics`; `None` (the default) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 /// `[edge]`: the HTTP receiver.
@@ -237,6 +242,7 @@ struct RawRelay {
     sweep_min_age_ms: Option<u64>,
     batch_size: Option<u32>,
     confirm_timeout_ms: Option<u64>,
+    max_unpublished_age_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -251,6 +257,7 @@ struct RawRetention {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWorker {
+    listen: Option<String>,
     prefetch: Option<u16>,
     concurrency: Option<usize>,
     db_max_connections: Option<u32>,
@@ -305,6 +312,46 @@ impl<const N: usize> Env for [(&str, &str); N] {
     }
 }
 
+/// The TOML parser's error without the parts that can hold a secret. `toml`'s `Display` quotes the offending
+/// source line (`secrets = ["whsec_…"]`, a `database_url` with its password) and serde's messages quote string
+/// values (`invalid type: string "…"`); this goes to stderr, i.e. the service log. What is kept: the line and
+/// column, the key on that line, and the message with every double-quoted value replaced by `"…"`.
+fn parse_error_message(e: &toml::de::Error, text: &str) -> String {
+    let mut message = String::new();
+    let mut quoted = false;
+    for c in e.message().chars() {
+        if c == '"' {
+            if !quoted {
+                message.push_str("\"…\"");
+            }
+            quoted = !quoted;
+        } else if !quoted {
+            message.push(c);
+        }
+    }
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let start = span.start.min(text.len());
+    let before = text.get(..start).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let key = text
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"'))
+        });
+    match key {
+        Some(key) => format!("line {line}, column {column} (key {key}): {message}"),
+        None => format!("line {line}, column {column}: {message}"),
+    }
+}
+
 impl Config {
     /// Loads the configuration: `path` if given, else `$HOOKLINE_CONFIG` if set, else defaults only.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
@@ -326,7 +373,7 @@ impl Config {
     pub fn from_toml_str(text: &str, origin: &str, env: &dyn Env) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_string(),
-            message: e.to_string(),
+            message: parse_error_message(&e, text),
         })?;
         Self::validate(raw, env)
     }
@@ -384,6 +431,11 @@ impl Config {
                 10_000,
                 "relay.confirm_timeout_ms",
             )?),
+            max_unpublished_age: Duration::from_secs(positive(
+                r.max_unpublished_age_secs,
+                60,
+                "relay.max_unpublished_age_secs",
+            )?),
         };
         let w = raw.worker;
         let worker = WorkerConfig {
@@ -396,6 +448,15 @@ impl Config {
                 "worker.db_max_connections",
             )? as u32,
             batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
+            listen: match w.listen {
+                None => None,
+                Some(text) => Some(text.parse().map_err(|_| {
+                    ConfigError::invalid(
+                        "worker.listen",
+                        format!("'{text}' is not an address like 127.0.0.1:9091"),
+                    )
+                })?),
+            },
         };
 
         let rt = raw.retention;
@@ -481,13 +542,17 @@ impl Config {
         for (name, p) in raw.providers {
             let field = |f: &str| format!("providers.{name}.{f}");
             if name.is_empty()
+                || name.len() > crate::events::MAX_PROVIDER_NAME_BYTES
                 || !name
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
             {
                 return Err(ConfigError::invalid(
                     format!("providers.{name}"),
-                    "a provider name is a URL segment: use only letters, digits, '-' or '_'",
+                    format!(
+                        "a provider name is a URL segment of at most {} bytes: use only letters, digits, '-' or '_'",
+                        crate::events::MAX_PROVIDER_NAME_BYTES
+                    ),
                 ));
             }
             let scheme_text = p
@@ -607,6 +672,35 @@ mod tests {
         Config::from_toml_str(text, "test.toml", &NO_ENV)
             .expect_err("config should be rejected")
             .to_string()
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line_and_key_but_never_echo_a_secret() {
+        let cases = [
+            // Unterminated string: toml's Display would quote the whole line.
+            "[providers.stripe]\nscheme = \"stripe\"\nsecrets=\"whsec_SUPERSECRET_1\n",
+            // Wrong type: serde's message quotes the value.
+            "database_url = \"postgres://u:SUPERSECRET_2@h/db\"\n[edge]\nmax_body_bytes = \"SUPERSECRET_3\"\n",
+            // Stray token after a secret.
+            "amqp_url = \"amqp://u:SUPERSECRET_4@h\" x\n",
+        ];
+        for text in cases {
+            let message = err(text);
+            assert!(!message.contains("SUPERSECRET"), "{message}");
+            assert!(message.contains("line "), "{message}");
+        }
+        let message = err(cases[1]);
+        assert!(message.contains("line 3"), "{message}");
+        assert!(message.contains("max_body_bytes"), "{message}");
+    }
+
+    #[test]
+    fn provider_names_are_bounded() {
+        let long = "p".repeat(crate::events::MAX_PROVIDER_NAME_BYTES + 1);
+        let message = err(&format!(
+            "[providers.{long}]\nscheme = \"github\"\nsecrets = [\"x\"]\n"
+        ));
+        assert!(message.contains("at most"), "{message}");
     }
 
     #[test]

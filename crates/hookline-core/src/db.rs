@@ -177,6 +177,18 @@ pub fn is_transient(err: &sqlx::Error) -> bool {
     }
 }
 
+/// True when PostgreSQL refused the *data* of a statement: data exceptions (class 22, e.g. 22021 NUL or an
+/// invalid byte sequence in text), integrity violations (class 23, e.g. a CHECK), program limits (class 54, e.g.
+/// an index row over the btree maximum). Retrying the same row cannot succeed; other rows of the same batch can.
+pub fn is_data_error(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(e) => e
+            .code()
+            .is_some_and(|c| c.starts_with("22") || c.starts_with("23") || c.starts_with("54")),
+        _ => false,
+    }
+}
+
 /// SQLSTATEs that a retry can cure: connection exceptions (08), serialization failure and deadlock (40001,
 /// 40P01), insufficient resources (53), operator intervention such as shutdown or statement timeout (57), lock
 /// not available (55P03).

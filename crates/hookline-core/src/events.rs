@@ -3,8 +3,149 @@
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
-/// Header names never stored: credentials of the sender's HTTP client, irrelevant to verification or replay.
-const UNSTORED_HEADERS: &[&str] = &["authorization", "cookie", "proxy-authorization"];
+/// Longest event id (dedupe key) stored, in bytes. Every real provider's id fits with room to spare (Stripe
+/// `evt_` + 24, Svix `msg_` + 27, GitHub and Shopify UUIDs, Adyen's and Pagar.me's composite keys, the Mercado
+/// Pago key built from signed fields); and every downstream can carry it: the AMQP `message_id` short string
+/// (`{provider}:{id}` ≤ 255 bytes with a provider name of at most [`MAX_PROVIDER_NAME_BYTES`]), the btree
+/// index row of the UNIQUE constraint (limit ~2.7 KB), a log line.
+pub const MAX_EVENT_ID_BYTES: usize = 200;
+
+/// Longest event type stored, in bytes (Stripe's longest types are ~50). Bounded so that the routing key
+/// `{provider}.{type}` stays an AMQP short string.
+pub const MAX_EVENT_TYPE_BYTES: usize = 128;
+
+/// Longest configured provider name (it is part of the dedupe key, the routing key and the message id).
+pub const MAX_PROVIDER_NAME_BYTES: usize = 48;
+
+/// Most header and query bytes stored with one event (names + values + query), outside `max_body_bytes`. Real
+/// providers send 1–3 KB; a request above this is refused rather than stored.
+pub const MAX_STORED_HEADER_BYTES: usize = 16 * 1024;
+
+/// Header names that are credentials of the sender's HTTP client (or of a proxy in front of us), never
+/// stored: matched exactly, after lower-casing.
+const UNSTORED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-csrf-token",
+    "x-xsrf-token",
+];
+
+/// Fragments that make any header name look like a credential (`x-api-key`, `x-auth-token`,
+/// `x-amz-security-token`, `x-client-secret`, `x-session-id`, …): such headers are dropped too. Signature
+/// headers (`stripe-signature`, `x-hub-signature-256`, `webhook-signature`, …) contain none of these and are kept,
+/// because they are needed to re-verify a stored event.
+const CREDENTIAL_FRAGMENTS: &[&str] = &[
+    "auth",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api-key",
+    "apikey",
+    "api_key",
+    "session",
+    "credential",
+    "cookie",
+    "private",
+];
+
+/// True when a header of this name must never be stored (nor logged, nor shown): it may carry a credential.
+pub fn is_credential_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    UNSTORED_HEADERS.contains(&name.as_str())
+        || CREDENTIAL_FRAGMENTS.iter().any(|f| name.contains(f))
+}
+
+/// Why a verified event cannot be stored as it is. Decided before the INSERT, so that no data error can reach
+/// the database and fail a whole group-commit batch; each is answered 400 (retrying will not fix it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unstorable {
+    /// The event id is empty.
+    #[error("the event id is empty")]
+    EmptyEventId,
+    /// The event id is longer than [`MAX_EVENT_ID_BYTES`].
+    #[error("the event id is {0} bytes long; at most {MAX_EVENT_ID_BYTES} are accepted")]
+    EventIdTooLong(usize),
+    /// The event id holds a control character (NUL cannot be stored in PostgreSQL text at all).
+    #[error("the event id contains a control character")]
+    EventIdControlChar,
+    /// The event type is longer than [`MAX_EVENT_TYPE_BYTES`].
+    #[error("the event type is {0} bytes long; at most {MAX_EVENT_TYPE_BYTES} are accepted")]
+    EventTypeTooLong(usize),
+    /// The event type holds a control character.
+    #[error("the event type contains a control character")]
+    EventTypeControlChar,
+    /// Stored headers and query together exceed [`MAX_STORED_HEADER_BYTES`].
+    #[error("headers and query take {0} bytes; at most {MAX_STORED_HEADER_BYTES} are stored")]
+    HeadersTooLarge(usize),
+    /// The query string holds a NUL or control character.
+    #[error("the query string contains a control character")]
+    QueryControlChar,
+}
+
+impl Unstorable {
+    /// Stable machine-readable code (JSON error bodies, logs, metrics labels).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Unstorable::EmptyEventId => "missing_event_id",
+            Unstorable::EventIdTooLong(_) => "event_id_too_long",
+            Unstorable::EventIdControlChar => "invalid_event_id",
+            Unstorable::EventTypeTooLong(_) => "event_type_too_long",
+            Unstorable::EventTypeControlChar => "invalid_event_type",
+            Unstorable::HeadersTooLarge(_) => "headers_too_large",
+            Unstorable::QueryControlChar => "invalid_query",
+        }
+    }
+}
+
+/// Checks the parts of an event that become text columns, keys and AMQP fields. The edge runs it before
+/// storing; the worker runs it again on what it reads (rows written by an older version or by hand), so a row
+/// that slipped in is dead-lettered with this reason instead of travelling further.
+pub fn check_event_fields(
+    provider_event_id: &str,
+    event_type: Option<&str>,
+) -> Result<(), Unstorable> {
+    if provider_event_id.is_empty() {
+        return Err(Unstorable::EmptyEventId);
+    }
+    if provider_event_id.len() > MAX_EVENT_ID_BYTES {
+        return Err(Unstorable::EventIdTooLong(provider_event_id.len()));
+    }
+    if provider_event_id.chars().any(char::is_control) {
+        return Err(Unstorable::EventIdControlChar);
+    }
+    if let Some(t) = event_type {
+        if t.len() > MAX_EVENT_TYPE_BYTES {
+            return Err(Unstorable::EventTypeTooLong(t.len()));
+        }
+        if t.chars().any(char::is_control) {
+            return Err(Unstorable::EventTypeControlChar);
+        }
+    }
+    Ok(())
+}
+
+impl OwnedEvent {
+    /// Every bound [`check_event_fields`] checks, plus the stored header and query size.
+    pub fn check_storable(&self) -> Result<(), Unstorable> {
+        check_event_fields(&self.provider_event_id, self.event_type.as_deref())?;
+        if self.query.chars().any(char::is_control) {
+            return Err(Unstorable::QueryControlChar);
+        }
+        let header_bytes: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len())
+            .sum::<usize>()
+            + self.query.len();
+        if header_bytes > MAX_STORED_HEADER_BYTES {
+            return Err(Unstorable::HeadersTooLarge(header_bytes));
+        }
+        Ok(())
+    }
+}
 
 /// A verified event the edge is about to store.
 #[derive(Debug, Clone)]
@@ -35,14 +176,14 @@ pub enum StoreOutcome {
     Duplicate(Option<i64>),
 }
 
-/// Keeps the headers worth storing, with values made UTF-8 (lossily: non-UTF-8 header bytes are rare and the
+/// Keeps the headers worth storing (drops every [credential header](is_credential_header)), with values made UTF-8 (lossily: non-UTF-8 header bytes are rare and the
 /// headers are kept for operators, not for re-verification of the body).
 pub fn storable_headers<'h>(
     headers: impl IntoIterator<Item = (&'h str, &'h [u8])>,
 ) -> Vec<(String, String)> {
     headers
         .into_iter()
-        .filter(|(name, _)| !UNSTORED_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+        .filter(|(name, _)| !is_credential_header(name))
         .map(|(name, value)| {
             (
                 name.to_ascii_lowercase(),
@@ -211,4 +352,38 @@ pub async fn insert_events_batch(
         }
     }
     Ok(outcomes)
+}
+
+/// The outbox as the database sees it: committed events not yet confirmed by RabbitMQ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnpublishedBacklog {
+    /// Rows with `published_at IS NULL`.
+    pub count: i64,
+    /// Age in seconds of the oldest of them (0 when there are none).
+    pub oldest_secs: f64,
+}
+
+impl UnpublishedBacklog {
+    /// Sets `hookline_relay_backlog` and `hookline_relay_oldest_unpublished_seconds`.
+    pub fn report(&self) {
+        metrics::gauge!("hookline_relay_backlog").set(self.count as f64);
+        metrics::gauge!("hookline_relay_oldest_unpublished_seconds").set(self.oldest_secs);
+    }
+}
+
+/// Reads the outbox backlog from the table (the partial index on unpublished rows keeps it proportional to the
+/// backlog). Health and metrics use this, never a counter kept in memory: a dead relay cannot keep it at 0.
+pub async fn unpublished_backlog<'c>(
+    conn: impl PgExecutor<'c>,
+) -> Result<UnpublishedBacklog, sqlx::Error> {
+    let (count, oldest): (i64, Option<f64>) = sqlx::query_as(
+        "SELECT count(*), extract(epoch FROM now() - min(received_at))::float8
+         FROM webhook_events WHERE published_at IS NULL",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(UnpublishedBacklog {
+        count,
+        oldest_secs: oldest.unwrap_or(0.0).max(0.0),
+    })
 }

@@ -9,3 +9,4 @@ pub mod telemetry;
 pub use config::{Config, ConfigError, ProviderConfig};
 pub use db::MIGRATOR;
 pub mod retention;
+pub mod supervisor;

@@ -8,6 +8,21 @@ use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 /// Default log filter when `RUST_LOG` is not set.
 pub const DEFAULT_FILTER: &str = "info,sqlx=warn,lapin=warn,actix_server=warn";
 
+/// Stops *error values* from capturing backtraces, whatever `RUST_BACKTRACE` says; panics still print theirs.
+///
+/// With `RUST_BACKTRACE=1` (common in production, and set on our machines) every `anyhow::Error` captures a
+/// backtrace when it is created, and formatting it with `{:?}` symbolizes it: the process maps its debug line
+/// tables (measured: RSS 7 → 126 MiB and 0.3 s for one logged error, and it stays). Expected failures (a
+/// database restart, a broker outage) are logged as cause chains; a backtrace belongs to a panic report.
+/// `RUST_LIB_BACKTRACE`, when set, still decides (an operator can opt back in).
+///
+/// Call it first thing in `main`, before any thread is started (it sets an environment variable).
+pub fn no_error_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+}
+
 /// Installs the global tracing subscriber. `HOOKLINE_LOG_FORMAT=json` switches to JSON lines (for deployments);
 /// the default is human-readable text. Calling it twice is harmless (the second call is ignored), which tests
 /// rely on.
@@ -21,8 +36,10 @@ pub fn init_tracing() {
             .with(fmt::layer().json().with_writer(std::io::stderr))
             .try_init()
     } else {
+        // Colours only on a terminal: in a log file, escape sequences are noise (and would hide injected ones).
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
         registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
             .try_init()
     };
     // Already installed (tests): keep the first one.
