@@ -12,11 +12,13 @@
 //! route gives an ack carrying the returned message). A crash, broker outage or missing confirm leaves the row
 //! unpublished and the sweeper retries it: delivery is at least once, and the worker deduplicates.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::future::join_all;
 use hookline_core::config::RelayConfig;
+use hookline_core::supervisor::Supervisor;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Connection};
 use secrecy::SecretString;
@@ -39,6 +41,9 @@ pub mod metric {
     /// Gauge: age in seconds of the oldest unpublished event.
     pub const OLDEST_SECONDS: &str = "hookline_relay_oldest_unpublished_seconds";
 }
+
+/// Name of the relay's loop for the supervisor (metrics label `task`).
+pub const TASK: &str = "relay";
 
 /// Capacity of the fast-path queue between the edge's handlers and the relay.
 const INBOX_CAPACITY: usize = 16 * 1024;
@@ -101,18 +106,56 @@ impl Relay {
         }
     }
 
-    /// Runs until `cancel`: publishes fast-path batches as they arrive and sweeps periodically.
-    pub async fn run(mut self, inbox: Option<RelayInbox>, cancel: CancellationToken) {
-        let mut inbox = inbox.map(|i| i.0);
+    /// Runs until `cancel`, under `supervisor`: publishes fast-path batches as they arrive and sweeps
+    /// periodically. A panic or error inside the loop is contained, counted
+    /// (`hookline_supervisor_restarts_total{task="relay"}`) and followed by a restart with a fresh broker
+    /// channel; the fast-path inbox survives restarts. A relay that keeps failing is declared dead, which fails
+    /// the process's liveness and stops it (see [`hookline_core::supervisor`]).
+    pub async fn run(
+        self,
+        inbox: Option<RelayInbox>,
+        cancel: CancellationToken,
+        supervisor: &Supervisor,
+    ) {
+        let state = Arc::new(tokio::sync::Mutex::new((self, inbox.map(|i| i.0))));
+        supervisor
+            .run(TASK, cancel.clone(), |attempt| {
+                let state = state.clone();
+                let cancel = cancel.clone();
+                async move {
+                    // tokio's mutex is not poisoned by a panic: a restarted attempt gets the same state back.
+                    let mut guard = state.lock().await;
+                    let (relay, inbox) = &mut *guard;
+                    if attempt > 0 {
+                        // Whatever the failed attempt left half-done on the channel is dropped with it; the rows
+                        // it had not marked are still unpublished and will be swept.
+                        relay.publisher = None;
+                    }
+                    relay.run_loop(inbox, &cancel).await;
+                    Ok(())
+                }
+            })
+            .await;
+        if let Some(p) = state.lock().await.0.publisher.take() {
+            p.close().await;
+        }
+        tracing::info!("relay stopped");
+    }
+
+    async fn run_loop(
+        &mut self,
+        inbox: &mut Option<mpsc::Receiver<EventMessage>>,
+        cancel: &CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(self.config.sweep_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut batch = Vec::with_capacity(self.config.batch_size as usize);
         loop {
             tokio::select! {
-                _ = cancel.cancelled() => break,
-                n = recv_many(&mut inbox, &mut batch, self.config.batch_size as usize) => {
+                _ = cancel.cancelled() => return,
+                n = recv_many(inbox, &mut batch, self.config.batch_size as usize) => {
                     if n == 0 {
-                        inbox = None; // all senders gone: only the sweeper remains
+                        *inbox = None; // all senders gone: only the sweeper remains
                         continue;
                     }
                     self.publish_fast(&batch).await;
@@ -120,15 +163,11 @@ impl Relay {
                 }
                 _ = tick.tick() => {
                     if let Err(e) = self.sweep().await {
-                        tracing::warn!(error.cause_chain = ?e, error.message = %e, "relay sweep failed; will retry");
+                        tracing::warn!(error.cause_chain = %format!("{e:#}"), "relay sweep failed; will retry");
                     }
                 }
             }
         }
-        if let Some(p) = self.publisher.take() {
-            p.close().await;
-        }
-        tracing::info!("relay stopped");
     }
 
     /// Sweeps until no eligible unpublished row is left (or publishing fails). Returns how many were published.
@@ -157,7 +196,9 @@ impl Relay {
                 return Ok(total);
             }
             let msgs: Vec<EventMessage> = rows.into_iter().map(EventMessage::from).collect();
-            let publisher = self.publisher.as_ref().expect("ensured above");
+            let Some(publisher) = self.publisher.as_ref() else {
+                return Ok(total);
+            };
             let acked = match publisher
                 .publish(&self.topology, &msgs, self.config.confirm_timeout)
                 .await
@@ -187,7 +228,9 @@ impl Relay {
         if !self.ensure_publisher().await {
             return; // broker unavailable: the sweeper publishes these once it is back
         }
-        let publisher = self.publisher.as_ref().expect("ensured above");
+        let Some(publisher) = self.publisher.as_ref() else {
+            return;
+        };
         match publisher
             .publish(&self.topology, batch, self.config.confirm_timeout)
             .await
@@ -195,7 +238,7 @@ impl Relay {
             Ok(acked) => {
                 if let Err(e) = mark_published(&self.pool, &acked).await {
                     // Published but not marked: the sweeper will publish again; the worker deduplicates.
-                    tracing::warn!(error.cause_chain = ?e, "could not mark events published");
+                    tracing::warn!(error.cause_chain = %format!("{e:#}"), "could not mark events published");
                     return;
                 }
                 metrics::counter!(metric::PUBLISHED, "path" => "fast")
@@ -236,22 +279,15 @@ impl Relay {
     }
 
     fn publisher_failed(&mut self, e: &anyhow::Error) {
-        tracing::warn!(messaging.system = "rabbitmq", error.cause_chain = ?e, "publish failed; reconnecting");
+        tracing::warn!(messaging.system = "rabbitmq", error.cause_chain = %format!("{e:#}"), "publish failed; reconnecting");
         metrics::counter!(metric::NOT_CONFIRMED, "reason" => "channel_error").increment(1);
         // Drop the channel: its pending confirms are lost, the rows stay unpublished.
         self.publisher = None;
     }
 
     async fn report_backlog(&self) {
-        let row: Result<(i64, Option<f64>), _> = sqlx::query_as(
-            "SELECT count(*), extract(epoch FROM now() - min(received_at))::float8
-             FROM webhook_events WHERE published_at IS NULL",
-        )
-        .fetch_one(&self.pool)
-        .await;
-        if let Ok((count, oldest)) = row {
-            metrics::gauge!(metric::BACKLOG).set(count as f64);
-            metrics::gauge!(metric::OLDEST_SECONDS).set(oldest.unwrap_or(0.0));
+        if let Ok(backlog) = hookline_core::events::unpublished_backlog(&self.pool).await {
+            backlog.report();
         }
     }
 }

@@ -35,6 +35,23 @@ pub enum DlqCommand {
     },
     /// Re-deliver dead-lettered events after the cause is fixed (each is applied once).
     Redrive(RedriveArgs),
+    /// Give up on dead letters that can never apply (hostile or corrupt rows): resolved as discarded, never
+    /// applied, audited; their copies are removed from the dead-letter queue.
+    Discard(DiscardArgs),
+}
+
+/// Arguments of `hookline dlq discard`.
+#[derive(Args, Debug)]
+pub struct DiscardArgs {
+    /// The event ids to discard (repeatable; named one by one on purpose).
+    #[arg(long = "id", required = true)]
+    pub ids: Vec<i64>,
+    /// Why (required; recorded in the audit row).
+    #[arg(long)]
+    pub reason: String,
+    /// Who runs it (default: $SUDO_USER or $USER).
+    #[arg(long)]
+    pub operator: Option<String>,
 }
 
 /// Arguments of `hookline dlq redrive`.
@@ -133,7 +150,7 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
                     "event_id", "provider", "type", "attempts", "first_failed", "last_failed"
                 );
                 for r in &rows {
-                    let mut reason = r.reason.replace('\n', " ");
+                    let mut reason = ops::terminal_safe(&r.reason).replace('\n', " ");
                     if reason.chars().count() > 80 {
                         reason = reason.chars().take(77).chain("...".chars()).collect();
                     }
@@ -141,7 +158,7 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
                         "{:>10}  {:<12} {:<28} {:>8}  {:<20} {:<20} {}{}",
                         r.event_id,
                         r.provider.as_deref().unwrap_or("(purged)"),
-                        r.event_type.as_deref().unwrap_or("-"),
+                        ops::terminal_safe(r.event_type.as_deref().unwrap_or("-")),
                         r.attempts,
                         ts(r.first_failed_at).chars().take(19).collect::<String>(),
                         ts(r.last_failed_at).chars().take(19).collect::<String>(),
@@ -159,6 +176,7 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
         }
         DlqCommand::Show { id } => show(&pool, *id).await,
         DlqCommand::Redrive(args) => redrive(config, &pool, args).await,
+        DlqCommand::Discard(args) => discard(config, &pool, args).await,
     }
 }
 
@@ -181,7 +199,10 @@ async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
         "provider:      {}",
         d.provider.as_deref().unwrap_or("(raw event purged)")
     );
-    println!("type:          {}", d.event_type.as_deref().unwrap_or("-"));
+    println!(
+        "type:          {}",
+        ops::terminal_safe(d.event_type.as_deref().unwrap_or("-"))
+    );
     println!("attempts:      {}", d.attempts);
     println!("first failed:  {}", ts(d.first_failed_at));
     println!("last failed:   {}", ts(d.last_failed_at));
@@ -190,7 +211,7 @@ async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
         d.resolved_at.map(ts).unwrap_or_else(|| "no".into())
     );
     println!("error chain:");
-    for (i, part) in d.reason.split(": ").enumerate() {
+    for (i, part) in ops::terminal_safe(&d.reason).split(": ").enumerate() {
         println!("  {}{part}", if i == 0 { "" } else { "caused by: " });
     }
     let raw: Option<(String, Vec<u8>, serde_json::Value, String, OffsetDateTime)> = sqlx::query_as(
@@ -200,22 +221,25 @@ async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
     .fetch_optional(pool)
     .await?;
     if let Some((provider_event_id, body, headers, query, received_at)) = raw {
-        println!("provider_event_id: {provider_event_id}");
+        println!(
+            "provider_event_id: {}",
+            ops::terminal_safe(&provider_event_id)
+        );
         println!("received_at:   {}", ts(received_at));
         if !query.is_empty() {
-            println!("query:         {query}");
+            println!("query:         {}", ops::terminal_safe(&query));
         }
         println!("headers:");
         for h in headers.as_array().into_iter().flatten() {
             println!(
                 "  {}: {}",
-                h[0].as_str().unwrap_or(""),
-                h[1].as_str().unwrap_or("")
+                ops::terminal_safe(h[0].as_str().unwrap_or("")),
+                ops::terminal_safe(h[1].as_str().unwrap_or(""))
             );
         }
         println!("body ({} bytes):", body.len());
         match std::str::from_utf8(&body) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => println!("{}", ops::terminal_safe(text)),
             Err(_) => println!("(not UTF-8) {}", hex_dump(&body)),
         }
     }
@@ -311,4 +335,71 @@ async fn redrive(
     } else {
         ExitCode::from(3)
     })
+}
+
+async fn discard(
+    config: &Config,
+    pool: &sqlx::PgPool,
+    args: &DiscardArgs,
+) -> anyhow::Result<ExitCode> {
+    if args.reason.trim().is_empty() {
+        eprintln!("error: {}", UsageError("--reason must say why".into()));
+        return Ok(ExitCode::from(2));
+    }
+    let filter = serde_json::json!({ "ids": args.ids });
+    let mut tx = pool.begin().await.context("begin")?;
+    let discarded: Vec<i64> = sqlx::query_scalar(
+        "UPDATE dead_letters SET resolved_at = now(), resolution = 'discarded'
+         WHERE consumer = 'payments' AND resolved_at IS NULL AND event_id = ANY($1)
+         RETURNING event_id",
+    )
+    .bind(&args.ids)
+    .fetch_all(&mut *tx)
+    .await
+    .context("resolve the dead letters as discarded")?;
+    let last = discarded.iter().copied().max().unwrap_or(0);
+    let run_id: i64 = sqlx::query_scalar(
+        "INSERT INTO replay_runs (kind, operator, reason, filter, selected, published, last_event_id, finished_at)
+         VALUES ('dlq_discard', $1, $2, $3, $4, 0, $5, now()) RETURNING id",
+    )
+    .bind(ops::operator(args.operator.as_deref()))
+    .bind(&args.reason)
+    .bind(&filter)
+    .bind(discarded.len() as i64)
+    .bind(last)
+    .fetch_one(&mut *tx)
+    .await
+    .context("write the audit row")?;
+    tx.commit().await.context("commit the discard")?;
+    let topology = ops::topology(config);
+    let removed = match hookline_worker::dlq::remove(
+        &config.amqp_url,
+        &topology,
+        &discarded.iter().copied().collect::<HashSet<i64>>(),
+    )
+    .await
+    {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("warning: cannot remove the copies from the dead-letter queue: {e:#}");
+            0
+        }
+    };
+    let missing: Vec<i64> = args
+        .ids
+        .iter()
+        .copied()
+        .filter(|id| !discarded.contains(id))
+        .collect();
+    println!(
+        "discard run {run_id}: {} dead letter(s) discarded; {removed} copies removed from {}",
+        discarded.len(),
+        topology.dead_letter_queue
+    );
+    if missing.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("no unresolved dead letter for event(s) {missing:?}");
+        Ok(ExitCode::from(1))
+    }
 }

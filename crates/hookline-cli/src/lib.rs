@@ -126,6 +126,19 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
         println!("published {n} events");
         return Ok(ExitCode::SUCCESS);
     }
-    relay.run(None, hookline_worker::shutdown_signal()).await;
-    Ok(ExitCode::SUCCESS)
+    let liveness = hookline_core::supervisor::Liveness::new();
+    let supervisor = hookline_core::supervisor::Supervisor::new(
+        liveness.clone(),
+        hookline_core::supervisor::RestartPolicy::default(),
+    );
+    relay
+        .run(None, hookline_worker::shutdown_signal(), &supervisor)
+        .await;
+    if liveness.is_alive() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        // The relay kept failing: exit non-zero so the process supervisor restarts it.
+        eprintln!("error: the relay kept failing and was stopped; see the log");
+        Ok(ExitCode::from(3))
+    }
 }

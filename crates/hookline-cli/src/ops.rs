@@ -48,3 +48,38 @@ pub fn parse_instant(s: &str) -> Result<time::OffsetDateTime, String> {
         .map_err(|_| format!("'{s}' is neither an RFC 3339 time nor a duration ago like 2h"))?;
     Ok(time::OffsetDateTime::now_utc() - ago)
 }
+
+/// Stored text (ids, headers, bodies, reasons) as it may be printed on an operator's terminal: every control
+/// character but newline and tab is shown escaped (`\u{1b}`), so a hostile payload cannot move the cursor,
+/// recolour the screen or forge output lines.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_safe_escapes_control_characters_but_keeps_lines() {
+        assert_eq!(terminal_safe("plain\nline\ttab"), "plain\nline\ttab");
+        assert_eq!(
+            terminal_safe("a\u{1b}[31mred\r\u{0}"),
+            "a\\u{1b}[31mred\\u{d}\\u{0}"
+        );
+    }
+}

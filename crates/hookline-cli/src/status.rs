@@ -17,9 +17,10 @@ pub struct StatusArgs {
     /// Output JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Unpublished events older than this need attention (the relay is stuck or RabbitMQ is down).
-    #[arg(long, default_value = "60s", value_parser = ops::parse_duration)]
-    pub max_unpublished_age: Duration,
+    /// Unpublished events older than this need attention (the relay is stuck or RabbitMQ is down). Default:
+    /// `relay.max_unpublished_age_secs` (60 s).
+    #[arg(long, value_parser = ops::parse_duration)]
+    pub max_unpublished_age: Option<Duration>,
 }
 
 /// Per-provider counts.
@@ -95,10 +96,13 @@ pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode>
 
     let mut attention = Vec::new();
     if let Some(age) = totals.oldest_unpublished_secs {
-        if age > args.max_unpublished_age.as_secs_f64() {
+        let max_age = args
+            .max_unpublished_age
+            .unwrap_or(config.relay.max_unpublished_age);
+        if age > max_age.as_secs_f64() {
             attention.push(format!(
                 "{} unpublished event(s), oldest {:.0}s (> {:?}): is the relay running and RabbitMQ up?",
-                totals.unpublished, age, args.max_unpublished_age
+                totals.unpublished, age, max_age
             ));
         }
     }

@@ -31,6 +31,14 @@ pub enum IngestError {
     /// The signature is valid but the payload is unusable (not JSON, no event id).
     #[error(transparent)]
     Payload(VerifyError),
+    /// The verified event breaks a storage bound (id or type length, control characters, header bytes):
+    /// decided before the INSERT; retrying will not fix it.
+    #[error(transparent)]
+    Unstorable(hookline_core::events::Unstorable),
+    /// The database refused this row's data (a data exception or a limit the bounds did not foresee). The row
+    /// was written alone, apart from its batch, so only this request is refused.
+    #[error("the event could not be stored as sent")]
+    Refused(#[source] anyhow::Error),
     /// The database is unreachable, slow or out of connections: the provider should retry.
     #[error("the event store is temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -54,6 +62,8 @@ impl IngestError {
             IngestError::BodyTimeout(_) => "body_timeout",
             IngestError::BodyRead(_) => "body_read_failed",
             IngestError::Signature(e) | IngestError::Payload(e) => e.code(),
+            IngestError::Unstorable(e) => e.code(),
+            IngestError::Refused(_) => "unstorable_event",
             IngestError::Unavailable(_) => "unavailable",
             IngestError::Unexpected(_) => "internal_error",
         }
@@ -67,6 +77,7 @@ impl IngestError {
             IngestError::BodyTimeout(_) | IngestError::BodyRead(_) => "body_error",
             IngestError::Signature(_) => "bad_signature",
             IngestError::Payload(_) => "bad_payload",
+            IngestError::Unstorable(_) | IngestError::Refused(_) => "bad_input",
             IngestError::Unavailable(_) => "unavailable",
             IngestError::Unexpected(_) => "error",
         }
@@ -79,9 +90,11 @@ impl ResponseError for IngestError {
             IngestError::UnknownProvider(_) => StatusCode::NOT_FOUND,
             IngestError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            IngestError::BodyRead(_) | IngestError::Signature(_) | IngestError::Payload(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            IngestError::BodyRead(_)
+            | IngestError::Signature(_)
+            | IngestError::Payload(_)
+            | IngestError::Unstorable(_)
+            | IngestError::Refused(_) => StatusCode::BAD_REQUEST,
             IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -95,6 +108,8 @@ impl ResponseError for IngestError {
                 "temporarily unable to store the event; retry later".into()
             }
             IngestError::Unexpected(_) => "internal error".into(),
+            // The database's own words stay in the logs.
+            IngestError::Refused(_) => "the event could not be stored as sent".into(),
             other => other.to_string(),
         };
         if matches!(self, IngestError::Unavailable(_)) {

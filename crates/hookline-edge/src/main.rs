@@ -17,6 +17,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    hookline_core::telemetry::no_error_backtraces();
     let args = Args::parse();
     hookline_core::telemetry::init_tracing();
     // Fault-injection builds read FAILPOINTS=name=action;… from the environment.

@@ -9,6 +9,7 @@ use anyhow::Context;
 use hookline_bus::{Relay, RelayHandle, Topology};
 use hookline_core::config::{EdgeConfig, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub relay: Option<RelayHandle>,
     /// Group-commit writer for incoming events.
     pub writer: crate::writer::BatchWriter,
+    /// What the supervised loops (relay, batch writer) report; `/healthz` answers from it.
+    pub liveness: Liveness,
 }
 
 /// A bound, not yet running, edge server.
@@ -38,6 +41,8 @@ pub struct Application {
     server: Server,
     pool: PgPool,
     relay: Option<(CancellationToken, std::thread::JoinHandle<()>)>,
+    liveness: Liveness,
+    server_handle: actix_web::dev::ServerHandle,
 }
 
 impl Application {
@@ -53,38 +58,45 @@ impl Application {
         let listener = TcpListener::bind(config.edge.listen)
             .with_context(|| format!("cannot listen on {}", config.edge.listen))?;
         let port = listener.local_addr()?.port();
-        let (relay_handle, relay) = if config.relay.embedded {
-            let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
-            let relay = Relay::new(
-                relay_pool,
-                config.amqp_url.clone(),
-                Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
-                config.relay.clone(),
-                "hookline-edge-relay",
-            );
-            let (handle, inbox) = hookline_bus::relay::fast_path();
-            let cancel = CancellationToken::new();
-            let token = cancel.clone();
-            // The relay gets its own thread and runtime: whatever it waits on (a blocked broker, a slow
-            // confirm) must never stall the runtime that serves requests and runs the batch writer.
-            let thread = std::thread::Builder::new()
+        let liveness = Liveness::new();
+        let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
+        let (relay_handle, relay) =
+            if config.relay.embedded {
+                let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
+                let relay = Relay::new(
+                    relay_pool,
+                    config.amqp_url.clone(),
+                    Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+                    config.relay.clone(),
+                    "hookline-edge-relay",
+                );
+                let (handle, inbox) = hookline_bus::relay::fast_path();
+                let cancel = CancellationToken::new();
+                let token = cancel.clone();
+                let relay_supervisor = supervisor.clone();
+                // The relay gets its own thread and runtime: whatever it waits on (a blocked broker, a slow
+                // confirm) must never stall the runtime that serves requests and runs the batch writer. It runs
+                // supervised: a panic is contained and restarted; a relay that cannot recover fails liveness and
+                // stops the process — never a live edge with a dead relay.
+                let thread = std::thread::Builder::new()
                 .name("hookline-relay".into())
                 .spawn(move || {
                     match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
                     {
-                        Ok(rt) => rt.block_on(relay.run(Some(inbox), token)),
+                        Ok(rt) => rt.block_on(relay.run(Some(inbox), token, &relay_supervisor)),
                         Err(e) => {
-                            tracing::error!(error.message = %e, "cannot start the relay runtime")
+                            tracing::error!(error.message = %e, "cannot start the relay runtime");
+                            relay_supervisor.liveness().declare_dead(hookline_bus::relay::TASK);
                         }
                     }
                 })
                 .context("start the relay thread")?;
-            (Some(handle), Some((cancel, thread)))
-        } else {
-            (None, None)
-        };
+                (Some(handle), Some((cancel, thread)))
+            } else {
+                (None, None)
+            };
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             providers: config
@@ -99,7 +111,9 @@ impl Application {
                 pool.clone(),
                 config.edge.batch_max,
                 config.edge.batch_writers,
+                supervisor.clone(),
             ),
+            liveness: liveness.clone(),
         });
         let edge = config.edge.clone();
         let mut server = HttpServer::new(move || {
@@ -132,9 +146,11 @@ impl Application {
         );
         Ok(Application {
             port,
+            server_handle: server.handle(),
             server,
             pool,
             relay,
+            liveness,
         })
     }
 
@@ -145,8 +161,26 @@ impl Application {
 
     /// Serves until SIGTERM/SIGINT (actix stops accepting, then lets in-flight requests finish within
     /// `edge.shutdown_timeout`), then closes the pool.
+    ///
+    /// When a supervised loop is declared dead, the server is stopped the same graceful way and this returns an
+    /// error naming the loop, so `main` exits non-zero and the process supervisor restarts the edge.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
-        let result = self.server.await.context("HTTP server failed");
+        let liveness = self.liveness.clone();
+        let handle = self.server_handle.clone();
+        let watchdog = tokio::spawn(async move {
+            liveness.fatal().await;
+            tracing::error!(dead_tasks = ?liveness.dead_tasks(), "a supervised task is dead; stopping the edge");
+            handle.stop(true).await;
+        });
+        let mut result = self.server.await.context("HTTP server failed");
+        watchdog.abort();
+        let dead = self.liveness.dead_tasks();
+        if result.is_ok() && !dead.is_empty() {
+            result = Err(anyhow::anyhow!(
+                "stopped because supervised task(s) {} died",
+                dead.join(", ")
+            ));
+        }
         // In-flight requests are done; what the relay has not published yet stays in the outbox for the next
         // relay to sweep.
         if let Some((cancel, thread)) = self.relay {
@@ -166,10 +200,17 @@ async fn wait_for_shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error.message = %e, "cannot install a SIGTERM handler; only SIGINT stops gracefully");
+                tokio::signal::ctrl_c().await.ok();
+            }
         }
     }
     #[cfg(not(unix))]

@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
+use hookline_core::supervisor::Supervisor;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 type Reply = oneshot::Sender<Result<StoreOutcome, Arc<sqlx::Error>>>;
 
@@ -33,9 +35,30 @@ pub enum WriteError {
 
 impl BatchWriter {
     /// Starts the writer: at most `writers` batches in flight at once, each of at most `batch_max` rows.
-    pub fn start(pool: PgPool, batch_max: usize, writers: usize) -> BatchWriter {
+    ///
+    /// The batching loop runs under `supervisor` (task `batch_writer`): a panic is contained and the loop
+    /// restarted with the same queue; a loop that keeps failing is declared dead, which fails liveness.
+    pub fn start(
+        pool: PgPool,
+        batch_max: usize,
+        writers: usize,
+        supervisor: Supervisor,
+    ) -> BatchWriter {
         let (tx, rx) = mpsc::channel(batch_max * writers * 4);
-        tokio::spawn(run(rx, pool, batch_max, writers));
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let slots = Arc::new(Semaphore::new(writers));
+        tokio::spawn(async move {
+            supervisor
+                .run(TASK, CancellationToken::new(), |_| {
+                    let (rx, pool, slots) = (rx.clone(), pool.clone(), slots.clone());
+                    async move {
+                        let mut rx = rx.lock().await;
+                        run(&mut rx, pool, batch_max, slots).await;
+                        Ok(())
+                    }
+                })
+                .await
+        });
         BatchWriter { tx }
     }
 
@@ -54,13 +77,16 @@ impl BatchWriter {
     }
 }
 
+/// Name of the batching loop for the supervisor.
+pub const TASK: &str = "batch_writer";
+
+/// Returns when every sender is gone (the edge is shutting down).
 async fn run(
-    mut rx: mpsc::Receiver<(OwnedEvent, Reply)>,
+    rx: &mut mpsc::Receiver<(OwnedEvent, Reply)>,
     pool: PgPool,
     batch_max: usize,
-    writers: usize,
+    slots: Arc<Semaphore>,
 ) {
-    let slots = Arc::new(Semaphore::new(writers));
     loop {
         // Take a writer slot first: while every slot is busy, requests accumulate and form the next batch.
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -95,20 +121,31 @@ async fn run(
 
 async fn write(pool: &PgPool, batch: Vec<(OwnedEvent, Reply)>) {
     let (events, replies): (Vec<OwnedEvent>, Vec<Reply>) = batch.into_iter().unzip();
+    metrics::histogram!("hookline_edge_batch_rows").record(events.len() as f64);
     // Replies whose request already gave up (timed out) are dropped receivers: nothing to do for them; the row
     // is still stored, and the provider's retry will be answered as a duplicate.
-    let mut result = events::insert_events_batch(pool, &events).await;
-    if let Err(sqlx::Error::Database(e)) = &result {
-        if e.code().as_deref() == Some("40P01") {
-            // Deadlock with another batch (should not happen with key-ordered inserts): retry once.
-            result = events::insert_events_batch(pool, &events).await;
-        }
-    }
-    metrics::histogram!("hookline_edge_batch_rows").record(events.len() as f64);
-    match result {
+    match insert_with_retry(pool, &events).await {
         Ok(outcomes) => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
+            }
+        }
+        Err(e) if events.len() > 1 && !hookline_core::db::is_transient(&e) => {
+            // One row can fail the whole statement (a value PostgreSQL refuses, an index row over its limit),
+            // and nothing of the batch was written. Its neighbours must not pay for it: write each row on its
+            // own, so the bad one is answered alone and the others are stored and answered normally.
+            metrics::counter!("hookline_edge_batch_isolations_total").increment(1);
+            tracing::warn!(
+                rows = events.len(),
+                error.message = %e,
+                "group commit refused; storing the batch's rows one by one"
+            );
+            for (event, reply) in events.into_iter().zip(replies) {
+                let single = std::slice::from_ref(&event);
+                let result = insert_with_retry(pool, single)
+                    .await
+                    .map(|mut o| o.pop().unwrap_or(StoreOutcome::Duplicate(None)));
+                let _ = reply.send(result.map_err(Arc::new));
             }
         }
         Err(e) => {
@@ -117,5 +154,18 @@ async fn write(pool: &PgPool, batch: Vec<(OwnedEvent, Reply)>) {
                 let _ = reply.send(Err(e.clone()));
             }
         }
+    }
+}
+
+/// One multi-row INSERT, retried once on a deadlock (should not happen with key-ordered inserts).
+async fn insert_with_retry(
+    pool: &PgPool,
+    events: &[OwnedEvent],
+) -> Result<Vec<StoreOutcome>, sqlx::Error> {
+    match events::insert_events_batch(pool, events).await {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40P01") => {
+            events::insert_events_batch(pool, events).await
+        }
+        other => other,
     }
 }

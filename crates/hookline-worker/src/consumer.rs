@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
@@ -75,9 +76,26 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// The worker's database pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
     /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
+    /// Background loops run under a supervisor of their own (see [`Worker::run_with`]).
     pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
+        let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
+        self.run_with(cancel, supervisor).await
+    }
+
+    /// [`Worker::run`], with the background loops (dead-letter reconciliation) supervised by `supervisor`: a
+    /// loop that keeps failing is declared dead on its [`Liveness`], which the process watches.
+    pub async fn run_with(
+        self,
+        cancel: CancellationToken,
+        supervisor: Supervisor,
+    ) -> anyhow::Result<()> {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let ctx = Arc::new(Ctx {
             pool: self.pool.clone(),
@@ -96,19 +114,27 @@ impl<H: Handler> Worker<H> {
             );
             let consumer = self.handler.consumer();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
-                tick.tick().await; // the first tick is immediate: start one interval from now
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tick.tick() => {}
-                    }
-                    if let Err(e) =
-                        crate::dlq::reconcile(&pool, &url, &topology, consumer, 1_000).await
-                    {
-                        tracing::warn!(error.message = %e, "dead-letter reconciliation failed; will retry");
-                    }
-                }
+                supervisor
+                    .run("dlq_reconcile", cancel.clone(), |_| {
+                        let (pool, url, topology, cancel) =
+                            (pool.clone(), url.clone(), topology.clone(), cancel.clone());
+                        async move {
+                            let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
+                            tick.tick().await; // the first tick is immediate: start one interval from now
+                            loop {
+                                tokio::select! {
+                                    _ = cancel.cancelled() => return Ok(()),
+                                    _ = tick.tick() => {}
+                                }
+                                if let Err(e) =
+                                    crate::dlq::reconcile(&pool, &url, &topology, consumer, 1_000).await
+                                {
+                                    tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry");
+                                }
+                            }
+                        }
+                    })
+                    .await
             })
         };
         let mut backoff = Duration::from_millis(200);
@@ -118,8 +144,7 @@ impl<H: Handler> Worker<H> {
                 Err(e) => {
                     tracing::warn!(
                         messaging.system = "rabbitmq",
-                        error.cause_chain = ?e,
-                        error.message = %e,
+                        error.cause_chain = %format!("{e:#}"),
                         retry_in_ms = backoff.as_millis() as u64,
                         "consumer session ended; reconnecting"
                     );
@@ -297,8 +322,8 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                 };
                 tracing::debug!(
                     event_id = msg.id,
-                    provider = %msg.provider,
-                    provider_event_id = %msg.provider_event_id,
+                    provider = ?msg.provider,
+                    provider_event_id = ?msg.provider_event_id,
                     redelivered = delivery.redelivered,
                     outcome,
                     "processed"
@@ -315,7 +340,11 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                     return;
                 }
             }
-            Err(ProcessError::Panicked(_)) => unreachable!("handled above"),
+            Err(ProcessError::Panicked(p)) => {
+                // Mapped to a requeue above; kept as a requeue here too rather than a panic on the delivery path.
+                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await;
+                return;
+            }
             Err(ProcessError::Transient(e)) => {
                 tracing::warn!(
                     event_id = msg.id,
@@ -348,7 +377,7 @@ async fn requeue_panicked<H: Handler>(
     reason: &str,
 ) {
     let consumer = ctx.handler.consumer();
-    tracing::error!(event_id, error.message = %reason, "requeueing");
+    tracing::error!(event_id, error.message = ?reason, "requeueing");
     if delivery_count(delivery) >= ctx.delivery_limit {
         record_dead_letter(&ctx.pool, consumer, event_id, reason)
             .await
@@ -431,7 +460,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
         }
     }
     if failed.index.is_none() {
-        tracing::warn!(error.message = %failed.error, "batch did not commit; processing one by one");
+        tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
     }
     for d in rest {
         handle_delivery(ctx, d).await;
@@ -449,9 +478,9 @@ async fn dead_letter<H: Handler>(
     let consumer = ctx.handler.consumer();
     tracing::error!(
         event_id = msg.id,
-        provider = %msg.provider,
-        provider_event_id = %msg.provider_event_id,
-        error.message = %reason,
+        provider = ?msg.provider,
+        provider_event_id = ?msg.provider_event_id,
+        error.message = ?reason,
         "permanent failure; dead-lettering"
     );
     if let Err(e) = record_dead_letter(&ctx.pool, consumer, msg.id, reason).await {

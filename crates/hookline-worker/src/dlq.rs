@@ -186,3 +186,11 @@ async fn return_to_queue(msg: &BasicGetMessage) {
         .await
         .ok();
 }
+
+/// Dead letters not resolved yet, all consumers together: the `hookline_dead_letters_unresolved` gauge is read
+/// from here at scrape time.
+pub async fn unresolved_count<'c>(conn: impl sqlx::PgExecutor<'c>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL")
+        .fetch_one(conn)
+        .await
+}

@@ -7,6 +7,7 @@
 pub mod consumer;
 pub mod dlq;
 pub mod handler;
+pub mod health;
 pub mod payments;
 pub mod process;
 pub mod retention;
@@ -17,6 +18,7 @@ pub use payments::PaymentsHandler;
 pub use process::{process_batch, process_event, ProcessError, Processed};
 
 use hookline_core::db::{self, PoolSettings};
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -39,19 +41,76 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
     ))
 }
 
+/// Runs the worker process: the consumer, the supervised background loops (dead-letter reconciliation,
+/// periodic purge) and, when `worker.listen` is set, `/healthz` and `/metrics`. Returns when SIGTERM/SIGINT
+/// asked it to stop (after in-flight work finished), or with an error when the consumer failed or a supervised
+/// loop was declared dead — so the process exits non-zero and its supervisor restarts it.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let worker = payments_worker(&config)?;
+    let cancel = shutdown_signal();
+    let liveness = Liveness::new();
+    let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
+    // Retention runs beside the consumer when [retention] auto_purge_older_than_days is set.
+    let purge_pool = db::lazy_pool(&config.database_url, &PoolSettings::cli())?;
+    let purge = {
+        let (supervisor, retention, cancel) =
+            (supervisor.clone(), config.retention.clone(), cancel.clone());
+        tokio::spawn(async move {
+            supervisor
+                .run("purge", cancel.clone(), |_| {
+                    let (pool, retention, cancel) =
+                        (purge_pool.clone(), retention.clone(), cancel.clone());
+                    async move {
+                        retention::run_periodic(pool, retention, cancel).await;
+                        Ok(())
+                    }
+                })
+                .await
+        })
+    };
+    let server = match config.worker.listen {
+        Some(addr) => Some(health::serve(
+            addr,
+            worker.pool().clone(),
+            liveness.clone(),
+        )?),
+        None => None,
+    };
+    let consumer = worker.run_with(cancel.clone(), supervisor);
+    let result = tokio::select! {
+        r = consumer => r,
+        _ = liveness.fatal() => {
+            cancel.cancel();
+            Err(anyhow::anyhow!(
+                "stopped because supervised task(s) {} died",
+                liveness.dead_tasks().join(", ")
+            ))
+        }
+    };
+    cancel.cancel();
+    purge.await.ok();
+    if let Some(server) = server {
+        server.stop(true).await;
+    }
+    result
+}
+
 /// A token cancelled by SIGTERM or SIGINT (Ctrl-C).
 pub fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
         #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("install SIGTERM handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error.message = %e, "cannot install a SIGTERM handler; only SIGINT stops gracefully");
+                tokio::signal::ctrl_c().await.ok();
             }
         }
         #[cfg(not(unix))]

@@ -142,7 +142,7 @@ async fn apply_in_tx<H: Handler>(
              ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
              RETURNING event_id),
          resolved AS (
-             UPDATE dead_letters SET resolved_at = now()
+             UPDATE dead_letters SET resolved_at = now(), resolution = 'applied'
              WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL
                AND EXISTS (SELECT 1 FROM marker))
          SELECT e.provider, e.provider_event_id, e.event_type, e.body
@@ -169,6 +169,16 @@ async fn apply_in_tx<H: Handler>(
             )))
         };
     };
+    // The edge bounds these before storing; a row written by an older version or by hand may not respect the
+    // bounds. It stops here, dead-lettered with the reason, instead of travelling into keys and logs.
+    if let Err(e) =
+        hookline_core::events::check_event_fields(&provider_event_id, event_type.as_deref())
+    {
+        return Err(ProcessError::Permanent(format!(
+            "stored event {event_id} breaks a storage bound ({}): {e}",
+            e.code()
+        )));
+    }
     let event = StoredEvent {
         id: event_id,
         provider,

@@ -62,8 +62,8 @@ pub async fn receive(
                 }
             };
             tracing::debug!(
-                provider = %name,
-                provider_event_id = %verified.event_id,
+                provider = ?log_text(&name),
+                provider_event_id = ?log_text(&verified.dedupe_key),
                 event_id = ?id,
                 duplicate,
                 "webhook stored"
@@ -79,13 +79,15 @@ pub async fn receive(
                 IngestError::Signature(v) => {
                     metrics::counter!(metric::SIGNATURE_FAILURES, "provider" => provider_label, "reason" => v.code())
                         .increment(1);
-                    tracing::warn!(provider = %name, signature_valid = false, error.code = v.code(), error.message = %v, "webhook rejected");
+                    tracing::warn!(provider = ?log_text(&name), signature_valid = false, error.code = v.code(), error.message = ?log_text(&v.to_string()), "webhook rejected");
                 }
-                IngestError::Unavailable(_) | IngestError::Unexpected(_) => {
-                    tracing::error!(provider = %name, error.code = e.code(), error.cause_chain = ?e, "webhook not stored");
+                IngestError::Unavailable(_)
+                | IngestError::Unexpected(_)
+                | IngestError::Refused(_) => {
+                    tracing::error!(provider = ?log_text(&name), error.code = e.code(), error.cause_chain = ?log_text(&format!("{e:?}")), "webhook not stored");
                 }
                 _ => {
-                    tracing::info!(provider = %name, error.code = e.code(), error.message = %e, "webhook rejected")
+                    tracing::info!(provider = ?log_text(&name), error.code = e.code(), error.message = ?log_text(&e.to_string()), "webhook rejected")
                 }
             }
             Err(e)
@@ -102,7 +104,7 @@ async fn handle(
     let provider = state
         .providers
         .get(name)
-        .ok_or_else(|| IngestError::UnknownProvider(name.to_string()))?;
+        .ok_or_else(|| IngestError::UnknownProvider(log_text(name).to_string()))?;
     let body = read_body(req, payload, state).await?;
 
     let headers: Vec<(&str, &[u8])> = req
@@ -135,13 +137,17 @@ async fn handle(
 
     let event = OwnedEvent {
         provider: name.to_string(),
-        provider_event_id: verified.event_id.clone(),
+        // Only signed material decides what is a duplicate (see `Verified::dedupe_key`).
+        provider_event_id: verified.dedupe_key.clone(),
         event_type: verified.event_type.clone(),
         signed_at: verified.signed_at,
         headers: events::storable_headers(headers.iter().copied()),
         query: query.to_string(),
         body: body.freeze(),
     };
+    // Bounds every downstream relies on (text columns, index rows, AMQP short strings, log lines), decided here
+    // so that no value PostgreSQL or RabbitMQ would refuse is ever stored.
+    event.check_storable().map_err(IngestError::Unstorable)?;
     #[cfg(feature = "failpoints")]
     fail::fail_point!("edge.before_commit");
     // One budget for queueing + INSERT: past it the provider gets 503 and retries. Giving up only drops our
@@ -162,6 +168,11 @@ async fn handle(
             WriteError::Closed => {
                 IngestError::Unavailable(anyhow::Error::new(e).context("the edge is shutting down"))
             }
+            WriteError::Database(ref db) if hookline_core::db::is_data_error(db) => {
+                IngestError::Refused(
+                    anyhow::Error::new(e).context("the database refused the event"),
+                )
+            }
             WriteError::Database(_) => {
                 IngestError::Unexpected(anyhow::Error::new(e).context("storing the event failed"))
             }
@@ -173,7 +184,7 @@ async fn handle(
         relay.notify(EventMessage {
             id,
             provider: name.to_string(),
-            provider_event_id: verified.event_id.clone(),
+            provider_event_id: verified.dedupe_key.clone(),
             event_type: verified.event_type.clone(),
         });
     }
@@ -211,6 +222,19 @@ async fn read_body(
         .map_err(|_| IngestError::BodyTimeout(state.edge.body_read_timeout))??;
     Ok(body)
 }
+
+/// Request-derived text as it may appear in a log line: at most [`LOG_TEXT_CHARS`] characters, recorded with
+/// `?` so that `Debug` escapes every control character (`\n`, `\u{1b}`, …): a client cannot forge log lines or
+/// send terminal escapes through a provider name, an event id or an error message that quotes them.
+fn log_text(value: &str) -> &str {
+    match value.char_indices().nth(LOG_TEXT_CHARS) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    }
+}
+
+/// Longest request-derived value written to a log line.
+const LOG_TEXT_CHARS: usize = 256;
 
 fn now_unix() -> i64 {
     SystemTime::now()

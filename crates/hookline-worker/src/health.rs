@@ -1,0 +1,76 @@
+//! The worker's `/healthz` and `/metrics` (served when `worker.listen` is set).
+//!
+//! `/healthz` answers from the supervisor's [`Liveness`]: 503 once a supervised loop is dead (the process is
+//! then stopping with an error). `/metrics` reads `hookline_dead_letters_unresolved` from the table at scrape
+//! time, so an alert on growing dead letters sees what the database holds, not what this process remembers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use anyhow::Context;
+use hookline_core::supervisor::Liveness;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+
+/// Gauge: unresolved dead letters (all consumers), read from `dead_letters` at scrape time.
+pub const DEAD_LETTERS_UNRESOLVED: &str = "hookline_dead_letters_unresolved";
+
+/// How long a scrape may wait for the database.
+const SCRAPE_DB_BUDGET: Duration = Duration::from_secs(2);
+
+struct State {
+    pool: PgPool,
+    liveness: Liveness,
+    metrics: PrometheusHandle,
+}
+
+/// Binds `addr` and serves in the background; stop it with the returned handle.
+pub fn serve(addr: SocketAddr, pool: PgPool, liveness: Liveness) -> anyhow::Result<ServerHandle> {
+    let state = web::Data::new(State {
+        pool,
+        liveness,
+        metrics: hookline_core::telemetry::metrics_handle(),
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/healthz", web::get().to(healthz))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(addr)
+    .with_context(|| format!("cannot listen on {addr} (worker.listen)"))?
+    .run();
+    let handle = server.handle();
+    tokio::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error.message = %e, "worker health server stopped");
+        }
+    });
+    tracing::info!(listen = %addr, "worker serving /healthz and /metrics");
+    Ok(handle)
+}
+
+async fn healthz(state: web::Data<State>) -> HttpResponse {
+    let dead = state.liveness.dead_tasks();
+    if dead.is_empty() {
+        HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+    } else {
+        HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "dead", "dead_tasks": dead }))
+    }
+}
+
+async fn metrics(state: web::Data<State>) -> HttpResponse {
+    match tokio::time::timeout(SCRAPE_DB_BUDGET, crate::dlq::unresolved_count(&state.pool)).await {
+        Ok(Ok(n)) => metrics::gauge!(DEAD_LETTERS_UNRESOLVED).set(n as f64),
+        Ok(Err(e)) => tracing::warn!(error.message = %e, "cannot count dead letters for /metrics"),
+        Err(_) => tracing::warn!("counting dead letters for /metrics timed out"),
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}
