@@ -217,6 +217,11 @@ pub struct ClusterOptions {
     pub concurrency: usize,
     /// `worker.db_max_connections`.
     pub worker_db_max_connections: u32,
+    /// `amqp_url` of every process (e.g. through a [`crate::proxy::TcpProxy`]); `None`: the local broker.
+    pub amqp_url: Option<String>,
+    /// The edge logs in the default human-readable format (as `deploy/up.sh` runs it) instead of JSON lines,
+    /// where an unescaped control character would land raw in the log file.
+    pub edge_text_logs: bool,
 }
 
 impl Default for ClusterOptions {
@@ -226,6 +231,8 @@ impl Default for ClusterOptions {
             prefetch: 16,
             concurrency: 4,
             worker_db_max_connections: 6,
+            amqp_url: None,
+            edge_text_logs: false,
         }
     }
 }
@@ -299,6 +306,7 @@ pub struct Cluster {
     workers: Vec<Option<Proc>>,
     history: Vec<(String, PathBuf)>,
     http: reqwest::Client,
+    edge_text_logs: bool,
 }
 
 impl Cluster {
@@ -317,7 +325,11 @@ impl Cluster {
             toml.contains(default_listen),
             "test_config_toml no longer listens on port 0"
         );
-        let toml = toml.replace(default_listen, &format!("listen = \"127.0.0.1:{port}\""));
+        let mut toml = toml.replace(default_listen, &format!("listen = \"127.0.0.1:{port}\""));
+        if let Some(url) = &opts.amqp_url {
+            // A top-level key: it must come before the first table.
+            toml = format!("amqp_url = \"{url}\"\n{toml}");
+        }
         let config = parse_config(&toml);
         let log_dir =
             std::env::temp_dir().join(format!("hookline-faults-{name}-{}", config.amqp.prefix));
@@ -343,6 +355,7 @@ impl Cluster {
             edge: None,
             workers: Vec::new(),
             history: Vec::new(),
+            edge_text_logs: opts.edge_text_logs,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .timeout(Duration::from_secs(5))
@@ -368,7 +381,16 @@ impl Cluster {
                 "RUST_LOG",
                 "info,sqlx=warn,lapin=warn,actix_server=warn,hookline_worker=debug",
             )
-            .env("HOOKLINE_LOG_FORMAT", "json")
+            .env(
+                "HOOKLINE_LOG_FORMAT",
+                if role == "edge" && self.edge_text_logs {
+                    "text"
+                } else {
+                    "json"
+                },
+            )
+            // As on production machines (and ours): errors must still be logged without backtraces.
+            .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("clone log file"))
             .stderr(file);
@@ -488,6 +510,29 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// The edge's pid, while it runs.
+    pub fn edge_pid(&self) -> Option<u32> {
+        self.edge.as_ref().map(|p| p.child.0.id())
+    }
+
+    /// Worker `slot`'s pid, while it runs.
+    pub fn worker_pid(&self, slot: usize) -> Option<u32> {
+        self.workers
+            .get(slot)
+            .and_then(|w| w.as_ref())
+            .map(|p| p.child.0.id())
+    }
+
+    /// The edge's exit status once it has exited (reaps it), `None` while it runs.
+    pub fn edge_exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.edge.as_mut().and_then(Proc::exited)
+    }
+
+    /// Forgets an edge that exited by itself, so that [`Cluster::start_edge`] can start a new one.
+    pub fn forget_edge(&mut self) {
+        self.edge = None;
     }
 
     /// Log file of the current edge process.

@@ -271,6 +271,7 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
 
 pub mod faults;
 pub mod pipeline;
+pub mod proxy;
 pub use pipeline::*;
 
 /// Builders of realistic Stripe events (currency BRL, amounts in centavos).
