@@ -10,14 +10,21 @@ bash deploy/services.sh
 # leftover quorum queues make RabbitMQ 3.10 slow to declare new ones on 2 cores, so they are removed before and
 # after the run: in one rabbitmqctl call (one Erlang VM start instead of one per queue).
 clean_broker() {
-  rabbitmqctl -q eval '
-    Qs = [Q || Q <- rabbit_amqqueue:list(),
-               case amqqueue:get_name(Q) of {resource, _, queue, <<"test-", _/binary>>} -> true; _ -> false end],
+  # Names are matched with a fun, not with a variable bound inside a case pattern: RabbitMQ 3.10's eval refuses
+  # the latter ({unsafe_var, …}). A failure here fails the run: silently leftover queues slow the broker until
+  # the pipeline tests time out.
+  local out
+  if ! out=$(rabbitmqctl -q eval '
+    IsTest = fun(<<"test-", _/binary>>) -> true; (_) -> false end,
+    Qs = [Q || Q <- rabbit_amqqueue:list(), IsTest(element(4, amqqueue:get_name(Q)))],
     [rabbit_amqqueue:delete(Q, false, false, <<"hookline-tests">>) || Q <- Qs],
-    Xs = [N || X <- rabbit_exchange:list(),
-               case element(2, X) of {resource, _, exchange, <<"test-", _/binary>>} = N -> true; _ -> false end],
+    Xs = [element(2, X) || X <- rabbit_exchange:list(), IsTest(element(4, element(2, X)))],
     [rabbit_exchange:delete(N, false, <<"hookline-tests">>) || N <- Xs],
-    {length(Qs), length(Xs)}.' >/dev/null 2>&1 || true
+    {length(Qs), length(Xs)}.' 2>&1); then
+    echo "test.sh: removing leftover test queues and exchanges failed: $out" >&2
+    return 1
+  fi
+  echo "test.sh: removed leftover test queues and exchanges {queues, exchanges} = $out"
 }
 
 cleanup() {
@@ -25,8 +32,12 @@ cleanup() {
   psql -h 127.0.0.1 -U postgres -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'hookline\_test\_%'" 2>/dev/null |
     while read -r db; do psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true; done
 }
-trap cleanup EXIT
+# After the run a failed cleanup is reported loudly (the run's own result stands); before it, it stops the run.
+trap 'cleanup || echo "test.sh: WARNING: cleanup after the run failed" >&2' EXIT
 cleanup
+
+# Alert rules: syntax, unit tests (promtool, from Debian's prometheus package, installed when missing).
+bash deploy/prometheus/check.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
