@@ -1,4 +1,8 @@
-//! Applying payment facts inside the worker's transaction: the state machine and the double-entry ledger.
+//! Applying payment facts inside the worker's transaction: the payment state machine.
+//!
+//! Owns the payment-side tables (`payments`, `payment_transitions`, `refunds`, `disputes`,
+//! `subscription_charges`, `pending_fetches`) and decides when money moves; what a movement writes to the ledger
+//! is [`super::ledger`]'s business, reached through `ledger::post`.
 //!
 //! Every transition row-locks its payment (`SELECT … FOR UPDATE`), so concurrent events for one payment apply
 //! one after the other. Statuses only move up their rank, postings are unique by constraint, and refunds or
@@ -11,21 +15,10 @@ use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
 use sqlx::PgConnection;
 
+use super::ledger::{self, account, Posting, PostingKind};
 use super::model::{DisputeStatus, Money, PaymentFact, PaymentStatus};
 use super::normalize::normalize;
 use crate::handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};
-
-/// Ledger account names (fixed vocabulary).
-pub mod account {
-    /// What the provider owes us: captured amount minus its fee.
-    pub const RECEIVABLE: &str = "provider_receivable";
-    /// Provider fees (expense).
-    pub const FEES: &str = "provider_fees";
-    /// Revenue (credit on capture, debited back by refunds).
-    pub const REVENUE: &str = "revenue";
-    /// Money lost to disputes (expense).
-    pub const DISPUTE_LOSSES: &str = "dispute_losses";
-}
 
 /// Per-provider settings the payments effect needs.
 #[derive(Debug, Clone)]
@@ -64,13 +57,6 @@ impl PaymentsHandler {
                 .collect(),
         }
     }
-}
-
-/// The provider fee on `amount`: `amount × bps / 10000` rounded half up, plus the fixed part, never more than
-/// the amount itself.
-pub fn fee(amount: i64, fee_bps: i64, fee_fixed: i64) -> i64 {
-    let variable = (i128::from(amount) * i128::from(fee_bps) + 5_000) / 10_000;
-    (variable as i64).saturating_add(fee_fixed).min(amount)
 }
 
 impl Handler for PaymentsHandler {
@@ -406,20 +392,22 @@ async fn apply_payment(
             )))
         }
     };
-    let fee = fee(captured.amount, rule.fee_bps, rule.fee_fixed);
-    post(
+    let fee = ledger::fee(captured.amount, rule.fee_bps, rule.fee_fixed);
+    ledger::post(
         tx,
-        provider,
-        "payment",
-        payment_ref,
-        payment.id,
-        event_id,
-        &captured.currency,
-        &[
-            (account::RECEIVABLE, captured.amount - fee),
-            (account::FEES, fee),
-            (account::REVENUE, -captured.amount),
-        ],
+        &Posting {
+            provider,
+            kind: PostingKind::Payment,
+            reference: payment_ref,
+            payment_id: payment.id,
+            event_id,
+            currency: &captured.currency,
+            legs: &[
+                (account::RECEIVABLE, captured.amount - fee),
+                (account::FEES, fee),
+                (account::REVENUE, -captured.amount),
+            ],
+        },
     )
     .await?;
     if created {
@@ -507,15 +495,17 @@ async fn apply_refund(
         tracing::warn!(provider, refund = %refund_ref, reason = %reason, "refund rejected");
         return Ok(Some(reason));
     }
-    post(
+    ledger::post(
         tx,
-        provider,
-        "refund",
-        &refund_ref,
-        payment.id,
-        event_id,
-        &currency,
-        &[(account::REVENUE, amount), (account::RECEIVABLE, -amount)],
+        &Posting {
+            provider,
+            kind: PostingKind::Refund,
+            reference: &refund_ref,
+            payment_id: payment.id,
+            event_id,
+            currency: &currency,
+            legs: &[(account::REVENUE, amount), (account::RECEIVABLE, -amount)],
+        },
     )
     .await?;
     sqlx::query("UPDATE refunds SET status = 'applied' WHERE id = $1")
@@ -544,18 +534,20 @@ async fn post_dispute_loss(
     .bind(dispute_id)
     .fetch_one(&mut *tx)
     .await?;
-    post(
+    ledger::post(
         tx,
-        provider,
-        "dispute",
-        &dispute_ref,
-        payment_id,
-        event_id,
-        &currency,
-        &[
-            (account::DISPUTE_LOSSES, amount),
-            (account::RECEIVABLE, -amount),
-        ],
+        &Posting {
+            provider,
+            kind: PostingKind::Dispute,
+            reference: &dispute_ref,
+            payment_id,
+            event_id,
+            currency: &currency,
+            legs: &[
+                (account::DISPUTE_LOSSES, amount),
+                (account::RECEIVABLE, -amount),
+            ],
+        },
     )
     .await?;
     sqlx::query("UPDATE disputes SET posted = true, updated_at = now() WHERE id = $1")
@@ -563,45 +555,4 @@ async fn post_dispute_loss(
         .execute(&mut *tx)
         .await?;
     Ok(())
-}
-
-/// Posts one balanced ledger transaction, unless the constraint says this posting already exists. Zero-amount
-/// legs (no fee configured) are omitted.
-#[allow(clippy::too_many_arguments)]
-async fn post(
-    tx: &mut PgConnection,
-    provider: &str,
-    kind: &str,
-    reference: &str,
-    payment_id: i64,
-    event_id: i64,
-    currency: &str,
-    legs: &[(&str, i64)],
-) -> Result<bool, HandleError> {
-    debug_assert_eq!(legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
-    let (accounts, amounts): (Vec<&str>, Vec<i64>) =
-        legs.iter().filter(|(_, a)| *a != 0).copied().unzip();
-    // One statement: the posting (unless the constraint says it exists) and its entries.
-    let entries = sqlx::query(
-        "WITH posting AS (
-             INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
-             RETURNING id)
-         INSERT INTO ledger_entries (transaction_id, account, amount)
-         SELECT posting.id, l.account, l.amount
-         FROM posting, unnest($7::text[], $8::bigint[]) AS l(account, amount)",
-    )
-    .bind(provider)
-    .bind(kind)
-    .bind(reference)
-    .bind(payment_id)
-    .bind(event_id)
-    .bind(currency)
-    .bind(&accounts)
-    .bind(&amounts)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(entries > 0)
 }
