@@ -20,6 +20,7 @@ pub mod checks;
 pub mod env;
 pub mod gen;
 pub mod load;
+mod phases;
 pub mod procfs;
 pub mod report;
 pub mod stats;
@@ -29,14 +30,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::baseline::Measured;
-use crate::checks::{AckBook, Check};
+use crate::checks::Check;
 use crate::env::{BenchEnv, ChildProcess};
-use crate::gen::{unix_now, EventFactory, PROVIDER};
-use crate::load::{RunResult, Target};
+use crate::gen::unix_now;
+use crate::load::RunResult;
+use crate::phases::{Bench, PipelineRate};
 use crate::procfs::{CpuSnapshot, CpuUsage, Monitor, RssPeaks};
 use crate::report::{Baseline, CpuPer1k, PhaseReport, Report, Settings, TargetResult};
 use crate::stats::Latency;
@@ -382,352 +383,88 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// The phases in run order (see the crate documentation; each is a function of `phases`), then the report. What a
+/// phase needs from an earlier one is passed explicitly.
 async fn run_phases(opts: &Options, env: &BenchEnv, monitor: &Monitor) -> anyhow::Result<Report> {
     let started = Instant::now();
     let started_unix = unix_now();
-    let cfg = &env.config;
-    let dur = opts.duration;
-    let dup = opts.duplicate_share;
-    let conc = opts.concurrency;
     env.provision().await?;
-    let mut factory = EventFactory::new(&env.run, opts.body_bytes, opts.seed);
-    let mut phases: Vec<PhaseReport> = Vec::new();
-    let mut extra_checks: Vec<Check> = Vec::new();
+    let mut bench = Bench::new(opts, env, monitor);
+    let (a_rate, stored_ids) = phases::baseline_a(&mut bench).await?;
+    let b_rate = phases::baseline_b(&mut bench, stored_ids).await?;
+    let mut edge = phases::start_edge(&bench).await?;
+    let edge_max = phases::edge_max(&mut bench, &mut edge, a_rate).await?;
+    phases::latency_sweep(&mut bench, &mut edge, edge_max, a_rate).await?;
+    let (mut worker, drain_rate) = phases::worker_drain(&mut bench, &mut edge, b_rate).await?;
+    let pipeline = phases::pipeline(&mut bench, &mut edge, &mut worker, a_rate, drain_rate).await?;
+    phases::check_queues_empty(&mut bench).await?;
+    let checks = phases::stop_and_check(&mut bench, edge, worker).await?;
+    Ok(build_report(bench, checks, pipeline, started, started_unix))
+}
 
-    // 1. Baseline A.
-    progress(format!(
-        "baseline A: one row per commit, {conc} connections, {:?} warm-up + {dur:?}",
-        opts.warmup
-    ));
-    let (a, stored_ids) = baseline::one_row_per_commit(
-        &env.baseline_db_url,
-        conc as u32,
-        &factory,
-        opts.warmup,
-        dur,
+/// The report of a completed run: the phases' rows, the issue's targets computed from them, the checks and the
+/// effective settings.
+fn build_report(
+    bench: Bench<'_>,
+    checks: Vec<Check>,
+    pipeline: PipelineRate,
+    started: Instant,
+    started_unix: f64,
+) -> Report {
+    let Bench {
+        opts,
+        env,
         monitor,
-    )
-    .await
-    .context("baseline A")?;
-    let a_rate = a.rate();
-    progress(format!("  {a_rate:.0} commits/s"));
-    phases.push(baseline_phase(
-        "baseline_insert",
-        format!("A 1 row/commit c={conc}"),
-        "commits",
-        &a,
-        Baseline::A,
-    ));
-
-    // 2. Baseline B, on the rows A stored.
-    let wc = cfg.worker.concurrency;
-    progress(format!(
-        "baseline B: worker transaction, concurrency {wc}, pool {}, on {} stored events",
-        cfg.worker.db_max_connections,
-        stored_ids.len()
-    ));
-    let b = baseline::worker_transaction(
-        &env.baseline_db_url,
-        cfg,
-        stored_ids,
-        wc,
-        cfg.worker.db_max_connections,
-        opts.warmup,
-        dur,
-        monitor,
-    )
-    .await
-    .context("baseline B")?;
-    let b_rate = b.rate();
-    progress(format!("  {b_rate:.0} transactions/s"));
-    extra_checks.push(Check {
-        name: "baseline worker transactions all applied".into(),
-        pass: b.errors == 0,
-        detail: format!("{} failed or found a marker", b.errors),
-    });
-    phases.push(baseline_phase(
-        "baseline_worker_tx",
-        format!("B worker tx c={wc}"),
-        "transactions",
-        &b,
-        Baseline::B,
-    ));
-
-    // 3. The edge, with its embedded relay (the worker is not running: the queue fills up for phase 5).
-    progress("starting hookline-edge");
-    let mut edge = ChildProcess::spawn(
-        &opts.bin_dir,
-        "hookline-edge",
-        &env.config_path,
-        &opts.out_dir.join("edge.log"),
-    )?;
-    monitor.set_edge(Some(edge.pid()));
-    env::wait_ready(&mut edge, env.edge_addr).await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(3)
-        .connect(&env.db_url)
-        .await
-        .context("connect the monitoring pool")?;
-    let lag = LagSampler::start(pool.clone());
-    let target = Target::new(env.edge_addr, PROVIDER)?;
-    let mut book = AckBook::default();
-
-    progress(format!(
-        "edge warm-up: closed loop, {conc} connections, {:?}",
-        opts.warmup
-    ));
-    let warm_plan = Arc::new(factory.plan("wu", opts.cap(20_000), dup)?);
-    let warm = load::closed_loop(&target, warm_plan.clone(), conc, opts.warmup).await?;
-    book.record(&warm_plan, &warm);
-    let estimate = warm.ack_rate().max(50.0);
-
-    settle_relay(&pool, &mut edge).await?;
-    // Enough prepared deliveries for 1.5× the warm-up rate; if the edge is faster, the phase ends early (*).
-    let n = opts.cap((estimate * dur.as_secs_f64() * 1.5) as usize + conc * 10);
-    let plan = Arc::new(factory.plan("mx", n, dup)?);
-    progress(format!(
-        "edge max: closed loop, {conc} connections, {dur:?} ({n} prepared deliveries)"
-    ));
-    let clock = PhaseClock::begin(monitor);
-    let run = load::closed_loop(&target, plan.clone(), conc, dur).await?;
-    let (cpu, rss, end) = clock.end(monitor);
-    book.record(&plan, &run);
-    let max_phase = edge_phase(
-        "edge_max".into(),
-        format!("edge max c={conc}"),
-        None,
-        &run,
-        cpu,
-        rss,
-        lag.max_ms(clock.start, end),
-        a_rate,
-    );
-    let edge_max = max_phase.throughput_per_s;
-    progress(format!("  {edge_max:.0} acks/s"));
-    phases.push(max_phase);
-
-    // 4. Latency sweep, open loop.
-    let olc = opts.open_loop_connections();
-    for &fraction in &opts.sweep {
-        let rate = (edge_max * fraction).max(1.0);
-        let n = opts.cap((rate * opts.sweep_duration.as_secs_f64()).ceil() as usize);
-        let pct = (fraction * 100.0).round() as u32;
-        progress(format!(
-            "edge open loop at {pct} % of max: {rate:.0}/s, {n} deliveries, {olc} connections"
-        ));
-        // Each point starts with the relay caught up, so a backlog left by the previous (heavier) phase does not
-        // show up as this phase's relay lag or CPU.
-        settle_relay(&pool, &mut edge).await?;
-        let plan = Arc::new(factory.plan(&format!("o{pct}"), n, dup)?);
-        let clock = PhaseClock::begin(monitor);
-        let run = load::open_loop(&target, plan.clone(), rate, olc).await?;
-        let (cpu, rss, end) = clock.end(monitor);
-        book.record(&plan, &run);
-        let p = edge_phase(
-            format!("edge_open_{pct}"),
-            format!("edge open {pct}% of max"),
-            Some(rate),
-            &run,
-            cpu,
-            rss,
-            lag.max_ms(clock.start, end),
-            a_rate,
-        );
-        if let Some(l) = &p.latency {
-            progress(format!(
-                "  p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
-                l.p50_ms, l.p99_ms, l.p999_ms
-            ));
-        }
-        phases.push(p);
-        edge.ensure_running()?;
-    }
-
-    // 5. Worker drain: wait until the relay has published every stored event, then start the worker.
-    progress("waiting for the relay to publish every stored event");
-    settle_relay(&pool, &mut edge).await?;
-    let backlog = count(&pool, STORED).await?;
-    let depth = env.queue_depth(&env.topology.payments_queue).await?;
-    progress(format!(
-        "worker drain: {backlog} stored events, {depth} messages on {}",
-        env.topology.payments_queue
-    ));
-    let clock = PhaseClock::begin(monitor);
-    let spawned_unix = unix_now();
-    let mut worker = ChildProcess::spawn(
-        &opts.bin_dir,
-        "hookline-worker",
-        &env.config_path,
-        &opts.out_dir.join("worker.log"),
-    )?;
-    monitor.set_worker(Some(worker.pid()));
-    // Generous: a fifth of baseline B's rate, and never less than two minutes.
-    let drain_timeout =
-        Duration::from_secs_f64((backlog as f64 / (b_rate * 0.2).max(1.0)).max(120.0));
-    let settled = wait_count(&pool, SETTLED, backlog, drain_timeout, Some(&mut worker)).await?;
-    let (cpu, rss, _) = clock.end(monitor);
-    anyhow::ensure!(
-        settled == backlog,
-        "the worker settled {settled} of {backlog} events within {drain_timeout:?}"
-    );
-    let (n, first, last): (i64, Option<f64>, Option<f64>) = sqlx::query_as(
-        "SELECT count(*), extract(epoch FROM min(processed_at))::float8,
-                extract(epoch FROM max(processed_at))::float8
-         FROM processed_events WHERE consumer = 'payments'",
-    )
-    .fetch_one(&pool)
-    .await
-    .context("drain timing")?;
-    // From the first to the last marker: the worker's own start-up (connect, declare) is not draining.
-    let span = match (first, last) {
-        (Some(f), Some(l)) if l > f => l - f,
-        _ => (last.unwrap_or(spawned_unix) - spawned_unix).max(1e-3),
-    };
-    let drain_rate = n as f64 / span;
-    progress(format!(
-        "  {drain_rate:.0} events/s ({n} in {span:.1} s; {:.1} s after start)",
-        last.unwrap_or(spawned_unix) - spawned_unix
-    ));
-    phases.push(PhaseReport {
-        key: "worker_drain".into(),
-        label: format!("worker drain ({backlog} backlog)"),
-        offered_per_s: None,
-        throughput_per_s: drain_rate,
-        unit: "events",
-        stored_per_s: None,
-        baseline: Some(Baseline::B),
-        ratio: Some(drain_rate / b_rate.max(1e-9)),
-        events: n as u64,
-        duration_s: span,
-        latency: None,
-        service_latency: None,
-        e2e_lag: None,
-        relay_lag_max_ms: None,
-        errors: (backlog - n).max(0) as u64,
-        exhausted: false,
-        cpu_per_1k: CpuPer1k::new(&cpu, n as u64),
-        cpu,
-        rss,
-    });
-
-    // 6. Whole pipeline at a sustained offered rate.
-    let drain_phase = phases
-        .iter()
-        .find(|p| p.key == "worker_drain")
-        .context("drain phase")?;
-    let capacity = pipeline_capacity(&phases, drain_phase, dup).unwrap_or(drain_rate);
-    let rate = opts
-        .pipeline_rate
-        .unwrap_or_else(|| (0.6 * a_rate).min(0.9 * capacity / (1.0 - dup)))
-        .max(1.0);
-    progress(format!(
-        "  pipeline capacity estimate (CPU model): {capacity:.0} events/s"
-    ));
-    let n = opts.cap((rate * dur.as_secs_f64()).ceil() as usize);
-    progress(format!(
-        "pipeline: edge + relay + worker, open loop at {rate:.0}/s, {n} deliveries"
-    ));
-    let plan = Arc::new(factory.plan("pl", n, dup)?);
-    let clock = PhaseClock::begin(monitor);
-    let load_start = unix_now();
-    let run = load::open_loop(&target, plan.clone(), rate, olc).await?;
-    let load_end = unix_now();
-    let (cpu, rss, end) = clock.end(monitor);
-    book.record(&plan, &run);
-    let relay_lag = lag.max_ms(clock.start, end);
-    let stored_now = count(&pool, STORED).await?;
-    let settled = wait_count(
-        &pool,
-        SETTLED,
-        stored_now,
-        Duration::from_secs(120),
-        Some(&mut worker),
-    )
-    .await?;
-    anyhow::ensure!(
-        settled == stored_now,
-        "after the pipeline phase the worker settled {settled} of {stored_now} events within 120 s"
-    );
-    let prefix = factory.event_prefix("pl");
-    let lags: Vec<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM p.processed_at - e.received_at)::float8
-         FROM webhook_events e JOIN processed_events p ON p.consumer = 'payments' AND p.event_id = e.id
-         WHERE starts_with(e.provider_event_id, $1)",
-    )
-    .bind(&prefix)
-    .fetch_all(&pool)
-    .await
-    .context("end-to-end lag")?;
-    // Sustained: processed during the load, after a ramp (the first events need one lag to get through).
-    let ramp = (dur.as_secs_f64() / 5.0).min(1.0);
-    let (w0, w1) = (load_start + ramp, load_end);
-    let processed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM webhook_events e
-         JOIN processed_events p ON p.consumer = 'payments' AND p.event_id = e.id
-         WHERE starts_with(e.provider_event_id, $1)
-           AND p.processed_at >= to_timestamp($2) AND p.processed_at < to_timestamp($3)",
-    )
-    .bind(&prefix)
-    .bind(w0)
-    .bind(w1)
-    .fetch_one(&pool)
-    .await
-    .context("sustained throughput")?;
-    let sustained = processed as f64 / (w1 - w0).max(1e-3);
-    let mut pipe = edge_phase(
-        "pipeline".into(),
-        format!("pipeline @{rate:.0}/s"),
-        Some(rate),
-        &run,
-        cpu,
-        rss,
-        relay_lag,
-        a_rate,
-    );
-    pipe.unit = "events";
-    pipe.throughput_per_s = sustained;
-    pipe.ratio = Some(sustained / a_rate.max(1e-9));
-    pipe.e2e_lag = Latency::from_secs(&lags);
-    pipe.cpu_per_1k = CpuPer1k::new(&cpu, pipe.events);
-    progress(format!(
-        "  {sustained:.0} events/s processed; end-to-end p99 {} ms; relay lag max {} ms",
-        pipe.e2e_lag
-            .map_or("-".into(), |l| format!("{:.1}", l.p99_ms)),
-        relay_lag.map_or("-".into(), |l| format!("{l:.0}"))
-    ));
-    phases.push(pipe);
-
-    // Everything is processed: the queue must be empty too (nothing left to deliver twice later).
-    let mut depth = u32::MAX;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        depth = env.queue_depth(&env.topology.payments_queue).await?;
-        if depth == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let dlq = env.queue_depth(&env.topology.dead_letter_queue).await?;
-    extra_checks.push(Check {
-        name: "queues empty after the drain".into(),
-        pass: depth == 0 && dlq == 0,
-        detail: format!("{depth} on the payments queue, {dlq} on the dead-letter queue"),
-    });
-
-    // 7. Stop the children (by pid), then check.
-    monitor.read_peaks();
-    drop(lag);
-    worker.kill().await?;
-    monitor.set_worker(None);
-    edge.kill().await?;
-    monitor.set_edge(None);
-    progress("checking correctness");
-    let mut checks = checks::verify(&pool, &book).await?;
-    checks.extend(extra_checks);
-    pool.close().await;
+        phases,
+        ..
+    } = bench;
+    let cfg = &env.config;
     let correctness_pass = checks.iter().all(|c| c.pass);
-
     let peak = monitor.overall_peaks();
+    let targets = targets(opts, &phases, &checks, peak);
+    Report {
+        run: env.run.clone(),
+        started_unix,
+        total_s: started.elapsed().as_secs_f64(),
+        settings: Settings {
+            duration_s: opts.duration.as_secs_f64(),
+            sweep_duration_s: opts.sweep_duration.as_secs_f64(),
+            warmup_s: opts.warmup.as_secs_f64(),
+            concurrency: opts.concurrency,
+            open_loop_connections: opts.open_loop_connections(),
+            body_bytes: opts.body_bytes,
+            duplicate_share: opts.duplicate_share,
+            sweep: opts.sweep.clone(),
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            edge_workers: cfg.edge.workers,
+            edge_db_max_connections: cfg.edge.db_max_connections,
+            worker_prefetch: cfg.worker.prefetch,
+            worker_concurrency: cfg.worker.concurrency,
+            worker_db_max_connections: cfg.worker.db_max_connections,
+            relay_batch_size: cfg.relay.batch_size,
+            relay_sweep_interval_ms: cfg.relay.sweep_interval.as_millis() as u64,
+            relay_sweep_min_age_ms: cfg.relay.sweep_min_age.as_millis() as u64,
+            bin_dir: opts.bin_dir.clone(),
+            pipeline_rate: Some(pipeline.rate),
+            pipeline_capacity_estimate: Some(pipeline.capacity),
+        },
+        phases,
+        peak_rss: peak,
+        targets,
+        checks,
+        correctness_pass,
+        cleanup_problems: Vec::new(),
+    }
+}
+
+/// The issue's targets, from the phases' rows, the checks and the children's peak RSS over the run.
+fn targets(
+    opts: &Options,
+    phases: &[PhaseReport],
+    checks: &[Check],
+    peak: RssPeaks,
+) -> Vec<TargetResult> {
+    let conc = opts.concurrency;
     let report_phase = |key: &str| phases.iter().find(|p| p.key == key);
     let half = opts
         .sweep
@@ -741,7 +478,7 @@ async fn run_phases(opts: &Options, env: &BenchEnv, monitor: &Monitor) -> anyhow
     // The first two checks of `verify`: every acknowledged event stored, and processed.
     let no_loss = checks.iter().take(2).all(|c| c.pass);
     let pipe_ratio = report_phase("pipeline").and_then(|p| p.ratio);
-    let targets = vec![
+    vec![
         goal(
             &format!("edge durable ingest ≥ 1.5× baseline A ({conc} connections)"),
             report_phase("edge_max").and_then(|p| p.ratio),
@@ -778,41 +515,7 @@ async fn run_phases(opts: &Options, env: &BenchEnv, monitor: &Monitor) -> anyhow
             " ms",
             |v| v <= 1000.0,
         ),
-    ];
-
-    Ok(Report {
-        run: env.run.clone(),
-        started_unix,
-        total_s: started.elapsed().as_secs_f64(),
-        settings: Settings {
-            duration_s: dur.as_secs_f64(),
-            sweep_duration_s: opts.sweep_duration.as_secs_f64(),
-            warmup_s: opts.warmup.as_secs_f64(),
-            concurrency: conc,
-            open_loop_connections: olc,
-            body_bytes: opts.body_bytes,
-            duplicate_share: dup,
-            sweep: opts.sweep.clone(),
-            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            edge_workers: cfg.edge.workers,
-            edge_db_max_connections: cfg.edge.db_max_connections,
-            worker_prefetch: cfg.worker.prefetch,
-            worker_concurrency: cfg.worker.concurrency,
-            worker_db_max_connections: cfg.worker.db_max_connections,
-            relay_batch_size: cfg.relay.batch_size,
-            relay_sweep_interval_ms: cfg.relay.sweep_interval.as_millis() as u64,
-            relay_sweep_min_age_ms: cfg.relay.sweep_min_age.as_millis() as u64,
-            bin_dir: opts.bin_dir.clone(),
-            pipeline_rate: Some(rate),
-            pipeline_capacity_estimate: Some(capacity),
-        },
-        phases,
-        peak_rss: peak,
-        targets,
-        checks,
-        correctness_pass,
-        cleanup_problems: Vec::new(),
-    })
+    ]
 }
 
 fn goal(
