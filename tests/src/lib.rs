@@ -242,31 +242,24 @@ impl TestEdge {
     }
 }
 
-/// Headers of a Stripe delivery signed with `secret` at `ts`.
+/// Headers of a Stripe delivery signed with `secret` at `ts`: `Stripe-Signature` first, then `Content-Type`
+/// (signed by [`hookline_fake::headers_for`]).
 pub fn stripe_headers(secret: &str, ts: i64, body: &[u8]) -> Vec<(String, String)> {
-    vec![
-        (
-            "Stripe-Signature".into(),
-            hookline_signature::sign::stripe(secret.as_bytes(), ts, body),
-        ),
-        ("Content-Type".into(), "application/json".into()),
-    ]
+    let event = hookline_fake::Event::raw("", body.to_vec(), "");
+    hookline_fake::headers_for(hookline_fake::Scheme::Stripe, secret.as_bytes(), &event, ts)
+        .expect("Stripe signing cannot fail")
+        .headers
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
 }
 
-/// A ~realistic Stripe `payment_intent.succeeded` event with the given ids.
+/// A ~realistic Stripe `payment_intent.succeeded` event with the given ids, created now.
 pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
-    serde_json::json!({
-        "id": event_id,
-        "object": "event",
-        "type": "payment_intent.succeeded",
-        "created": now(),
-        "data": { "object": {
-            "id": payment_id, "object": "payment_intent", "amount": amount, "amount_received": amount,
-            "currency": "brl", "status": "succeeded"
-        }}
-    })
-    .to_string()
-    .into_bytes()
+    let object = stripe::payment_intent_object(payment_id, "succeeded", amount);
+    stripe::envelope(event_id, "payment_intent.succeeded", now(), object)
+        .to_string()
+        .into_bytes()
 }
 
 pub mod faults;
@@ -274,110 +267,6 @@ pub mod pipeline;
 pub mod proxy;
 pub use pipeline::*;
 
-/// Builders of realistic Stripe events (currency BRL, amounts in centavos).
-pub mod stripe {
-    use serde_json::{json, Value};
-
-    fn event(event_id: &str, kind: &str, object: Value) -> Vec<u8> {
-        json!({
-            "id": event_id, "object": "event", "api_version": "2024-06-20", "created": 1767225600,
-            "livemode": false, "type": kind, "data": { "object": object }
-        })
-        .to_string()
-        .into_bytes()
-    }
-
-    /// `payment_intent.{status}` (created, processing, succeeded, payment_failed, canceled).
-    pub fn payment_intent(event_id: &str, status: &str, pi: &str, amount: i64) -> Vec<u8> {
-        let received = if status == "succeeded" { amount } else { 0 };
-        let object_status = match status {
-            "created" => "requires_payment_method",
-            "payment_failed" => "requires_payment_method",
-            other => other,
-        };
-        event(
-            event_id,
-            &format!("payment_intent.{status}"),
-            json!({ "id": pi, "object": "payment_intent", "amount": amount, "amount_received": received,
-                    "currency": "brl", "status": object_status }),
-        )
-    }
-
-    /// `charge.succeeded` for payment intent `pi`.
-    pub fn charge_succeeded(event_id: &str, charge: &str, pi: &str, amount: i64) -> Vec<u8> {
-        event(
-            event_id,
-            "charge.succeeded",
-            json!({ "id": charge, "object": "charge", "amount": amount, "amount_captured": amount,
-                    "currency": "brl", "payment_intent": pi, "status": "succeeded", "captured": true }),
-        )
-    }
-
-    /// `refund.created` (status succeeded) of `amount` on `pi`.
-    pub fn refund(event_id: &str, refund: &str, pi: &str, amount: i64) -> Vec<u8> {
-        event(
-            event_id,
-            "refund.created",
-            json!({ "id": refund, "object": "refund", "amount": amount, "currency": "brl",
-                    "payment_intent": pi, "charge": "ch_x", "status": "succeeded" }),
-        )
-    }
-
-    /// `charge.refunded` listing `refunds` as `(id, amount)`.
-    pub fn charge_refunded(
-        event_id: &str,
-        charge: &str,
-        pi: &str,
-        refunds: &[(&str, i64)],
-    ) -> Vec<u8> {
-        let total: i64 = refunds.iter().map(|(_, a)| a).sum();
-        let data: Vec<Value> = refunds
-            .iter()
-            .map(|(id, a)| {
-                json!({ "id": id, "object": "refund", "amount": a, "currency": "brl",
-                                   "payment_intent": pi, "charge": charge, "status": "succeeded" })
-            })
-            .collect();
-        event(
-            event_id,
-            "charge.refunded",
-            json!({ "id": charge, "object": "charge", "amount": 100000, "amount_refunded": total,
-                    "currency": "brl", "payment_intent": pi, "refunded": false,
-                    "refunds": { "object": "list", "data": data } }),
-        )
-    }
-
-    /// `charge.dispute.{kind}` (created, closed) with the dispute's `status` (needs_response, won, lost).
-    pub fn dispute(
-        event_id: &str,
-        kind: &str,
-        dispute: &str,
-        pi: &str,
-        amount: i64,
-        status: &str,
-    ) -> Vec<u8> {
-        event(
-            event_id,
-            &format!("charge.dispute.{kind}"),
-            json!({ "id": dispute, "object": "dispute", "amount": amount, "currency": "brl",
-                    "charge": "ch_x", "payment_intent": pi, "status": status, "reason": "fraudulent" }),
-        )
-    }
-
-    /// `invoice.paid` for a subscription cycle starting at `period_start`.
-    pub fn invoice_paid(
-        event_id: &str,
-        invoice: &str,
-        subscription: &str,
-        period_start: i64,
-        amount: i64,
-    ) -> Vec<u8> {
-        event(
-            event_id,
-            "invoice.paid",
-            json!({ "id": invoice, "object": "invoice", "subscription": subscription,
-                    "amount_paid": amount, "currency": "brl", "period_start": period_start,
-                    "period_end": period_start + 2_592_000, "status": "paid" }),
-        )
-    }
-}
+/// Builders of Stripe events (currency BRL, amounts in centavos): `payment_intent`, `charge_succeeded`, `refund`,
+/// `charge_refunded`, `dispute`, `invoice_paid` and the objects and envelopes they are made of.
+pub use hookline_fake::stripe;

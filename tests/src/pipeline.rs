@@ -9,7 +9,7 @@ use hookline_core::Config;
 use hookline_worker::{Handler, Worker, WorkerSettings};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -153,22 +153,8 @@ impl TestPipeline {
 
     /// Messages ready in a queue, or `None` when it does not exist (yet).
     pub async fn try_queue_depth(&self, queue: &str) -> Option<u32> {
-        let conn = hookline_bus::connect(&self.config.amqp_url, "hookline-test")
-            .await
-            .expect("amqp");
-        let ch = conn.create_channel().await.expect("channel");
-        let q = ch
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await;
-        conn.close(200, "".into()).await.ok();
-        q.ok().map(|q| q.message_count())
+        let [depth] = queue_depths(&self.config.amqp_url, [queue]).await;
+        depth.map(|q| q.messages)
     }
 
     /// Ends the test's use of the broker. Queues are NOT deleted here: deleting quorum queues while other tests
@@ -188,6 +174,46 @@ impl TestPipeline {
     pub fn amqp_url(&self) -> String {
         self.config.amqp_url.expose_secret().to_string()
     }
+}
+
+/// What a passive `queue.declare` reports about a queue, live (not the lagging `rabbitmqctl` statistics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Messages ready for delivery (unacknowledged ones not counted).
+    pub messages: u32,
+    /// Consumers attached.
+    pub consumers: u32,
+}
+
+/// The depth of each of `queues`, over one connection to the broker at `amqp_url`; `None` for a queue that does
+/// not exist (yet). The one broker inspection of the harness: [`TestPipeline::queue_depth`] and the fault
+/// cluster's live counts read it. Passive declares report without creating; one channel per queue, because a
+/// failed passive declare closes its channel.
+pub async fn queue_depths<const N: usize>(
+    amqp_url: &SecretString,
+    queues: [&str; N],
+) -> [Option<QueueDepth>; N] {
+    let conn = hookline_bus::connect(amqp_url, "hookline-test")
+        .await
+        .expect("amqp");
+    let mut depths = [None; N];
+    for (depth, queue) in depths.iter_mut().zip(queues) {
+        let ch = conn.create_channel().await.expect("channel");
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        *depth = ch
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+            .ok()
+            .map(|q| QueueDepth {
+                messages: q.message_count(),
+                consumers: q.consumer_count(),
+            });
+    }
+    conn.close(200, "".into()).await.ok();
+    depths
 }
 
 /// Stored events with neither a processed marker nor a dead letter.

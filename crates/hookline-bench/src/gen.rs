@@ -1,11 +1,15 @@
 //! Stripe-signed `payment_intent.succeeded` deliveries, generated and signed *before* a phase starts, so that
-//! during the measurement the load generator only hands out prepared bytes.
+//! during the measurement the load generator only hands out prepared bytes. The payloads, the signature and the
+//! random generator come from `hookline-fake`; this module owns the benchmark's ids, amounts and body sizes.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use anyhow::Context as _;
 use bytes::Bytes;
+use hookline_fake::{headers_for, merge, stripe, Event, Rng, Scheme};
 use hyper::header::HeaderValue;
+use serde_json::{json, Value};
 
 /// Stripe endpoint secret of the benchmark's provider (written into the configuration of the children).
 pub const STRIPE_SECRET: &str = "whsec_hookline_bench_secret";
@@ -61,32 +65,6 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A small deterministic PRNG (xorshift64*): enough to pick duplicates and amounts, and no dependency.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// Seeded generator (a zero seed is replaced, xorshift would stay at zero).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// Builds unique events for one benchmark run. Event ids carry the run tag and a phase label, so the events of
 /// one phase can be found in the database afterwards (`starts_with(provider_event_id, …)`).
 #[derive(Debug, Clone)]
@@ -102,7 +80,7 @@ impl EventFactory {
         EventFactory {
             run: run.to_string(),
             body_bytes,
-            rng: Rng::new(seed),
+            rng: Rng::from_state(seed),
         }
     }
 
@@ -123,33 +101,29 @@ impl EventFactory {
         let run = &self.run;
         // Amounts spread over 10.00–5,000.00 BRL; never below the fixed fee, so every leg is non-zero.
         let amount = 1_000 + (seq.wrapping_mul(2_654_435_761) % 499_000) as i64;
-        let head = format!(
-            concat!(
-                r#"{{"id":"evt_{run}_{phase}_{seq:08}","object":"event","api_version":"2024-06-20","#,
-                r#""created":{created},"livemode":false,"pending_webhooks":1,"#,
-                r#""request":{{"id":"req_{run}{seq}","idempotency_key":"ik-{run}-{phase}-{seq}"}},"#,
-                r#""type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_{run}_{phase}_{seq:08}","#,
-                r#""object":"payment_intent","amount":{amount},"amount_received":{amount},"#,
-                r#""amount_capturable":0,"capture_method":"automatic","confirmation_method":"automatic","#,
-                r#""created":{created},"currency":"brl","customer":"cus_{run}{seq}","#,
-                r#""description":"Order {seq} of run {run}","latest_charge":"ch_{run}_{phase}_{seq}","#,
-                r#""livemode":false,"payment_method":"pm_{run}{seq}","payment_method_types":["card"],"#,
-                r#""receipt_email":"buyer{seq}@example.com","status":"succeeded","#,
-                r#""metadata":{{"order_id":"ord_{seq}","channel":"web","note":""#
-            ),
-            run = run,
-            phase = phase,
-            seq = seq,
-            created = created,
-            amount = amount,
+        let pi = format!("pi_{run}_{phase}_{seq:08}");
+        let mut object = stripe::payment_intent_object(&pi, "succeeded", amount);
+        merge(
+            &mut object,
+            json!({
+                "amount_capturable": 0, "capture_method": "automatic", "confirmation_method": "automatic",
+                "created": created, "customer": format!("cus_{run}{seq}"),
+                "description": format!("Order {seq} of run {run}"),
+                "latest_charge": format!("ch_{run}_{phase}_{seq}"), "livemode": false,
+                "payment_method": format!("pm_{run}{seq}"), "payment_method_types": ["card"],
+                "receipt_email": format!("buyer{seq}@example.com"),
+                "metadata": { "order_id": format!("ord_{seq}"), "channel": "web", "note": "" },
+            }),
         );
-        let tail = r#""}}}}"#;
-        let pad = self.body_bytes.saturating_sub(head.len() + tail.len());
-        let mut body = Vec::with_capacity(head.len() + pad + tail.len());
-        body.extend_from_slice(head.as_bytes());
-        body.resize(body.len() + pad, b'x');
-        body.extend_from_slice(tail.as_bytes());
-        body
+        let event = stripe::live_envelope(
+            &self.event_id(phase, seq),
+            "payment_intent.succeeded",
+            created,
+            object,
+            &format!("req_{run}{seq}"),
+            &format!("ik-{run}-{phase}-{seq}"),
+        );
+        padded(event, self.body_bytes)
     }
 
     /// `n` deliveries of `phase`, signed now; about `duplicate_share` of them repeat an earlier delivery of the
@@ -166,18 +140,41 @@ impl EventFactory {
                 deliveries.push(d);
                 continue;
             }
-            let body = self.body(phase, seq, now);
-            let signature = hookline_signature::sign::stripe(STRIPE_SECRET.as_bytes(), now, &body);
+            let event = Event::raw(
+                "payment_intent.succeeded",
+                self.body(phase, seq, now),
+                self.event_id(phase, seq),
+            );
+            let signed = headers_for(Scheme::Stripe, STRIPE_SECRET.as_bytes(), &event, now)
+                .map_err(anyhow::Error::msg)?;
+            let signature = signed
+                .headers
+                .iter()
+                .find(|(name, _)| *name == "Stripe-Signature")
+                .context("a Stripe request without Stripe-Signature")?;
             deliveries.push(Delivery {
-                event_id: Arc::from(self.event_id(phase, seq)),
-                body: Bytes::from(body),
-                signature: HeaderValue::from_str(&signature)?,
+                event_id: Arc::from(event.delivery_id),
+                body: Bytes::from(event.body),
+                signature: HeaderValue::from_str(&signature.1)?,
                 duplicate: false,
             });
             seq += 1;
         }
         Ok(Plan { deliveries })
     }
+}
+
+/// `event` serialised to `size` bytes (when it is smaller) by filling its empty `metadata.note` with `x`: one
+/// serialisation, since baseline A builds bodies inside its measurement.
+fn padded(event: Value, size: usize) -> Vec<u8> {
+    const NOTE: &[u8] = br#""note":"""#;
+    let mut body = event.to_string().into_bytes();
+    let pad = size.saturating_sub(body.len());
+    if let Some(at) = body.windows(NOTE.len()).position(|w| w == NOTE) {
+        let inside = at + NOTE.len() - 1;
+        body.splice(inside..inside, std::iter::repeat_n(b'x', pad));
+    }
+    body
 }
 
 #[cfg(test)]
