@@ -7,7 +7,9 @@
 mod dlq;
 mod ops;
 mod purge;
+mod reconcile;
 mod replay;
+mod sandbox;
 mod simulate;
 mod status;
 mod verify;
@@ -57,6 +59,11 @@ enum Command {
     Purge(purge::PurgeArgs),
     /// Send realistic signed provider events to a running edge, as the provider would.
     Simulate(simulate::SimulateArgs),
+    /// Run a local Stripe / Mercado Pago double (API, idempotency, signed webhooks to the edge, fault injection)
+    /// for the configured stripe and mercadopago providers, until SIGTERM/SIGINT.
+    Sandbox(sandbox::SandboxArgs),
+    /// Compare the provider's record (its API) with what was stored, and store what never arrived.
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 /// Parses the arguments, runs the command and maps the result to an exit code.
@@ -82,7 +89,7 @@ pub fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Verify(_) => unreachable!("handled above"),
+            Command::Verify(args) => Ok(verify::run(&args)),
             Command::Migrate => {
                 hookline_core::db::migrate(&config.database_url).await?;
                 println!("database migrated");
@@ -94,6 +101,8 @@ pub fn main() -> ExitCode {
             Command::Dlq(cmd) => dlq::run(&config, &cmd).await,
             Command::Purge(args) => purge::run(&config, &args).await,
             Command::Simulate(args) => simulate::run(&config, &args).await,
+            Command::Sandbox(args) => sandbox::run(&config, &args).await,
+            Command::Reconcile(args) => reconcile::run(&config, &args).await,
         }
     });
     match result {
@@ -132,7 +141,11 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
         hookline_core::supervisor::RestartPolicy::default(),
     );
     relay
-        .run(None, hookline_worker::shutdown_signal(), &supervisor)
+        .run(
+            None,
+            hookline_core::supervisor::shutdown_signal(),
+            &supervisor,
+        )
         .await;
     if liveness.is_alive() {
         Ok(ExitCode::SUCCESS)

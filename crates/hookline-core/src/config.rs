@@ -79,6 +79,10 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// Retention of raw events.
     pub retention: RetentionConfig,
+    /// `[reconcile]`: the worker's periodic reconciliation against provider APIs (off by default).
+    pub reconcile: ReconcileConfig,
+    /// `[sandbox]`: the local Stripe / Mercado Pago double (`hookline sandbox`).
+    pub sandbox: SandboxConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -108,6 +112,18 @@ pub struct RelayConfig {
     /// An unpublished event older than this needs attention: `hookline status` exits 1 (its
     /// `--max-unpublished-age` overrides it for one run).
     pub max_unpublished_age: Duration,
+}
+
+/// `[reconcile]`: periodic reconciliation inside the worker (`hookline reconcile` for every provider with an
+/// `api_base` and a scheme that supports it). Off unless `interval_secs` is set.
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    /// How often; `None` = never (the default).
+    pub interval: Option<Duration>,
+    /// How far back each run looks.
+    pub window: Duration,
+    /// API requests per second at most.
+    pub rate: u32,
 }
 
 /// `[retention]`: how long raw events and their processed markers are kept.
@@ -179,6 +195,11 @@ pub struct ProviderConfig {
     pub fee_bps: i64,
     /// Fixed provider fee per payment, in minor units (used by the ledger).
     pub fee_fixed: i64,
+    /// Base URL of the provider's API (`https://api.stripe.com`, `https://api.mercadopago.com`, or the local
+    /// sandbox): what the worker fetches resources from and where outbound calls and reconciliation go.
+    pub api_base: Option<url::Url>,
+    /// Bearer token for that API (`env:VAR` allowed); never logged.
+    pub api_token: Option<SecretString>,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -194,6 +215,8 @@ impl std::fmt::Debug for ProviderConfig {
             .field("tolerance_secs", &self.tolerance_secs)
             .field("fee_bps", &self.fee_bps)
             .field("fee_fixed", &self.fee_fixed)
+            .field("api_base", &self.api_base.as_ref().map(url::Url::as_str))
+            .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .finish()
     }
 }
@@ -224,6 +247,10 @@ struct RawConfig {
     #[serde(default)]
     retention: RawRetention,
     #[serde(default)]
+    reconcile: RawReconcile,
+    #[serde(default)]
+    sandbox: RawSandbox,
+    #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
 }
 
@@ -252,6 +279,14 @@ struct RawRetention {
     auto_purge_older_than_days: Option<u64>,
     auto_purge_interval_secs: Option<u64>,
     batch_size: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    interval_secs: Option<u64>,
+    window_secs: Option<u64>,
+    rate: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -287,6 +322,8 @@ struct RawProvider {
     tolerance_secs: Option<u64>,
     fee_bps: Option<i64>,
     fee_fixed: Option<i64>,
+    api_base: Option<String>,
+    api_token: Option<String>,
 }
 
 /// Where environment lookups come from; a trait so tests need not mutate the process environment.
@@ -378,10 +415,38 @@ impl Config {
         Self::validate(raw, env)
     }
 
+    /// Validates every section; each helper below names the fields it checks in its errors.
     fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+        let (database_url, amqp_url) = Self::urls(raw.database_url, raw.amqp_url, env)?;
+        let amqp = Self::amqp(raw.amqp)?;
+        let mut providers = BTreeMap::new();
+        for (name, p) in raw.providers {
+            providers.insert(name.clone(), Self::provider(name, p, env)?);
+        }
+        let edge = Self::edge(raw.edge)?;
+        let sandbox = Self::sandbox(raw.sandbox, edge.listen)?;
+        Ok(Config {
+            database_url: SecretString::from(database_url),
+            amqp_url: SecretString::from(amqp_url),
+            amqp,
+            edge,
+            relay: Self::relay(raw.relay)?,
+            worker: Self::worker(raw.worker)?,
+            retention: Self::retention(raw.retention)?,
+            reconcile: Self::reconcile(raw.reconcile)?,
+            sandbox,
+            providers,
+        })
+    }
+
+    fn urls(
+        database_url: Option<String>,
+        amqp_url: Option<String>,
+        env: &dyn Env,
+    ) -> Result<(String, String), ConfigError> {
         let database_url = env
             .var("DATABASE_URL")
-            .or(raw.database_url)
+            .or(database_url)
             .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string());
         if !(database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")) {
             return Err(ConfigError::invalid(
@@ -391,13 +456,16 @@ impl Config {
         }
         let amqp_url = env
             .var("AMQP_URL")
-            .or(raw.amqp_url)
+            .or(amqp_url)
             .unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
         if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
             return Err(ConfigError::invalid("amqp_url", "must be an amqp:// URL"));
         }
+        Ok((database_url, amqp_url))
+    }
 
-        let prefix = raw.amqp.prefix.unwrap_or_else(|| "hookline".to_string());
+    fn amqp(a: RawAmqp) -> Result<AmqpConfig, ConfigError> {
+        let prefix = a.prefix.unwrap_or_else(|| "hookline".to_string());
         if prefix.is_empty()
             || !prefix
                 .chars()
@@ -409,14 +477,20 @@ impl Config {
             ));
         }
 
-        let delivery_limit = raw.amqp.delivery_limit.unwrap_or(20);
+        let delivery_limit = a.delivery_limit.unwrap_or(20);
         if delivery_limit == 0 {
             return Err(ConfigError::invalid(
                 "amqp.delivery_limit",
                 "must be greater than 0",
             ));
         }
-        let r = raw.relay;
+        Ok(AmqpConfig {
+            prefix,
+            delivery_limit,
+        })
+    }
+
+    fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
         let relay = RelayConfig {
             embedded: r.embedded.unwrap_or(true),
             sweep_interval: Duration::from_millis(positive(
@@ -437,7 +511,10 @@ impl Config {
                 "relay.max_unpublished_age_secs",
             )?),
         };
-        let w = raw.worker;
+        Ok(relay)
+    }
+
+    fn worker(w: RawWorker) -> Result<WorkerConfig, ConfigError> {
         let worker = WorkerConfig {
             prefetch: positive(w.prefetch.map(u64::from), 128, "worker.prefetch")? as u16,
             concurrency: positive(w.concurrency.map(|c| c as u64), 8, "worker.concurrency")?
@@ -458,8 +535,10 @@ impl Config {
                 })?),
             },
         };
+        Ok(worker)
+    }
 
-        let rt = raw.retention;
+    fn retention(rt: RawRetention) -> Result<RetentionConfig, ConfigError> {
         const DAY: u64 = 86_400;
         let floor_days = rt.floor_days.unwrap_or(30);
         let retention = RetentionConfig {
@@ -482,8 +561,10 @@ impl Config {
             batch_size: positive(rt.batch_size.map(u64::from), 1000, "retention.batch_size")?
                 as u32,
         };
+        Ok(retention)
+    }
 
-        let e = raw.edge;
+    fn edge(e: RawEdge) -> Result<EdgeConfig, ConfigError> {
         let listen = e.listen.unwrap_or_else(|| "127.0.0.1:8080".to_string());
         let listen: SocketAddr = listen.parse().map_err(|_| {
             ConfigError::invalid(
@@ -537,120 +618,242 @@ impl Config {
                 "edge.batch_writers",
             )? as usize,
         };
+        Ok(edge)
+    }
 
-        let mut providers = BTreeMap::new();
-        for (name, p) in raw.providers {
-            let field = |f: &str| format!("providers.{name}.{f}");
-            if name.is_empty()
-                || name.len() > crate::events::MAX_PROVIDER_NAME_BYTES
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-            {
+    fn reconcile(r: RawReconcile) -> Result<ReconcileConfig, ConfigError> {
+        let interval = match r.interval_secs {
+            None => None,
+            Some(s) if s < 60 => {
                 return Err(ConfigError::invalid(
-                    format!("providers.{name}"),
-                    format!(
-                        "a provider name is a URL segment of at most {} bytes: use only letters, digits, '-' or '_'",
-                        crate::events::MAX_PROVIDER_NAME_BYTES
-                    ),
-                ));
+                    "reconcile.interval_secs",
+                    "must be at least 60 (each run reads the provider's API)",
+                ))
             }
-            let scheme_text = p
-                .scheme
-                .ok_or_else(|| ConfigError::invalid(field("scheme"), "is required"))?;
-            let scheme: Scheme = scheme_text.parse().map_err(|_| {
-                let valid: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
-                ConfigError::invalid(
-                    field("scheme"),
-                    format!(
-                        "unknown scheme '{scheme_text}' (valid: {})",
-                        valid.join(", ")
-                    ),
-                )
-            })?;
-            let secrets_raw = p.secrets.unwrap_or_default();
-            if secrets_raw.is_empty() {
+            Some(s) => Some(Duration::from_secs(s)),
+        };
+        Ok(ReconcileConfig {
+            interval,
+            window: Duration::from_secs(positive(r.window_secs, 86_400, "reconcile.window_secs")?),
+            rate: positive(r.rate.map(u64::from), 5, "reconcile.rate")? as u32,
+        })
+    }
+
+    fn provider(
+        name: String,
+        p: RawProvider,
+        env: &dyn Env,
+    ) -> Result<ProviderConfig, ConfigError> {
+        let field = |f: &str| format!("providers.{name}.{f}");
+        if name.is_empty()
+            || name.len() > crate::events::MAX_PROVIDER_NAME_BYTES
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        {
+            return Err(ConfigError::invalid(
+                format!("providers.{name}"),
+                format!(
+                    "a provider name is a URL segment of at most {} bytes: use only letters, digits, '-' or '_'",
+                    crate::events::MAX_PROVIDER_NAME_BYTES
+                ),
+            ));
+        }
+        let scheme_text = p
+            .scheme
+            .ok_or_else(|| ConfigError::invalid(field("scheme"), "is required"))?;
+        let scheme: Scheme = scheme_text.parse().map_err(|_| {
+            let valid: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
+            ConfigError::invalid(
+                field("scheme"),
+                format!(
+                    "unknown scheme '{scheme_text}' (valid: {})",
+                    valid.join(", ")
+                ),
+            )
+        })?;
+        let secrets_raw = p.secrets.unwrap_or_default();
+        if secrets_raw.is_empty() {
+            return Err(ConfigError::invalid(
+                field("secrets"),
+                "at least one secret is required",
+            ));
+        }
+        let mut secrets = Vec::with_capacity(secrets_raw.len());
+        for (i, s) in secrets_raw.into_iter().enumerate() {
+            let f = format!("providers.{name}.secrets[{i}]");
+            let value = match s.strip_prefix("env:") {
+                Some(var) => env.var(var).ok_or_else(|| {
+                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
+                })?,
+                None => s,
+            };
+            if value.is_empty() {
+                return Err(ConfigError::invalid(&f, "is empty"));
+            }
+            hookline_signature::validate_secret(scheme, value.as_bytes())
+                .map_err(|why| ConfigError::invalid(&f, why))?;
+            secrets.push(SecretString::from(value));
+        }
+        let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
+            (Some(_), false) => {
                 return Err(ConfigError::invalid(
-                    field("secrets"),
-                    "at least one secret is required",
-                ));
+                    field("tolerance_secs"),
+                    format!(
+                        "scheme '{}' signs no timestamp, so a tolerance has no meaning",
+                        scheme.as_str()
+                    ),
+                ))
             }
-            let mut secrets = Vec::with_capacity(secrets_raw.len());
-            for (i, s) in secrets_raw.into_iter().enumerate() {
-                let f = format!("providers.{name}.secrets[{i}]");
-                let value = match s.strip_prefix("env:") {
+            (Some(0), true) => {
+                return Err(ConfigError::invalid(
+                    field("tolerance_secs"),
+                    "must be greater than 0",
+                ))
+            }
+            (Some(t), true) => Some(t),
+            (None, _) => scheme.default_tolerance_secs(),
+        };
+        let fee_bps = p.fee_bps.unwrap_or(0);
+        if !(0..=10_000).contains(&fee_bps) {
+            return Err(ConfigError::invalid(
+                field("fee_bps"),
+                "must be between 0 and 10000",
+            ));
+        }
+        let fee_fixed = p.fee_fixed.unwrap_or(0);
+        if fee_fixed < 0 {
+            return Err(ConfigError::invalid(
+                field("fee_fixed"),
+                "must not be negative",
+            ));
+        }
+        let api_base = match p.api_base {
+            None => None,
+            Some(text) => {
+                let parsed = url::Url::parse(&text).map_err(|e| {
+                    ConfigError::invalid(field("api_base"), format!("is not a URL: {e}"))
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                    return Err(ConfigError::invalid(
+                        field("api_base"),
+                        "must be an http:// or https:// URL with a host",
+                    ));
+                }
+                Some(parsed)
+            }
+        };
+        let api_token = match p.api_token {
+            None => None,
+            Some(t) => {
+                let f = field("api_token");
+                let value = match t.strip_prefix("env:") {
                     Some(var) => env.var(var).ok_or_else(|| {
                         ConfigError::invalid(&f, format!("environment variable {var} is not set"))
                     })?,
-                    None => s,
+                    None => t,
                 };
-                if value.is_empty() {
-                    return Err(ConfigError::invalid(&f, "is empty"));
-                }
-                hookline_signature::validate_secret(scheme, value.as_bytes())
-                    .map_err(|why| ConfigError::invalid(&f, why))?;
-                secrets.push(SecretString::from(value));
-            }
-            let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
-                (Some(_), false) => {
+                if value.is_empty() || value.chars().any(|c| c.is_control() || c == ' ') {
                     return Err(ConfigError::invalid(
-                        field("tolerance_secs"),
-                        format!(
-                            "scheme '{}' signs no timestamp, so a tolerance has no meaning",
-                            scheme.as_str()
-                        ),
-                    ))
+                        &f,
+                        "must be a non-empty token without spaces or control characters",
+                    ));
                 }
-                (Some(0), true) => {
-                    return Err(ConfigError::invalid(
-                        field("tolerance_secs"),
-                        "must be greater than 0",
-                    ))
-                }
-                (Some(t), true) => Some(t),
-                (None, _) => scheme.default_tolerance_secs(),
-            };
-            let fee_bps = p.fee_bps.unwrap_or(0);
-            if !(0..=10_000).contains(&fee_bps) {
-                return Err(ConfigError::invalid(
-                    field("fee_bps"),
-                    "must be between 0 and 10000",
-                ));
+                Some(SecretString::from(value))
             }
-            let fee_fixed = p.fee_fixed.unwrap_or(0);
-            if fee_fixed < 0 {
-                return Err(ConfigError::invalid(
-                    field("fee_fixed"),
-                    "must not be negative",
-                ));
-            }
-            providers.insert(
-                name.clone(),
-                ProviderConfig {
-                    name,
-                    scheme,
-                    secrets,
-                    tolerance_secs,
-                    fee_bps,
-                    fee_fixed,
-                },
-            );
+        };
+        if api_token.is_some() && api_base.is_none() {
+            return Err(ConfigError::invalid(
+                field("api_base"),
+                "is required when api_token is set",
+            ));
         }
-
-        Ok(Config {
-            database_url: SecretString::from(database_url),
-            amqp_url: SecretString::from(amqp_url),
-            amqp: AmqpConfig {
-                prefix,
-                delivery_limit,
-            },
-            edge,
-            relay,
-            worker,
-            retention,
-            providers,
+        Ok(ProviderConfig {
+            name,
+            scheme,
+            secrets,
+            tolerance_secs,
+            fee_bps,
+            fee_fixed,
+            api_base,
+            api_token,
         })
     }
+
+    fn sandbox(s: RawSandbox, edge_listen: SocketAddr) -> Result<SandboxConfig, ConfigError> {
+        let edge_url = match s.edge_url {
+            Some(text) => {
+                let parsed = url::Url::parse(&text).map_err(|e| {
+                    ConfigError::invalid("sandbox.edge_url", format!("is not a URL: {e}"))
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                    return Err(ConfigError::invalid(
+                        "sandbox.edge_url",
+                        "must be an http:// or https:// URL with a host",
+                    ));
+                }
+                parsed
+            }
+            None => {
+                // An edge listening on every interface is reached on loopback.
+                let ip = match edge_listen.ip() {
+                    std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+                    }
+                    std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+                        std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+                    }
+                    ip => ip,
+                };
+                let text = format!("http://{}", SocketAddr::new(ip, edge_listen.port()));
+                url::Url::parse(&text).map_err(|e| {
+                    ConfigError::invalid("sandbox.edge_url", format!("default {text}: {e}"))
+                })?
+            }
+        };
+        Ok(SandboxConfig {
+            edge_url,
+            idempotency_window: Duration::from_secs(positive(
+                s.idempotency_window_secs,
+                86_400,
+                "sandbox.idempotency_window_secs",
+            )?),
+            webhook_timeout: Duration::from_millis(positive(
+                s.webhook_timeout_ms,
+                5_000,
+                "sandbox.webhook_timeout_ms",
+            )?),
+            webhook_max_attempts: positive(
+                s.webhook_max_attempts.map(u64::from),
+                8,
+                "sandbox.webhook_max_attempts",
+            )? as u32,
+        })
+    }
+}
+
+/// `[sandbox]`: settings of `hookline sandbox`, the local double of the Stripe and Mercado Pago APIs that signs
+/// and sends webhooks to the edge.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Base URL webhooks are sent to (`{edge_url}/webhooks/{provider}`); default `http://{edge.listen}`, loopback
+    /// when the edge listens on every interface.
+    pub edge_url: url::Url,
+    /// How long an idempotency key is remembered (Stripe: 24 h).
+    pub idempotency_window: Duration,
+    /// A webhook attempt without an answer within this time failed and is retried.
+    pub webhook_timeout: Duration,
+    /// Attempts per webhook delivery before it is given up.
+    pub webhook_max_attempts: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    edge_url: Option<String>,
+    idempotency_window_secs: Option<u64>,
+    webhook_timeout_ms: Option<u64>,
+    webhook_max_attempts: Option<u32>,
 }
 
 /// A positive number or its default; zero is refused with the field's name.
@@ -692,6 +895,35 @@ mod tests {
         let message = err(cases[1]);
         assert!(message.contains("line 3"), "{message}");
         assert!(message.contains("max_body_bytes"), "{message}");
+    }
+
+    #[test]
+    fn api_base_and_token_are_validated_and_the_token_redacted() {
+        let env = [("MP_TOKEN", "APP_USR-secret-token")];
+        let c = Config::from_toml_str(
+            "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\n\
+             api_base = \"http://127.0.0.1:8090\"\napi_token = \"env:MP_TOKEN\"\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let mp = &c.providers["mp"];
+        assert_eq!(
+            mp.api_base.as_ref().unwrap().as_str(),
+            "http://127.0.0.1:8090/"
+        );
+        assert_eq!(
+            mp.api_token.as_ref().unwrap().expose_secret(),
+            "APP_USR-secret-token"
+        );
+        assert!(!format!("{mp:?}").contains("APP_USR"));
+        let message = err(
+            "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_base = \"ftp://x\"\n",
+        );
+        assert!(message.contains("providers.mp.api_base"), "{message}");
+        let message =
+            err("[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_token = \"t\"\n");
+        assert!(message.contains("required when api_token"), "{message}");
     }
 
     #[test]

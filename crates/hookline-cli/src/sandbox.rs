@@ -1,0 +1,216 @@
+//! `hookline sandbox`: runs the local Stripe / Mercado Pago double (`hookline_sandbox`) until SIGTERM or SIGINT.
+//!
+//! Settings come from the hookline configuration, so the sandbox signs webhooks with exactly the secrets the edge
+//! verifies and requires exactly the tokens the worker sends:
+//!
+//! - every `[providers.NAME]` whose `scheme` is `stripe` or `mercadopago` is played, under its NAME (webhooks go
+//!   to `{sandbox.edge_url}/webhooks/NAME`), signing with `secrets[0]` and requiring `api_token` as the Bearer
+//!   token when it is set (without one, the API is open);
+//! - `[sandbox]`: `edge_url` (default `http://{edge.listen}`), `idempotency_window_secs` (86400),
+//!   `webhook_timeout_ms` (5000), `webhook_max_attempts` (8);
+//! - `--listen` (default 127.0.0.1:12111) and `--seed` (default: from the clock; printed, to reproduce a run).
+//!
+//! Point a provider's `api_base` at the printed URL for the worker and reconciliation to talk to the sandbox.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use hookline_core::Config;
+use hookline_sandbox::{Sandbox, SandboxProvider, SandboxSettings, Scheme};
+use secrecy::ExposeSecret;
+
+/// Arguments of `hookline sandbox`.
+#[derive(Args, Debug)]
+pub struct SandboxArgs {
+    /// Address to listen on; port 0 picks a free port (the URL is printed).
+    #[arg(long, default_value = "127.0.0.1:12111")]
+    listen: SocketAddr,
+    /// Seed of every generated id and random choice; the same seed and requests give the same ids. Default:
+    /// derived from the clock (printed at start).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// The sandbox settings the configuration and arguments describe.
+fn settings(config: &Config, listen: SocketAddr, seed: u64) -> SandboxSettings {
+    let providers = config
+        .providers
+        .values()
+        .filter_map(|p| {
+            let scheme = Scheme::from_signature(p.scheme)?;
+            let secret = p.secrets.first()?;
+            Some(SandboxProvider {
+                name: p.name.clone(),
+                scheme,
+                webhook_secret: secret.expose_secret().as_bytes().to_vec(),
+                api_token: p.api_token.as_ref().map(|t| t.expose_secret().to_owned()),
+            })
+        })
+        .collect();
+    let mut settings = SandboxSettings::new(listen, config.sandbox.edge_url.clone(), providers);
+    settings.seed = seed;
+    settings.idempotency_window = config.sandbox.idempotency_window;
+    settings.webhook_timeout = config.sandbox.webhook_timeout;
+    settings.webhook_max_attempts = config.sandbox.webhook_max_attempts;
+    settings
+}
+
+fn clock_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs the sandbox until SIGTERM/SIGINT. Exit 2 when no provider can be played, 3 when its delivery loop died.
+pub async fn run(config: &Config, args: &SandboxArgs) -> anyhow::Result<ExitCode> {
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let settings = settings(config, args.listen, seed);
+    if settings.providers.is_empty() {
+        eprintln!(
+            "error: no provider with scheme stripe or mercadopago is configured; nothing to play"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let edge_url = settings.edge_url.clone();
+    let providers: Vec<String> = settings
+        .providers
+        .iter()
+        .map(|p| {
+            let auth = if p.api_token.is_some() {
+                "api_token required"
+            } else {
+                "no auth"
+            };
+            format!("{} ({}, {auth})", p.name, p.scheme.as_str())
+        })
+        .collect();
+    let running = Sandbox::start(settings).await?;
+    println!(
+        "sandbox listening on {} (seed {seed}); webhooks to {}webhooks/{{provider}}; providers: {}",
+        running.base_url(),
+        edge_url,
+        providers.join(", ")
+    );
+    let liveness = running.liveness().clone();
+    tokio::select! {
+        _ = hookline_core::supervisor::wait_for_shutdown_signal() => {}
+        _ = liveness.fatal() => {}
+    }
+    running.stop().await;
+    if liveness.is_alive() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "error: the sandbox's webhook delivery loop kept failing and was stopped; see the log"
+        );
+        Ok(ExitCode::from(3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+        [edge]
+        listen = "0.0.0.0:18080"
+        [sandbox]
+        webhook_max_attempts = 3
+        [providers.stripe]
+        scheme = "stripe"
+        secrets = ["whsec_new", "whsec_old"]
+        api_base = "http://127.0.0.1:12111"
+        api_token = "sk_test_sandbox"
+        [providers.mp]
+        scheme = "mercadopago"
+        secrets = ["mp_secret"]
+        [providers.gh]
+        scheme = "github"
+        secrets = ["gh"]
+    "#;
+
+    #[test]
+    fn stripe_and_mercado_pago_providers_are_played_with_their_first_secret_and_token() {
+        let env: [(&str, &str); 0] = [];
+        let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
+        let s = settings(&config, "127.0.0.1:0".parse().unwrap(), 7);
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.edge_url.as_str(), "http://127.0.0.1:18080/");
+        assert_eq!(s.webhook_max_attempts, 3);
+        assert_eq!(s.idempotency_window.as_secs(), 86_400);
+        assert_eq!(s.webhook_timeout.as_millis(), 5_000);
+        let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["mp", "stripe"]);
+        let stripe = &s.providers[1];
+        assert_eq!(stripe.scheme, Scheme::Stripe);
+        assert_eq!(stripe.webhook_secret, b"whsec_new");
+        assert_eq!(stripe.api_token.as_deref(), Some("sk_test_sandbox"));
+        assert_eq!(s.providers[0].api_token, None);
+    }
+
+    #[test]
+    fn sandbox_section_is_validated() {
+        let env: [(&str, &str); 0] = [];
+        let err = Config::from_toml_str("[sandbox]\nwebhook_timeout_ms = 0\n", "t", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("sandbox.webhook_timeout_ms:"), "{err}");
+        let err = Config::from_toml_str("[sandbox]\nedge_url = \"ftp://x\"\n", "t", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("sandbox.edge_url:"), "{err}");
+        let c = Config::from_toml_str(
+            "[sandbox]\nedge_url = \"http://edge:9000/base\"\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.sandbox.edge_url.as_str(), "http://edge:9000/base");
+    }
+
+    #[tokio::test]
+    async fn the_configured_sandbox_serves_both_providers() {
+        let env: [(&str, &str); 0] = [];
+        let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
+        let running = Sandbox::start(settings(&config, "127.0.0.1:0".parse().unwrap(), 1))
+            .await
+            .unwrap();
+        let client = reqwest::Client::new();
+        let health: serde_json::Value = client
+            .get(running.url("/_sandbox/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(health["providers"].as_array().map(Vec::len), Some(2));
+        // Stripe requires its token; Mercado Pago has none configured.
+        let status = client
+            .get(running.url("/v1/events"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 401);
+        let status = client
+            .get(running.url("/v1/events"))
+            .bearer_auth("sk_test_sandbox")
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+        let status = client
+            .get(running.url("/v1/payments/search"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+        running.stop().await;
+    }
+}

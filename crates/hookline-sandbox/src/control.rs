@@ -1,0 +1,529 @@
+//! The control and inspection API, over HTTP under `/_sandbox/…` (JSON) and in-process through
+//! [`SandboxControl`]: count charges at the gateway, arm faults, shape webhook deliveries, inspect delivery
+//! attempts, force outcomes, trigger chargebacks, reset. Unauthenticated: keep the sandbox on a loopback address.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::faults::{ArmedFault, FaultSpec};
+use crate::mercadopago;
+use crate::state::{KeyStats, Shared};
+use crate::stripe;
+use crate::webhooks::{self, Delivery, DeliveryBehaviour};
+use crate::Scheme;
+
+/// An outcome forced for the next charge (Stripe: `succeeded`, or `declined` with the decline code as
+/// `status_detail`) or payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
+/// `status_detail`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    /// The status.
+    pub status: String,
+    /// Stripe's decline code, or Mercado Pago's `status_detail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_detail: Option<String>,
+}
+
+/// One API request as the sandbox saw it (control requests are not logged).
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    /// When it arrived, unix milliseconds.
+    pub at_ms: i64,
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path.
+    pub path: String,
+    /// The raw query string.
+    pub query: String,
+    /// The status answered (0 when the connection was reset before an answer).
+    pub status: u16,
+    /// `Idempotency-Key` (Stripe) or `X-Idempotency-Key` (Mercado Pago), if sent.
+    pub idempotency_key: Option<String>,
+    /// Whether the answer was a Stripe idempotent replay.
+    pub replayed: bool,
+    /// The fault injected into it, if any.
+    pub fault: Option<String>,
+    /// Time to the answer, fault delays included.
+    pub latency_ms: u64,
+}
+
+/// What one provider's gateway holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderReport {
+    /// The hookline provider name.
+    pub name: String,
+    /// `stripe` or `mercadopago`.
+    pub scheme: String,
+    /// Charges at the gateway: Stripe `ch_…` objects (failed ones included), Mercado Pago payments.
+    pub charges: usize,
+    /// Of those, the ones that captured money (Stripe `succeeded`; Mercado Pago ever approved).
+    pub captured_charges: usize,
+    /// Stripe payment intents (0 for Mercado Pago).
+    pub payment_intents: usize,
+    /// Refunds created.
+    pub refunds: usize,
+    /// Sum of refunds, minor units (cents).
+    pub refunded_amount: i64,
+    /// Stripe events created (Mercado Pago: notifications queued).
+    pub events: usize,
+    /// Idempotency keys currently remembered.
+    pub idempotency_keys: usize,
+    /// Per idempotency key: requests, executions, replays, conflicts and what was created.
+    pub keys: BTreeMap<String, KeyStats>,
+}
+
+/// Charges and payments at the gateway, per provider and per idempotency key.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChargesReport {
+    /// Sum of every provider's `charges`.
+    pub total_charges: usize,
+    /// One report per configured provider.
+    pub providers: Vec<ProviderReport>,
+}
+
+impl ChargesReport {
+    /// The report of provider `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderReport> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The counters of one idempotency key of one provider.
+    pub fn key(&self, provider: &str, key: &str) -> Option<&KeyStats> {
+        self.provider(provider)?.keys.get(key)
+    }
+}
+
+/// In-process access to the control state (what `/_sandbox/…` serves), for assertions in tests.
+#[derive(Clone)]
+pub struct SandboxControl {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SandboxControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxControl")
+            .field("seed", &self.shared.seed)
+            .finish()
+    }
+}
+
+impl SandboxControl {
+    pub(crate) fn new(shared: Arc<Shared>) -> SandboxControl {
+        SandboxControl { shared }
+    }
+
+    /// The seed ids and random choices derive from.
+    pub fn seed(&self) -> u64 {
+        self.shared.seed
+    }
+
+    /// Charges and payments at the gateway, in total, per provider and per idempotency key.
+    pub fn charges(&self) -> ChargesReport {
+        let state = self.shared.lock();
+        let providers: Vec<ProviderReport> = state
+            .providers
+            .iter()
+            .map(|p| {
+                let name = p.config.name.clone();
+                let events = state
+                    .deliveries
+                    .values()
+                    .filter(|d| d.provider == name && d.copy == 0)
+                    .count();
+                match p.config.scheme {
+                    Scheme::Stripe => ProviderReport {
+                        name,
+                        scheme: "stripe".into(),
+                        charges: p.stripe.charges.len(),
+                        captured_charges: p.stripe.charges.values().filter(|c| c.succeeded).count(),
+                        payment_intents: p.stripe.intents.len(),
+                        refunds: p.stripe.refunds.len(),
+                        refunded_amount: p.stripe.refunds.values().map(|r| r.amount).sum(),
+                        events: p.stripe.events.len(),
+                        idempotency_keys: p.idempotency.len(),
+                        keys: p.keys.clone(),
+                    },
+                    Scheme::MercadoPago => ProviderReport {
+                        name,
+                        scheme: "mercadopago".into(),
+                        charges: p.mp.payments.len(),
+                        captured_charges: p
+                            .mp
+                            .payments
+                            .values()
+                            .filter(|m| m.date_approved.is_some())
+                            .count(),
+                        payment_intents: 0,
+                        refunds: p.mp.payments.values().map(|m| m.refunds.len()).sum(),
+                        refunded_amount: p.mp.payments.values().map(|m| m.refunded).sum(),
+                        events,
+                        idempotency_keys: p.idempotency.len(),
+                        keys: p.keys.clone(),
+                    },
+                }
+            })
+            .collect();
+        ChargesReport {
+            total_charges: providers.iter().map(|p| p.charges).sum(),
+            providers,
+        }
+    }
+
+    /// Arms a fault; returns its id.
+    pub fn arm_fault(&self, spec: FaultSpec) -> Result<u64, String> {
+        let mut state = self.shared.lock();
+        if let Some(name) = &spec.provider {
+            if state.provider_index(name).is_none() {
+                return Err(format!("no provider named '{name}'"));
+            }
+        }
+        state.faults.arm(spec)
+    }
+
+    /// Armed faults and their hit counts.
+    pub fn faults(&self) -> Vec<ArmedFault> {
+        self.shared.lock().faults.list()
+    }
+
+    /// Disarms every fault.
+    pub fn clear_faults(&self) {
+        self.shared.lock().faults.clear();
+    }
+
+    /// How deliveries are currently sent.
+    pub fn delivery_behaviour(&self) -> DeliveryBehaviour {
+        self.shared.lock().behaviour.clone()
+    }
+
+    /// Sets how deliveries are sent (applies to deliveries queued from now on; a pause applies at once).
+    pub fn set_delivery_behaviour(&self, behaviour: DeliveryBehaviour) -> Result<(), String> {
+        for (name, rate) in [
+            ("duplicate_rate", behaviour.duplicate_rate),
+            ("drop_rate", behaviour.drop_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!("{name} must be between 0 and 1, not {rate}"));
+            }
+        }
+        webhooks::set_behaviour(&mut self.shared.lock(), behaviour, Instant::now());
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Every webhook delivery with its attempts, oldest first.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.shared.lock().deliveries.values().cloned().collect()
+    }
+
+    /// Queues a fresh copy of delivery `id` (same body and request id); returns the new delivery's id.
+    pub fn redeliver(&self, id: u64) -> Option<u64> {
+        let new = webhooks::redeliver(&mut self.shared.lock(), id, Instant::now());
+        self.shared.wake.notify_one();
+        new
+    }
+
+    /// Forces the outcome of the next `count` charges (Stripe) or payments (Mercado Pago) of `provider`.
+    pub fn push_outcome(&self, provider: &str, outcome: Outcome, count: u32) -> Result<(), String> {
+        let mut state = self.shared.lock();
+        let p = state
+            .provider_index(provider)
+            .ok_or_else(|| format!("no provider named '{provider}'"))?;
+        let valid = match state.providers[p].config.scheme {
+            Scheme::Stripe => matches!(outcome.status.as_str(), "succeeded" | "declined"),
+            Scheme::MercadoPago => matches!(
+                outcome.status.as_str(),
+                "approved" | "pending" | "in_process" | "rejected"
+            ),
+        };
+        if !valid {
+            return Err(format!(
+                "status '{}' is not an outcome of a new charge (Stripe: succeeded, declined; Mercado Pago: approved, pending, in_process, rejected)",
+                outcome.status
+            ));
+        }
+        for _ in 0..count.max(1) {
+            state.providers[p].outcomes.push_back(outcome.clone());
+        }
+        Ok(())
+    }
+
+    /// A chargeback: Stripe opens a dispute on the payment intent's (or charge's) charge — closed at once when
+    /// `status` is `won` or `lost`; Mercado Pago marks the payment `charged_back` (`status` is then its
+    /// `status_detail`, default `settled`). Returns the dispute or payment as JSON.
+    pub fn chargeback(
+        &self,
+        provider: &str,
+        payment: &str,
+        status: Option<&str>,
+    ) -> Result<Value, String> {
+        let mut state = self.shared.lock();
+        let p = state
+            .provider_index(provider)
+            .ok_or_else(|| format!("no provider named '{provider}'"))?;
+        let edge = &self.shared.edge_url;
+        let result = match state.providers[p].config.scheme {
+            Scheme::Stripe => stripe::ops::chargeback(&mut state, edge, p, payment, status),
+            Scheme::MercadoPago => {
+                mercadopago::ops::chargeback(&mut state, edge, p, payment, status)
+            }
+        };
+        drop(state);
+        self.shared.wake.notify_one();
+        result
+    }
+
+    /// Mercado Pago: moves payment `id` to `status` (e.g. a pending Pix paid: `approved`) and notifies.
+    pub fn set_payment_status(
+        &self,
+        provider: &str,
+        id: &str,
+        status: &str,
+        status_detail: Option<&str>,
+    ) -> Result<Value, String> {
+        let mut state = self.shared.lock();
+        let p = state
+            .provider_index(provider)
+            .ok_or_else(|| format!("no provider named '{provider}'"))?;
+        if state.providers[p].config.scheme != Scheme::MercadoPago {
+            return Err(format!("'{provider}' is not a Mercado Pago provider"));
+        }
+        let edge = &self.shared.edge_url;
+        let result = mercadopago::ops::set_status(&mut state, edge, p, id, status, status_detail);
+        drop(state);
+        self.shared.wake.notify_one();
+        result
+    }
+
+    /// The API requests seen (at most the last 10,000), oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.lock().requests.iter().cloned().collect()
+    }
+
+    /// Forgets every object, key, fault, delivery, outcome and behaviour (ids keep coming from the same
+    /// generator: none repeats an earlier one).
+    pub fn reset(&self) {
+        self.shared.lock().reset();
+    }
+}
+
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/health", web::get().to(health))
+        .route("/charges", web::get().to(charges))
+        .route("/requests", web::get().to(requests))
+        .service(
+            web::resource("/faults")
+                .route(web::get().to(list_faults))
+                .route(web::post().to(arm_fault))
+                .route(web::delete().to(clear_faults)),
+        )
+        .service(
+            web::resource("/delivery")
+                .route(web::get().to(get_behaviour))
+                .route(web::put().to(put_behaviour)),
+        )
+        .route("/deliveries", web::get().to(deliveries))
+        .route("/deliveries/{id}/redeliver", web::post().to(redeliver))
+        .route("/outcomes", web::post().to(outcomes))
+        .route("/chargebacks", web::post().to(chargebacks))
+        .route(
+            "/payments/{provider}/{id}/status",
+            web::post().to(payment_status),
+        )
+        .route("/reset", web::post().to(reset));
+}
+
+fn control(shared: &web::Data<Shared>) -> SandboxControl {
+    SandboxControl::new(shared.clone().into_inner())
+}
+
+fn bad_request(message: impl Into<String>) -> HttpResponse {
+    HttpResponse::BadRequest().json(json!({"error": message.into()}))
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))
+}
+
+async fn health(shared: web::Data<Shared>) -> HttpResponse {
+    let state = shared.lock();
+    let providers: Vec<Value> = state
+        .providers
+        .iter()
+        .map(|p| json!({"name": p.config.name, "scheme": p.config.scheme.as_str(), "auth": p.config.api_token.is_some()}))
+        .collect();
+    HttpResponse::Ok().json(json!({"ok": true, "seed": shared.seed, "edge_url": shared.edge_url.as_str(), "providers": providers}))
+}
+
+async fn charges(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok().json(control(&shared).charges())
+}
+
+async fn requests(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok().json(control(&shared).requests())
+}
+
+async fn list_faults(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok().json(control(&shared).faults())
+}
+
+async fn arm_fault(shared: web::Data<Shared>, body: web::Bytes) -> HttpResponse {
+    let spec: FaultSpec = match parse(&body) {
+        Ok(spec) => spec,
+        Err(e) => return bad_request(e),
+    };
+    match control(&shared).arm_fault(spec) {
+        Ok(id) => HttpResponse::Created().json(json!({"id": id})),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn clear_faults(shared: web::Data<Shared>) -> HttpResponse {
+    control(&shared).clear_faults();
+    HttpResponse::NoContent().finish()
+}
+
+async fn get_behaviour(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok().json(control(&shared).delivery_behaviour())
+}
+
+async fn put_behaviour(shared: web::Data<Shared>, body: web::Bytes) -> HttpResponse {
+    let behaviour: DeliveryBehaviour = match parse(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(e),
+    };
+    let control = control(&shared);
+    match control.set_delivery_behaviour(behaviour) {
+        Ok(()) => HttpResponse::Ok().json(control.delivery_behaviour()),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn deliveries(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    let filters: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    for (name, _) in &filters {
+        if !matches!(
+            name.as_str(),
+            "provider" | "event_id" | "resource_id" | "state" | "request_id"
+        ) {
+            return bad_request(format!(
+                "unknown filter '{name}' (provider, event_id, resource_id, request_id, state)"
+            ));
+        }
+    }
+    let list: Vec<Delivery> = control(&shared)
+        .deliveries()
+        .into_iter()
+        .filter(|d| {
+            let fields = serde_json::to_value(d).unwrap_or(Value::Null);
+            filters.iter().all(|(name, wanted)| {
+                fields.get(name).and_then(Value::as_str) == Some(wanted.as_str())
+            })
+        })
+        .collect();
+    HttpResponse::Ok().json(list)
+}
+
+async fn redeliver(shared: web::Data<Shared>, id: web::Path<u64>) -> HttpResponse {
+    match control(&shared).redeliver(id.into_inner()) {
+        Some(new) => HttpResponse::Created().json(json!({"id": new})),
+        None => HttpResponse::NotFound().json(json!({"error": "no such delivery"})),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutcomeRequest {
+    provider: String,
+    status: String,
+    #[serde(default)]
+    status_detail: Option<String>,
+    #[serde(default)]
+    count: Option<u32>,
+}
+
+async fn outcomes(shared: web::Data<Shared>, body: web::Bytes) -> HttpResponse {
+    let request: OutcomeRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    let outcome = Outcome {
+        status: request.status,
+        status_detail: request.status_detail,
+    };
+    match control(&shared).push_outcome(&request.provider, outcome, request.count.unwrap_or(1)) {
+        Ok(()) => HttpResponse::Created().json(json!({"ok": true})),
+        Err(e) => bad_request(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChargebackRequest {
+    provider: String,
+    payment: String,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+async fn chargebacks(shared: web::Data<Shared>, body: web::Bytes) -> HttpResponse {
+    let request: ChargebackRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    match control(&shared).chargeback(
+        &request.provider,
+        &request.payment,
+        request.status.as_deref(),
+    ) {
+        Ok(object) => HttpResponse::Created().json(object),
+        Err(e) => bad_request(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusRequest {
+    status: String,
+    #[serde(default)]
+    status_detail: Option<String>,
+}
+
+async fn payment_status(
+    shared: web::Data<Shared>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let request: StatusRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    let (provider, id) = path.into_inner();
+    match control(&shared).set_payment_status(
+        &provider,
+        &id,
+        &request.status,
+        request.status_detail.as_deref(),
+    ) {
+        Ok(object) => HttpResponse::Ok().json(object),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn reset(shared: web::Data<Shared>) -> HttpResponse {
+    control(&shared).reset();
+    HttpResponse::NoContent().finish()
+}

@@ -1,0 +1,421 @@
+//! Fault injection on the API, armed through the control API — never through request headers, so the client under
+//! test cannot tell a faulty request from a normal one.
+//!
+//! A fault matches requests by provider, method and path prefix, and fires for the next `count` matching requests,
+//! or with probability `rate` (drawn from the seeded generator), or both (at most `count` times, each with
+//! probability `rate`). Actions:
+//!
+//! - `delay`: the operation is performed, then the answer is held for `delay_ms` (longer than the client's
+//!   timeout: the client gives up, the charge exists);
+//! - `drop_response`: the operation is performed, then the connection is closed without an answer ("the lost
+//!   2xx");
+//! - `status`: answered at once with `status` (429 with `Retry-After`, 500, 503, …) in the provider's error format,
+//!   before anything is executed or saved under the idempotency key;
+//! - `reset`: the connection is reset before anything is executed.
+
+use std::any::Any;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::{Extensions, Service, ServiceRequest, ServiceResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures::future::LocalBoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::auth;
+use crate::clock;
+use crate::control::RequestRecord;
+use crate::mercadopago;
+use crate::reply::Reply;
+use crate::rng::SeededRng;
+use crate::state::{Shared, State};
+use crate::stripe;
+use crate::Scheme;
+
+/// What an armed fault does to a matching request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FaultAction {
+    /// Perform the operation, then answer after `delay_ms`.
+    Delay {
+        /// How long the answer is held.
+        delay_ms: u64,
+    },
+    /// Perform the operation, then close the connection without answering.
+    DropResponse,
+    /// Answer `status` at once, in the provider's error format, without executing anything.
+    Status {
+        /// 4xx or 5xx (429 and 500 are the usual ones).
+        status: u16,
+        /// `Retry-After` header value in seconds (429 gets 1 by default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_secs: Option<u64>,
+    },
+    /// Reset the connection before executing anything.
+    Reset,
+}
+
+impl FaultAction {
+    fn name(&self) -> String {
+        match self {
+            FaultAction::Delay { delay_ms } => format!("delay {delay_ms} ms"),
+            FaultAction::DropResponse => "drop_response".into(),
+            FaultAction::Status { status, .. } => format!("status {status}"),
+            FaultAction::Reset => "reset".into(),
+        }
+    }
+}
+
+/// A fault to arm: which requests it matches, what it does, how often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    /// Only requests for this provider (its hookline name); any provider when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Only this method (`POST`, `GET`); any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Only paths starting with this (`/v1/payment_intents` also matches `…/{id}/confirm`); any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// What happens.
+    pub action: FaultAction,
+    /// Fire for at most this many matching requests (1 when neither `count` nor `rate` is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Fire with this probability per matching request (seeded generator); until cleared unless `count` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
+impl FaultSpec {
+    /// A fault for the next `count` requests whose path starts with `path` (any method, any provider).
+    pub fn next(path: &str, count: u32, action: FaultAction) -> FaultSpec {
+        FaultSpec {
+            provider: None,
+            method: None,
+            path: Some(path.to_owned()),
+            action,
+            count: Some(count),
+            rate: None,
+        }
+    }
+}
+
+/// An armed fault and how often it fired.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArmedFault {
+    /// Its id (for the listing).
+    pub id: u64,
+    /// What was armed.
+    pub spec: FaultSpec,
+    /// Firings left (`None`: unlimited, rate-driven).
+    pub remaining: Option<u32>,
+    /// How many requests it hit.
+    pub hits: u32,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    armed: Vec<ArmedFault>,
+    next_id: u64,
+}
+
+impl Faults {
+    pub(crate) fn arm(&mut self, mut spec: FaultSpec) -> Result<u64, String> {
+        if let Some(rate) = spec.rate {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!("rate must be between 0 and 1, not {rate}"));
+            }
+        }
+        match &spec.action {
+            FaultAction::Status { status, .. } if !(400..=599).contains(status) => {
+                return Err(format!("status must be a 4xx or 5xx, not {status}"));
+            }
+            FaultAction::Delay { delay_ms } if *delay_ms > 600_000 => {
+                return Err("delay_ms must be at most 600000".into());
+            }
+            _ => {}
+        }
+        if spec.count.is_none() && spec.rate.is_none() {
+            spec.count = Some(1);
+        }
+        spec.method = spec.method.map(|m| m.to_ascii_uppercase());
+        self.next_id += 1;
+        self.armed.push(ArmedFault {
+            id: self.next_id,
+            remaining: spec.count,
+            spec,
+            hits: 0,
+        });
+        Ok(self.next_id)
+    }
+
+    pub(crate) fn list(&self) -> Vec<ArmedFault> {
+        self.armed.clone()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.armed.clear();
+    }
+
+    fn active(&self) -> impl Iterator<Item = &ArmedFault> {
+        self.armed.iter().filter(|f| f.remaining != Some(0))
+    }
+
+    fn needs_provider(&self) -> bool {
+        self.active().any(|f| f.spec.provider.is_some())
+    }
+
+    /// The action for this request, if an armed fault fires for it.
+    fn take(
+        &mut self,
+        rng: &mut SeededRng,
+        method: &str,
+        path: &str,
+        provider: Option<&str>,
+    ) -> Option<FaultAction> {
+        for fault in &mut self.armed {
+            if fault.remaining == Some(0) {
+                continue;
+            }
+            let spec = &fault.spec;
+            let matches = spec.method.as_deref().is_none_or(|m| m == method)
+                && spec.path.as_deref().is_none_or(|p| path.starts_with(p))
+                && spec.provider.as_deref().is_none_or(|p| provider == Some(p));
+            if !matches {
+                continue;
+            }
+            if let Some(rate) = spec.rate {
+                if !rng.chance(rate) {
+                    continue;
+                }
+            }
+            if let Some(remaining) = fault.remaining.as_mut() {
+                *remaining -= 1;
+            }
+            fault.hits += 1;
+            return Some(fault.spec.action.clone());
+        }
+        None
+    }
+}
+
+/// A duplicate of the connection's socket, kept so that a fault can close the connection from a handler.
+#[derive(Clone)]
+pub(crate) struct Connection(std::sync::Arc<std::net::TcpStream>);
+
+/// `HttpServer::on_connect` hook: remembers each TCP connection's socket.
+pub(crate) fn on_connect(connection: &dyn Any, extensions: &mut Extensions) {
+    #[cfg(unix)]
+    if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        use std::os::fd::AsFd;
+        match tcp.as_fd().try_clone_to_owned() {
+            Ok(fd) => {
+                extensions.insert(Connection(std::sync::Arc::new(std::net::TcpStream::from(
+                    fd,
+                ))));
+            }
+            Err(e) => {
+                tracing::warn!(error.message = %e, "cannot duplicate a connection's socket; drop faults will not close it")
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (connection, extensions);
+}
+
+/// Closes the request's connection at once (zero linger: a reset), without an answer.
+pub(crate) fn abort(req: &HttpRequest) {
+    match req.conn_data::<Connection>() {
+        Some(Connection(socket)) => {
+            let _ = socket2::SockRef::from(&**socket).set_linger(Some(Duration::ZERO));
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+        None => tracing::warn!("no socket recorded for this connection; cannot drop it"),
+    }
+}
+
+/// The provider-format answer of a `status` fault.
+fn status_reply(family: Option<Scheme>, status: u16, retry_after: Option<u64>) -> Reply {
+    let reply = match family {
+        Some(Scheme::MercadoPago) => mercadopago::errors::status(status),
+        _ => {
+            let mut error = if status == 429 {
+                stripe::errors::rate_limited()
+            } else {
+                stripe::errors::api_error()
+            };
+            error.status = status;
+            error.reply()
+        }
+    };
+    match retry_after.or((status == 429).then_some(1)) {
+        Some(secs) => reply.header("Retry-After", secs.to_string()),
+        None => reply,
+    }
+}
+
+fn decide(state: &mut State, req: &ServiceRequest) -> Option<FaultAction> {
+    let method = req.method().as_str().to_owned();
+    let path = req.path().to_owned();
+    let family = auth::family(&path)?;
+    let provider = if state.faults.needs_provider() {
+        let credential = auth::credential(req.headers());
+        auth::resolve(state, family, credential.as_deref())
+            .ok()
+            .map(|i| state.providers[i].config.name.clone())
+    } else {
+        None
+    };
+    let State { faults, rng, .. } = state;
+    faults.take(rng, &method, &path, provider.as_deref())
+}
+
+fn record(
+    shared: &Shared,
+    req: &HttpRequest,
+    status: u16,
+    replayed: bool,
+    fault: Option<&FaultAction>,
+    started: Instant,
+) {
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .or_else(|| req.headers().get("x-idempotency-key"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    shared.lock().log_request(RequestRecord {
+        at_ms: clock::unix_ms(clock::now()),
+        method: req.method().as_str().to_owned(),
+        path: req.path().to_owned(),
+        query: req.query_string().to_owned(),
+        status,
+        idempotency_key: key,
+        replayed,
+        fault: fault.map(FaultAction::name),
+        latency_ms: started.elapsed().as_millis() as u64,
+    });
+}
+
+/// The middleware around the provider APIs: applies armed faults and logs every request.
+pub(crate) fn middleware<S>(
+    req: ServiceRequest,
+    service: &S,
+) -> LocalBoxFuture<'static, Result<ServiceResponse, actix_web::Error>>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse, Error = actix_web::Error>,
+    S::Future: 'static,
+{
+    let started = Instant::now();
+    let Some(shared) = req.app_data::<web::Data<Shared>>().cloned() else {
+        let fut = service.call(req);
+        return Box::pin(fut);
+    };
+    let action = decide(&mut shared.lock(), &req);
+    match action {
+        Some(FaultAction::Reset) => {
+            abort(req.request());
+            record(&shared, req.request(), 0, false, action.as_ref(), started);
+            let response = req.into_response(HttpResponse::InternalServerError().finish());
+            Box::pin(futures::future::ready(Ok(response)))
+        }
+        Some(FaultAction::Status {
+            status,
+            retry_after_secs,
+        }) => {
+            let family = auth::family(req.path());
+            record(
+                &shared,
+                req.request(),
+                status,
+                false,
+                action.as_ref(),
+                started,
+            );
+            let reply = status_reply(family, status, retry_after_secs);
+            let response = req.into_response(reply.into_response());
+            Box::pin(futures::future::ready(Ok(response)))
+        }
+        _ => {
+            let fut = service.call(req);
+            Box::pin(async move {
+                let response = fut.await?;
+                let status = response.status().as_u16();
+                let replayed = response.headers().contains_key("idempotent-replayed");
+                match &action {
+                    Some(FaultAction::Delay { delay_ms }) => {
+                        tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                    }
+                    Some(FaultAction::DropResponse) => abort(response.request()),
+                    _ => {}
+                }
+                record(
+                    &shared,
+                    response.request(),
+                    status,
+                    replayed,
+                    action.as_ref(),
+                    started,
+                );
+                Ok(response)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_limits_and_filters_apply() {
+        let mut faults = Faults::default();
+        let mut rng = SeededRng::new(1);
+        let mut spec = FaultSpec::next("/v1/refunds", 2, FaultAction::Reset);
+        spec.method = Some("post".into());
+        faults.arm(spec).unwrap();
+        assert_eq!(faults.take(&mut rng, "GET", "/v1/refunds", None), None);
+        assert_eq!(faults.take(&mut rng, "POST", "/v1/events", None), None);
+        assert!(faults.take(&mut rng, "POST", "/v1/refunds", None).is_some());
+        assert!(faults.take(&mut rng, "POST", "/v1/refunds", None).is_some());
+        assert_eq!(faults.take(&mut rng, "POST", "/v1/refunds", None), None);
+        assert_eq!(faults.list()[0].hits, 2);
+    }
+
+    #[test]
+    fn rates_are_seeded_and_bad_specs_refused() {
+        let run = |seed| {
+            let mut faults = Faults::default();
+            let mut rng = SeededRng::new(seed);
+            faults
+                .arm(FaultSpec {
+                    rate: Some(0.5),
+                    count: None,
+                    ..FaultSpec::next("/v1", 0, FaultAction::DropResponse)
+                })
+                .unwrap();
+            (0..64)
+                .map(|_| {
+                    faults
+                        .take(&mut rng, "POST", "/v1/payments", None)
+                        .is_some()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(9), run(9));
+        assert!(run(9).iter().any(|hit| *hit) && run(9).iter().any(|hit| !*hit));
+        let mut faults = Faults::default();
+        assert!(faults
+            .arm(FaultSpec::next(
+                "/",
+                1,
+                FaultAction::Status {
+                    status: 200,
+                    retry_after_secs: None
+                }
+            ))
+            .is_err());
+    }
+}

@@ -1,0 +1,432 @@
+//! `hookline-sandbox`: Stripe and Mercado Pago on one machine — a real HTTP server that plays both providers' API
+//! and webhook sides closely enough that code tested against it works against the real thing, plus the faults
+//! the real thing produces only on bad days. It is a test double of **external** systems: nothing in hookline
+//! runs through it in production.
+//!
+//! Run it with `hookline sandbox --listen 127.0.0.1:12111 [--seed N]` (settings from the hookline configuration,
+//! see `hookline_cli`), or in-process from a test with [`Sandbox::start`]. State lives **in memory only**: a restart
+//! forgets every object, key and delivery.
+//!
+//! # API
+//!
+//! Both providers are served at their real paths, so a client only needs its base URL changed
+//! (`providers.NAME.api_base`). They do not collide: `/v1/payments…` is Mercado Pago, every other `/v1/…` path is
+//! Stripe. When several providers are configured they are told apart by their API key
+//! (`Authorization: Bearer <api_token>`; Stripe also takes HTTP Basic with the key as user name). A provider with
+//! an `api_token` requires it: Stripe answers 401 `{"error":{"type":"invalid_request_error","message":"Invalid API
+//! Key provided: sk_test_****…"}}`, Mercado Pago 401 `{"message":"invalid_token","error":"unauthorized",
+//! "status":401,"cause":[]}`.
+//!
+//! **Stripe** (form-encoded requests, JSON answers, `Request-Id` and `Stripe-Version` headers):
+//!
+//! | endpoint | what |
+//! |---|---|
+//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer`, `description`, `metadata[…]`, `payment_method`, `confirm`; `pi_…`, `requires_payment_method` (or `succeeded` with `confirm=true`) |
+//! | `POST /v1/payment_intents/{id}/confirm` | charges it: `succeeded`, or 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`) or a forced outcome |
+//! | `GET /v1/payment_intents/{id}`, `GET /v1/charges/{id}`, `GET /v1/refunds/{id}`, `GET /v1/events/{id}` | the object, or 404 `resource_missing` |
+//! | `POST /v1/refunds` | `payment_intent` or `charge`, optional `amount` (≤ what remains, else 400 `amount_too_large`; 400 `charge_already_refunded` once nothing remains), `reason`, `metadata[…]`; `re_…`, `status: succeeded` |
+//! | `GET /v1/events` | newest first in Stripe's list envelope; `limit` (10, max 100), `starting_after`, `ending_before`, `type` (`payment_intent.*` wildcards), `types[]`, `created` / `created[gt|gte|lt|lte]`, `delivery_success` |
+//!
+//! Unknown parameters get 400 `parameter_unknown`, missing ones `parameter_missing`, as Stripe does. Every state
+//! change is an event (`evt_…`, `object: "event"`, `type`, `created`, `data.object` = the full object,
+//! `request.id`/`request.idempotency_key`): `payment_intent.created`, `charge.succeeded` /
+//! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`, `refund.created`,
+//! `charge.refunded`, `charge.dispute.created` / `charge.dispute.closed`.
+//!
+//! Stripe idempotency as documented: the first response for an `Idempotency-Key` (per API key) — errors such as a
+//! 402 decline or a 400 `amount_too_large` included — is saved and replayed for retries with the same status and
+//! body plus `Idempotent-Replayed: true` and `Original-Request`; the same key with other parameters is 400
+//! `idempotency_error`; a retry while the first request still executes is 409 `idempotency_error` ("… currently
+//! another in-progress request …"); a request that failed parameter validation (or was refused by an injected
+//! fault before executing) saves nothing. Keys expire after `idempotency_window` (24 h).
+//!
+//! **Mercado Pago** (JSON, errors as `{"message","error","status","cause":[{"code","description","data"}]}`):
+//!
+//! | endpoint | what |
+//! |---|---|
+//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `payer.email`, `external_reference`, `installments`, `metadata`; 201 with a numeric `id`. `approved`/`accredited` by default; `pix` and boletos are `pending`; Mercado Pago's test names (`APRO`, `OTHE`, `CONT`, `CALL`, `FUND`, `SECU`, `EXPI`, `FORM`) as `payer.first_name` or `[NAME]` in the description, or a forced outcome, choose others |
+//! | `GET /v1/payments/{id}` | `status` (approved, pending, in_process, rejected, refunded, charged_back, cancelled), `status_detail`, `transaction_amount`, `transaction_amount_refunded`, `currency_id` `BRL`, `date_created`/`date_approved`/`date_last_updated` (`-04:00`, milliseconds), `refunds`, `fee_details` (3.99 %), `external_reference`, … |
+//! | `POST /v1/payments/{id}/refunds` | optional `{"amount": 10.00}` (partial; never beyond what remains, 400 otherwise); `X-Idempotency-Key` honoured; 201 refund; a full refund makes the payment `refunded` |
+//! | `GET /v1/payments/{id}/refunds` | the payment's refunds |
+//! | `GET /v1/payments/search` | `begin_date`/`end_date` (ISO 8601 or `NOW-30DAYS`), `range` (`date_created`, `date_last_updated`, `date_approved`, `money_release_date`), `sort`, `criteria`, `limit` (30, max 1000), `offset`, `external_reference`, `status`, `id`, …; `{"paging":{"total","limit","offset"},"results":[…]}` |
+//!
+//! The same `X-Idempotency-Key` on the same endpoint replays the first response (whatever the body), 409 while it
+//! still executes; on another endpoint it is refused (400, cause 2032 "X-Idempotency-Key already used").
+//!
+//! # Webhooks
+//!
+//! Every event (Stripe) or payment change (Mercado Pago) is POSTed to `{edge_url}/webhooks/{provider name}`,
+//! signed with the provider's webhook secret through `hookline_signature::sign`:
+//!
+//! - Stripe: the event JSON, `Stripe-Signature: t=…,v1=…`;
+//! - Mercado Pago: only the resource id, like real notifications — body `{"id": <notification id>,
+//!   "live_mode": false, "type": "payment", "date_created", "user_id", "api_version": "v1",
+//!   "action": "payment.created"|"payment.updated", "data": {"id": "<payment id>"}}`, query
+//!   `?data.id=<payment id>&type=payment`, `x-signature: ts=<ms>,v1=<hex>` and `x-request-id: <uuid>`.
+//!
+//! Delivery is at least once: anything but a 2xx, or no answer within `webhook_timeout`, is retried with
+//! exponential backoff (`webhook_backoff` doubling up to `webhook_max_backoff`) until `webhook_max_attempts`.
+//! A retry repeats the delivery exactly (same body, same `x-request-id`) with a fresh signature timestamp. Every
+//! attempt is recorded (status or error, latency). The delivery loop runs supervised
+//! (`hookline_core::supervisor`).
+//!
+//! # Control API (`/_sandbox/…`, JSON; [`SandboxControl`] in-process)
+//!
+//! | endpoint | what |
+//! |---|---|
+//! | `GET /_sandbox/health` | providers, seed, edge URL |
+//! | `GET /_sandbox/charges` | [`ChargesReport`]: charges/payments in total, per provider and per idempotency key (requests, executions, replays, conflicts, objects created) |
+//! | `GET /_sandbox/requests` | the API requests seen: method, path, status, idempotency key, replayed, fault, latency |
+//! | `POST /_sandbox/faults`, `GET`, `DELETE` | arm a [`FaultSpec`] (`{"path":"/v1/payment_intents","method":"POST","action":{"kind":"delay","delay_ms":3000},"count":1}`; kinds `delay`, `drop_response`, `status` (+`retry_after_secs`), `reset`; `count` and/or seeded `rate`; optional `provider`), list them with hit counts, clear them |
+//! | `GET`/`PUT /_sandbox/delivery` | [`DeliveryBehaviour`]: `duplicates` (+`duplicate_rate`), `parallel`, `delay_ms`, `shuffle_ms`, `drop_next`, `drop_rate`, `paused` (PUT replaces it; absent fields take defaults) |
+//! | `GET /_sandbox/deliveries?provider=&event_id=&resource_id=&request_id=&state=` | every [`Delivery`] with its attempts |
+//! | `POST /_sandbox/deliveries/{id}/redeliver` | send a delivery again (same body and request id) |
+//! | `POST /_sandbox/outcomes` | `{"provider","status","status_detail","count"}`: outcome of the next charges/payments |
+//! | `POST /_sandbox/chargebacks` | `{"provider","payment","status"}`: Stripe dispute (`won`/`lost` close it), Mercado Pago `charged_back` |
+//! | `POST /_sandbox/payments/{provider}/{id}/status` | Mercado Pago: `{"status":"approved"}` (a Pix paid), `rejected`, `cancelled`, … |
+//! | `POST /_sandbox/reset` | forget everything (ids never repeat: the generator is not re-seeded) |
+//!
+//! # Reproducibility
+//!
+//! Every id (`pi_…`, `evt_…`, payment ids, request ids) and every random choice (fault rates, drops, duplicates,
+//! shuffling) comes from one generator seeded with [`SandboxSettings::seed`]: the same seed and the same sequence
+//! of requests give the same ids. Timestamps are the real clock. Beware that restarting with the same seed in
+//! front of a persistent edge re-creates the same `evt_…` ids, which the edge will take for duplicates.
+//!
+//! # What is not faithful
+//!
+//! - Only the subset above; no customers, payment methods, captures, cancellations, webhook endpoints objects, or
+//!   Mercado Pago orders/preferences. Stripe confirms without a payment method by charging a test Visa (Stripe
+//!   refuses). Only automatic capture.
+//! - Retry schedules are compressed (Stripe retries over 3 days, Mercado Pago over hours).
+//! - Mercado Pago's answer to a refund beyond the refundable amount, and to a `X-Idempotency-Key` reused with
+//!   another body (replayed here), are not documented; the sandbox's are plausible, not verified.
+//! - Webhooks go to one endpoint per provider (`edge_url`); Mercado Pago's per-payment `notification_url` is
+//!   stored and echoed but not used. Plain HTTP only.
+
+#![warn(missing_docs)]
+
+mod api;
+mod auth;
+mod clock;
+mod control;
+mod faults;
+mod idempotency;
+mod mercadopago;
+mod reply;
+mod rng;
+mod state;
+mod stripe;
+mod webhooks;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use anyhow::Context;
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
+use tokio_util::sync::CancellationToken;
+
+pub use control::{ChargesReport, Outcome, ProviderReport, RequestRecord, SandboxControl};
+pub use faults::{ArmedFault, FaultAction, FaultSpec};
+pub use state::KeyStats;
+pub use url::Url;
+pub use webhooks::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
+
+/// Which provider a sandbox provider plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Stripe: payment intents, refunds, events; `Stripe-Signature` webhooks.
+    Stripe,
+    /// Mercado Pago: payments, refunds, search; `x-signature` notifications.
+    MercadoPago,
+}
+
+impl Scheme {
+    /// `stripe` or `mercadopago` (hookline's scheme names).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Scheme::Stripe => "stripe",
+            Scheme::MercadoPago => "mercadopago",
+        }
+    }
+
+    /// The sandbox scheme playing a hookline signature scheme, if the sandbox plays it.
+    pub fn from_signature(scheme: hookline_signature::Scheme) -> Option<Scheme> {
+        match scheme {
+            hookline_signature::Scheme::Stripe => Some(Scheme::Stripe),
+            hookline_signature::Scheme::MercadoPago => Some(Scheme::MercadoPago),
+            _ => None,
+        }
+    }
+}
+
+/// One provider the sandbox plays.
+#[derive(Clone)]
+pub struct SandboxProvider {
+    /// The hookline provider name: webhooks go to `{edge_url}/webhooks/{name}`.
+    pub name: String,
+    /// Stripe or Mercado Pago.
+    pub scheme: Scheme,
+    /// The secret webhooks are signed with (hookline's `providers.NAME.secrets[0]`).
+    pub webhook_secret: Vec<u8>,
+    /// The Bearer token the API requires (hookline's `providers.NAME.api_token`); `None`: no authentication.
+    pub api_token: Option<String>,
+}
+
+impl std::fmt::Debug for SandboxProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxProvider")
+            .field("name", &self.name)
+            .field("scheme", &self.scheme)
+            .field("webhook_secret", &"[redacted]")
+            .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// How to run a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxSettings {
+    /// Address to listen on (port 0 picks a free port; see [`RunningSandbox::base_url`]).
+    pub listen: SocketAddr,
+    /// Seed of every id and random choice.
+    pub seed: u64,
+    /// Base URL of the hookline edge webhooks are sent to.
+    pub edge_url: Url,
+    /// The providers played.
+    pub providers: Vec<SandboxProvider>,
+    /// How long an idempotency key is remembered (Stripe: 24 h).
+    pub idempotency_window: Duration,
+    /// A webhook attempt without an answer within this time failed.
+    pub webhook_timeout: Duration,
+    /// Attempts per delivery before it is given up (`failed`).
+    pub webhook_max_attempts: u32,
+    /// Delay before the first retry; doubled for each further one.
+    pub webhook_backoff: Duration,
+    /// Longest delay between retries.
+    pub webhook_max_backoff: Duration,
+    /// How long an API operation executes: the window in which a concurrent retry with the same idempotency
+    /// key gets 409.
+    pub api_latency: Duration,
+    /// HTTP worker threads.
+    pub http_workers: usize,
+}
+
+impl SandboxSettings {
+    /// Settings with defaults: seed 0, 24 h keys, 5 s webhook timeout, 8 attempts 500 ms → 60 s apart, 20 ms API
+    /// latency, 2 HTTP workers.
+    pub fn new(
+        listen: SocketAddr,
+        edge_url: Url,
+        providers: Vec<SandboxProvider>,
+    ) -> SandboxSettings {
+        SandboxSettings {
+            listen,
+            seed: 0,
+            edge_url,
+            providers,
+            idempotency_window: Duration::from_secs(24 * 3600),
+            webhook_timeout: Duration::from_secs(5),
+            webhook_max_attempts: 8,
+            webhook_backoff: Duration::from_millis(500),
+            webhook_max_backoff: Duration::from_secs(60),
+            api_latency: Duration::from_millis(20),
+            http_workers: 2,
+        }
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if !matches!(self.edge_url.scheme(), "http" | "https") || self.edge_url.cannot_be_a_base() {
+            anyhow::bail!("edge_url must be an http:// URL, not {}", self.edge_url);
+        }
+        if self.webhook_max_attempts == 0 {
+            anyhow::bail!("webhook_max_attempts must be at least 1");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.providers {
+            if p.name.is_empty()
+                || !p
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+            {
+                anyhow::bail!(
+                    "provider name '{}' is not a URL segment of letters, digits, '-' or '_'",
+                    p.name
+                );
+            }
+            if !names.insert(p.name.as_str()) {
+                anyhow::bail!("provider '{}' is configured twice", p.name);
+            }
+            if p.webhook_secret.is_empty() {
+                anyhow::bail!("provider '{}' has an empty webhook secret", p.name);
+            }
+            if p.api_token.as_deref() == Some("") {
+                anyhow::bail!("provider '{}' has an empty api_token", p.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts sandboxes.
+#[derive(Debug)]
+pub struct Sandbox;
+
+impl Sandbox {
+    /// Binds `settings.listen`, starts the HTTP server and the supervised webhook delivery loop. Must be called
+    /// inside a Tokio runtime (the server and the loop are spawned on it).
+    pub async fn start(settings: SandboxSettings) -> anyhow::Result<RunningSandbox> {
+        settings.validate()?;
+        let shared = Arc::new(state::Shared::new(&settings)?);
+        let listener = std::net::TcpListener::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let local = listener.local_addr()?;
+        let data = web::Data::from(shared.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .service(
+                    web::scope("/_sandbox")
+                        .configure(control::configure)
+                        .default_service(web::to(|| async {
+                            HttpResponse::NotFound()
+                                .json(serde_json::json!({"error": "no such control endpoint"}))
+                        })),
+                )
+                .service(
+                    web::scope("")
+                        .wrap_fn(faults::middleware)
+                        .configure(stripe::configure)
+                        .configure(mercadopago::configure)
+                        .default_service(web::to(unrouted)),
+                )
+        })
+        .on_connect(faults::on_connect)
+        .workers(settings.http_workers.max(1))
+        .shutdown_timeout(2)
+        .disable_signals()
+        .listen(listener)
+        .with_context(|| format!("cannot serve on {local}"))?
+        .run();
+        let server_handle = server.handle();
+        let server_task = tokio::spawn(server);
+
+        let liveness = Liveness::new();
+        let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
+        let cancel = CancellationToken::new();
+        let delivery_task = {
+            let shared = shared.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                supervisor
+                    .run("sandbox-webhook-delivery", cancel.clone(), |_| {
+                        webhooks::run(shared.clone(), cancel.clone())
+                    })
+                    .await
+            })
+        };
+        let host = match local.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let base_url = Url::parse(&format!("http://{}", SocketAddr::new(host, local.port())))
+            .context("base URL")?;
+        tracing::info!(%base_url, seed = settings.seed, edge_url = %settings.edge_url,
+            providers = ?settings.providers.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), "sandbox listening");
+        Ok(RunningSandbox {
+            local,
+            base_url,
+            server_handle,
+            server_task: Some(server_task),
+            delivery_task: Some(delivery_task),
+            cancel,
+            liveness,
+            control: SandboxControl::new(shared),
+        })
+    }
+}
+
+/// The answer to a path neither provider serves, in the format of the provider the path looks like.
+async fn unrouted(req: HttpRequest) -> HttpResponse {
+    match auth::family(req.path()) {
+        Some(Scheme::MercadoPago) => mercadopago::errors::route_not_found().into_response(),
+        _ => stripe::errors::unrecognized_url(req.method().as_str(), req.path())
+            .reply()
+            .into_response(),
+    }
+}
+
+/// A running sandbox. Dropping it stops the server without waiting; [`RunningSandbox::stop`] waits.
+pub struct RunningSandbox {
+    local: SocketAddr,
+    base_url: Url,
+    server_handle: ServerHandle,
+    server_task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    delivery_task: Option<tokio::task::JoinHandle<()>>,
+    cancel: CancellationToken,
+    liveness: Liveness,
+    control: SandboxControl,
+}
+
+impl std::fmt::Debug for RunningSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningSandbox")
+            .field("base_url", &self.base_url.as_str())
+            .finish()
+    }
+}
+
+impl RunningSandbox {
+    /// `http://host:port` to give clients as the providers' API base (an unspecified listen address is
+    /// replaced by loopback).
+    pub fn base_url(&self) -> &Url {
+        &self.base_url
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// `base_url` joined with `path` (`/v1/payment_intents`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url.as_str().trim_end_matches('/'), path)
+    }
+
+    /// The control state, for assertions.
+    pub fn control(&self) -> &SandboxControl {
+        &self.control
+    }
+
+    /// What the supervised delivery loop reports (dead after it kept failing).
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// Stops serving (in-flight requests get up to 2 s) and stops the delivery loop.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        self.server_handle.stop(true).await;
+        if let Some(task) = self.server_task.take() {
+            let _ = task.await;
+        }
+        if let Some(task) = self.delivery_task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for RunningSandbox {
+    fn drop(&mut self) {
+        if self.server_task.is_some() {
+            self.cancel.cancel();
+            // Sends the stop command at once; the returned future only waits for completion.
+            drop(self.server_handle.stop(false));
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Mercado Pago's payments API subset at its own paths (`/v1/payments`, `/v1/payments/{id}`,
+//! `/v1/payments/{id}/refunds`, `/v1/payments/search`): JSON requests and answers, Mercado Pago's error body, a
+//! required `X-Idempotency-Key` on payment creation (honoured on refunds).
+
+pub(crate) mod book;
+pub(crate) mod errors;
+pub(crate) mod ops;
+mod search;
+
+use std::sync::Arc;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+
+use crate::api::{self, Run};
+use crate::auth;
+use crate::reply::Reply;
+use crate::state::{Shared, State};
+use crate::Scheme;
+
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/v1/payments").route(web::post().to(create_payment)))
+        .service(web::resource("/v1/payments/search").route(web::get().to(search)))
+        .service(web::resource("/v1/payments/{id}").route(web::get().to(get_payment)))
+        .service(
+            web::resource("/v1/payments/{id}/refunds")
+                .route(web::post().to(create_refund))
+                .route(web::get().to(list_refunds)),
+        );
+}
+
+/// The provider a request is for, or Mercado Pago's 401.
+fn authenticate(req: &HttpRequest, state: &State) -> Result<usize, Reply> {
+    let credential = auth::credential(req.headers());
+    auth::resolve(state, Scheme::MercadoPago, credential.as_deref()).map_err(
+        |failure| match failure {
+            auth::AuthFailure::NotConfigured => errors::route_not_found(),
+            _ => errors::unauthorized(),
+        },
+    )
+}
+
+fn idempotency_key(req: &HttpRequest) -> Option<String> {
+    req.headers()
+        .get("x-idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+}
+
+fn answer(run: Run) -> HttpResponse {
+    match run {
+        Run::Executed(reply) => reply.into_response(),
+        Run::Replayed(saved) => Reply {
+            status: saved.status,
+            body: saved.body,
+            headers: Vec::new(),
+        }
+        .into_response(),
+        Run::InFlight => errors::in_flight().into_response(),
+        Run::Mismatch => errors::key_already_used().into_response(),
+    }
+}
+
+async fn create_payment(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let shared: Arc<Shared> = shared.into_inner();
+    let p = match authenticate(&req, &shared.lock()) {
+        Ok(p) => p,
+        Err(reply) => return reply.into_response(),
+    };
+    let Some(key) = idempotency_key(&req) else {
+        return errors::missing_idempotency_key().into_response();
+    };
+    let new = match ops::validate_payment(&body) {
+        Ok(new) => new,
+        Err(reply) => return reply.into_response(),
+    };
+    let edge_url = shared.edge_url.clone();
+    let op_key = key.clone();
+    // Keys are scoped to the endpoint: the body is not compared (a retry replays whatever it carries).
+    let endpoint = format!("{} {}", req.method(), req.path());
+    let run = api::run(&shared, p, Some(&key), &endpoint, "", move |state| {
+        ops::create_payment(state, &edge_url, p, new, Some(&op_key))
+    })
+    .await;
+    answer(run)
+}
+
+async fn create_refund(
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let shared: Arc<Shared> = shared.into_inner();
+    let p = match authenticate(&req, &shared.lock()) {
+        Ok(p) => p,
+        Err(reply) => return reply.into_response(),
+    };
+    let Ok(payment_id) = id.trim().parse::<u64>() else {
+        return errors::payment_not_found().into_response();
+    };
+    let amount = match ops::validate_refund(&body) {
+        Ok(amount) => amount,
+        Err(reply) => return reply.into_response(),
+    };
+    let key = idempotency_key(&req);
+    let edge_url = shared.edge_url.clone();
+    let op_key = key.clone();
+    let endpoint = format!("{} {}", req.method(), req.path());
+    let run = api::run(&shared, p, key.as_deref(), &endpoint, "", move |state| {
+        ops::refund(state, &edge_url, p, payment_id, amount, op_key.as_deref())
+    })
+    .await;
+    answer(run)
+}
+
+fn read(
+    req: &HttpRequest,
+    shared: &Shared,
+    answer: impl FnOnce(&State, usize) -> Reply,
+) -> HttpResponse {
+    let state = shared.lock();
+    match authenticate(req, &state) {
+        Ok(p) => answer(&state, p),
+        Err(reply) => reply,
+    }
+    .into_response()
+}
+
+async fn get_payment(
+    req: HttpRequest,
+    id: web::Path<String>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    read(&req, &shared, |state, p| {
+        let book = &state.providers[p].mp;
+        match id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| book.payments.get(&id))
+        {
+            Some(payment) => Reply::json(200, &payment.json(book.user_id)),
+            None => errors::payment_not_found(),
+        }
+    })
+}
+
+async fn list_refunds(
+    req: HttpRequest,
+    id: web::Path<String>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    read(&req, &shared, |state, p| {
+        let book = &state.providers[p].mp;
+        match id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| book.payments.get(&id))
+        {
+            Some(payment) => {
+                let refunds: Vec<_> = payment
+                    .refunds
+                    .iter()
+                    .map(|r| r.json(book.user_id))
+                    .collect();
+                Reply::json(200, &serde_json::Value::from(refunds))
+            }
+            None => errors::payment_not_found(),
+        }
+    })
+}
+
+async fn search(req: HttpRequest, shared: web::Data<Shared>) -> HttpResponse {
+    let query = req.query_string().to_owned();
+    read(&req, &shared, |state, p| search::search(state, p, &query))
+}

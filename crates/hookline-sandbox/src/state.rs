@@ -1,0 +1,183 @@
+//! Everything the sandbox remembers, behind one mutex: the providers' objects, idempotency keys, armed faults,
+//! the webhook deliveries and their attempts. Never held across an `.await`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+use url::Url;
+
+use crate::control::{Outcome, RequestRecord};
+use crate::faults::Faults;
+use crate::idempotency::IdempotencyStore;
+use crate::mercadopago::book::MpBook;
+use crate::rng::SeededRng;
+use crate::stripe::book::StripeBook;
+use crate::webhooks::{Delivery, DeliveryBehaviour};
+use crate::{SandboxProvider, SandboxSettings};
+
+/// Most API requests kept in the request log.
+const MAX_REQUEST_LOG: usize = 10_000;
+
+/// Timings from the settings, read by handlers and the delivery loop.
+#[derive(Debug, Clone)]
+pub(crate) struct Timing {
+    pub(crate) webhook_timeout: Duration,
+    pub(crate) webhook_max_attempts: u32,
+    pub(crate) webhook_backoff: Duration,
+    pub(crate) webhook_max_backoff: Duration,
+    pub(crate) api_latency: Duration,
+}
+
+/// State shared by the HTTP workers, the delivery loop and the in-process control handle.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// Wakes the delivery loop when a delivery is queued or its schedule changes.
+    pub(crate) wake: Notify,
+    pub(crate) timing: Timing,
+    pub(crate) edge_url: Url,
+    pub(crate) seed: u64,
+    pub(crate) client: reqwest::Client,
+}
+
+impl Shared {
+    pub(crate) fn new(settings: &SandboxSettings) -> anyhow::Result<Shared> {
+        let client = reqwest::Client::builder()
+            .timeout(settings.webhook_timeout)
+            .pool_max_idle_per_host(16)
+            .build()?;
+        Ok(Shared {
+            state: Mutex::new(State::new(settings)),
+            wake: Notify::new(),
+            timing: Timing {
+                webhook_timeout: settings.webhook_timeout,
+                webhook_max_attempts: settings.webhook_max_attempts.max(1),
+                webhook_backoff: settings.webhook_backoff,
+                webhook_max_backoff: settings.webhook_max_backoff,
+                api_latency: settings.api_latency,
+            },
+            edge_url: settings.edge_url.clone(),
+            seed: settings.seed,
+            client,
+        })
+    }
+
+    /// The state; a panic that poisoned the lock leaves the data usable (every mutation is applied whole).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Counters of one idempotency key, for tests that count charges at the gateway.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct KeyStats {
+    /// Requests that presented the key.
+    pub requests: u32,
+    /// Requests that executed (the first, or a retry after an unsaved failure or expiry).
+    pub executed: u32,
+    /// Requests answered with the saved response.
+    pub replays: u32,
+    /// Requests refused because the first one was still executing (409) or used other parameters (400).
+    pub conflicts: u32,
+    /// Charges (Stripe `ch_…`, failed ones included) or payments (Mercado Pago) created under the key.
+    pub charges: u32,
+    /// Ids of every object created under the key, in order.
+    pub objects: Vec<String>,
+}
+
+pub(crate) struct ProviderBook {
+    pub(crate) config: SandboxProvider,
+    pub(crate) idempotency: IdempotencyStore,
+    pub(crate) keys: BTreeMap<String, KeyStats>,
+    /// Outcomes forced by the control API for the next charges/payments.
+    pub(crate) outcomes: VecDeque<Outcome>,
+    pub(crate) stripe: StripeBook,
+    pub(crate) mp: MpBook,
+}
+
+impl ProviderBook {
+    /// Notes an object created under `key` (no-op without a key).
+    pub(crate) fn created(&mut self, key: Option<&str>, object: &str, is_charge: bool) {
+        if let Some(key) = key {
+            let stats = self.keys.entry(key.to_owned()).or_default();
+            stats.objects.push(object.to_owned());
+            if is_charge {
+                stats.charges += 1;
+            }
+        }
+    }
+
+    pub(crate) fn key_stats(&mut self, key: &str) -> &mut KeyStats {
+        self.keys.entry(key.to_owned()).or_default()
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) rng: SeededRng,
+    pub(crate) providers: Vec<ProviderBook>,
+    pub(crate) faults: Faults,
+    pub(crate) behaviour: DeliveryBehaviour,
+    pub(crate) deliveries: BTreeMap<u64, Delivery>,
+    pub(crate) next_delivery_id: u64,
+    pub(crate) requests: VecDeque<RequestRecord>,
+    idempotency_window: Duration,
+}
+
+impl State {
+    fn new(settings: &SandboxSettings) -> State {
+        let mut rng = SeededRng::new(settings.seed);
+        let providers = settings
+            .providers
+            .iter()
+            .map(|p| ProviderBook {
+                config: p.clone(),
+                idempotency: IdempotencyStore::new(settings.idempotency_window),
+                keys: BTreeMap::new(),
+                outcomes: VecDeque::new(),
+                stripe: StripeBook::default(),
+                mp: MpBook::new(rng.between(100_000_000, 999_999_999)),
+            })
+            .collect();
+        State {
+            rng,
+            providers,
+            faults: Faults::default(),
+            behaviour: DeliveryBehaviour::default(),
+            deliveries: BTreeMap::new(),
+            next_delivery_id: 1,
+            requests: VecDeque::new(),
+            idempotency_window: settings.idempotency_window,
+        }
+    }
+
+    /// Forgets every object, key, fault, delivery and behaviour. The generator is NOT re-seeded: ids created
+    /// after a reset never repeat ids created before it (the edge would take them for duplicates).
+    pub(crate) fn reset(&mut self) {
+        for p in &mut self.providers {
+            p.idempotency = IdempotencyStore::new(self.idempotency_window);
+            p.keys.clear();
+            p.outcomes.clear();
+            p.stripe = StripeBook::default();
+            p.mp = MpBook::new(p.mp.user_id);
+        }
+        self.faults = Faults::default();
+        self.behaviour = DeliveryBehaviour::default();
+        self.deliveries.clear();
+        self.requests.clear();
+    }
+
+    pub(crate) fn provider_index(&self, name: &str) -> Option<usize> {
+        self.providers.iter().position(|p| p.config.name == name)
+    }
+
+    pub(crate) fn log_request(&mut self, record: RequestRecord) {
+        if self.requests.len() >= MAX_REQUEST_LOG {
+            self.requests.pop_front();
+        }
+        self.requests.push_back(record);
+    }
+}

@@ -1,0 +1,266 @@
+//! Stripe's objects as the sandbox keeps them, and their JSON as the API renders them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{json, Value};
+
+/// The API version the sandbox's payloads follow (`Stripe-Version`, `event.api_version`).
+pub(crate) const API_VERSION: &str = "2024-06-20";
+
+pub(crate) struct PaymentIntent {
+    pub(crate) id: String,
+    pub(crate) amount: i64,
+    pub(crate) amount_received: i64,
+    pub(crate) currency: String,
+    pub(crate) customer: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) status: &'static str,
+    pub(crate) payment_method: Option<String>,
+    pub(crate) created: i64,
+    pub(crate) latest_charge: Option<String>,
+    pub(crate) client_secret: String,
+    pub(crate) last_payment_error: Option<Value>,
+}
+
+impl PaymentIntent {
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "payment_intent",
+            "amount": self.amount,
+            "amount_capturable": 0,
+            "amount_details": {"tip": {}},
+            "amount_received": self.amount_received,
+            "application": null,
+            "application_fee_amount": null,
+            "automatic_payment_methods": null,
+            "canceled_at": null,
+            "cancellation_reason": null,
+            "capture_method": "automatic",
+            "client_secret": self.client_secret,
+            "confirmation_method": "automatic",
+            "created": self.created,
+            "currency": self.currency,
+            "customer": self.customer,
+            "description": self.description,
+            "invoice": null,
+            "last_payment_error": self.last_payment_error,
+            "latest_charge": self.latest_charge,
+            "livemode": false,
+            "metadata": self.metadata,
+            "next_action": null,
+            "on_behalf_of": null,
+            "payment_method": self.payment_method,
+            "payment_method_options": {},
+            "payment_method_types": ["card"],
+            "processing": null,
+            "receipt_email": null,
+            "review": null,
+            "setup_future_usage": null,
+            "shipping": null,
+            "statement_descriptor": null,
+            "statement_descriptor_suffix": null,
+            "status": self.status,
+            "transfer_data": null,
+            "transfer_group": null,
+        })
+    }
+}
+
+pub(crate) struct Charge {
+    pub(crate) id: String,
+    pub(crate) payment_intent: String,
+    pub(crate) amount: i64,
+    pub(crate) amount_captured: i64,
+    pub(crate) amount_refunded: i64,
+    pub(crate) currency: String,
+    pub(crate) succeeded: bool,
+    pub(crate) created: i64,
+    pub(crate) payment_method: String,
+    pub(crate) customer: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) decline_code: Option<String>,
+    pub(crate) balance_transaction: Option<String>,
+    pub(crate) disputed: bool,
+}
+
+impl Charge {
+    pub(crate) fn remaining(&self) -> i64 {
+        self.amount_captured - self.amount_refunded
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        let outcome = if self.succeeded {
+            json!({"network_status": "approved_by_network", "reason": null, "risk_level": "normal",
+                   "seller_message": "Payment complete.", "type": "authorized"})
+        } else {
+            json!({"network_status": "declined_by_network", "reason": self.decline_code, "risk_level": "normal",
+                   "seller_message": "The bank did not return any further details with this decline.",
+                   "type": "issuer_declined"})
+        };
+        json!({
+            "id": self.id,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_captured": self.amount_captured,
+            "amount_refunded": self.amount_refunded,
+            "balance_transaction": self.balance_transaction,
+            "billing_details": {"address": null, "email": null, "name": null, "phone": null},
+            "captured": self.succeeded,
+            "created": self.created,
+            "currency": self.currency,
+            "customer": self.customer,
+            "description": self.description,
+            "disputed": self.disputed,
+            "failure_code": (!self.succeeded).then_some("card_declined"),
+            "failure_message": (!self.succeeded).then_some("Your card was declined."),
+            "livemode": false,
+            "metadata": self.metadata,
+            "outcome": outcome,
+            "paid": self.succeeded,
+            "payment_intent": self.payment_intent,
+            "payment_method": self.payment_method,
+            "refunded": self.succeeded && self.amount_refunded >= self.amount_captured,
+            "status": if self.succeeded { "succeeded" } else { "failed" },
+        })
+    }
+}
+
+pub(crate) struct Refund {
+    pub(crate) id: String,
+    pub(crate) payment_intent: String,
+    pub(crate) charge: String,
+    pub(crate) amount: i64,
+    pub(crate) currency: String,
+    pub(crate) created: i64,
+    pub(crate) reason: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) balance_transaction: String,
+}
+
+impl Refund {
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "refund",
+            "amount": self.amount,
+            "balance_transaction": self.balance_transaction,
+            "charge": self.charge,
+            "created": self.created,
+            "currency": self.currency,
+            "destination_details": {"card": {"reference_status": "pending", "type": "refund"}, "type": "card"},
+            "metadata": self.metadata,
+            "payment_intent": self.payment_intent,
+            "reason": self.reason,
+            "receipt_number": null,
+            "source_transfer_reversal": null,
+            "status": "succeeded",
+            "transfer_reversal": null,
+        })
+    }
+}
+
+pub(crate) struct Dispute {
+    pub(crate) id: String,
+    pub(crate) charge: String,
+    pub(crate) payment_intent: String,
+    pub(crate) amount: i64,
+    pub(crate) currency: String,
+    pub(crate) status: String,
+    pub(crate) created: i64,
+}
+
+impl Dispute {
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "dispute",
+            "amount": self.amount,
+            "balance_transactions": [],
+            "charge": self.charge,
+            "created": self.created,
+            "currency": self.currency,
+            "is_charge_refundable": false,
+            "livemode": false,
+            "metadata": {},
+            "payment_intent": self.payment_intent,
+            "reason": "fraudulent",
+            "status": self.status,
+        })
+    }
+}
+
+pub(crate) struct Event {
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) created: i64,
+    pub(crate) object: Value,
+    pub(crate) request_id: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) delivered: bool,
+}
+
+impl Event {
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "event",
+            "api_version": API_VERSION,
+            "created": self.created,
+            "data": {"object": self.object},
+            "livemode": false,
+            "pending_webhooks": if self.delivered { 0 } else { 1 },
+            "request": {"id": self.request_id, "idempotency_key": self.idempotency_key},
+            "type": self.kind,
+        })
+    }
+}
+
+/// One Stripe account's objects.
+#[derive(Default)]
+pub(crate) struct StripeBook {
+    pub(crate) intents: HashMap<String, PaymentIntent>,
+    pub(crate) charges: HashMap<String, Charge>,
+    pub(crate) refunds: HashMap<String, Refund>,
+    pub(crate) disputes: HashMap<String, Dispute>,
+    /// In creation order (the list endpoint reverses it).
+    pub(crate) events: Vec<Event>,
+    event_index: HashMap<String, usize>,
+}
+
+impl StripeBook {
+    pub(crate) fn push_event(&mut self, event: Event) {
+        self.event_index.insert(event.id.clone(), self.events.len());
+        self.events.push(event);
+    }
+
+    pub(crate) fn event(&self, id: &str) -> Option<&Event> {
+        self.event_index.get(id).and_then(|&i| self.events.get(i))
+    }
+
+    pub(crate) fn event_position(&self, id: &str) -> Option<usize> {
+        self.event_index.get(id).copied()
+    }
+
+    pub(crate) fn mark_delivered(&mut self, id: &str) {
+        if let Some(&i) = self.event_index.get(id) {
+            if let Some(e) = self.events.get_mut(i) {
+                e.delivered = true;
+            }
+        }
+    }
+}
+
+/// `R$10.00`, `$10.00`, `€10.00`, else `10.00 XYZ`: how Stripe writes amounts in error messages.
+pub(crate) fn money(amount: i64, currency: &str) -> String {
+    let major = format!("{}.{:02}", amount / 100, amount % 100);
+    match currency {
+        "brl" => format!("R${major}"),
+        "usd" => format!("${major}"),
+        "eur" => format!("€{major}"),
+        "gbp" => format!("£{major}"),
+        other => format!("{major} {}", other.to_ascii_uppercase()),
+    }
+}

@@ -1,0 +1,330 @@
+//! Shared by the sandbox's integration tests: starting a sandbox on a free port, and a real webhook receiver that
+//! verifies every delivery with `hookline_signature::Verifier` (the edge's own verifier) and answers as scripted.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use hookline_sandbox::{RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme, Url};
+use serde_json::Value;
+
+pub const STRIPE_SECRET: &[u8] = b"whsec_sandbox_test_secret";
+pub const MP_SECRET: &[u8] = b"mp_sandbox_test_secret";
+pub const STRIPE_TOKEN: &str = "sk_test_sandbox_stripe_token";
+pub const MP_TOKEN: &str = "TEST-1234-sandbox-mp-token";
+
+pub fn stripe(name: &str, token: Option<&str>) -> SandboxProvider {
+    SandboxProvider {
+        name: name.into(),
+        scheme: Scheme::Stripe,
+        webhook_secret: STRIPE_SECRET.to_vec(),
+        api_token: token.map(str::to_owned),
+    }
+}
+
+pub fn mercadopago(name: &str, token: Option<&str>) -> SandboxProvider {
+    SandboxProvider {
+        name: name.into(),
+        scheme: Scheme::MercadoPago,
+        webhook_secret: MP_SECRET.to_vec(),
+        api_token: token.map(str::to_owned),
+    }
+}
+
+/// Settings for a test: a free port, both providers with tokens, webhooks to `edge` (by default a closed port:
+/// deliveries fail quietly), fast retries.
+pub fn settings(edge: Option<&Url>) -> SandboxSettings {
+    let edge = edge
+        .cloned()
+        .unwrap_or_else(|| Url::parse("http://127.0.0.1:9").unwrap());
+    let mut s = SandboxSettings::new(
+        "127.0.0.1:0".parse().unwrap(),
+        edge,
+        vec![
+            stripe("stripe", Some(STRIPE_TOKEN)),
+            mercadopago("mercadopago", Some(MP_TOKEN)),
+        ],
+    );
+    s.seed = 42;
+    s.webhook_backoff = Duration::from_millis(50);
+    s.webhook_max_backoff = Duration::from_millis(200);
+    s.webhook_timeout = Duration::from_secs(2);
+    s
+}
+
+pub async fn start(settings: SandboxSettings) -> RunningSandbox {
+    Sandbox::start(settings).await.expect("sandbox starts")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Polls `check` every 20 ms until it holds or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// POSTs a Stripe form with the test token and an optional idempotency key.
+pub async fn stripe_post(
+    sandbox: &RunningSandbox,
+    path: &str,
+    form: &[(&str, &str)],
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut request = client()
+        .post(sandbox.url(path))
+        .bearer_auth(STRIPE_TOKEN)
+        .form(form);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.send().await.expect("request sent")
+}
+
+pub async fn stripe_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
+    let response = client()
+        .get(sandbox.url(path_and_query))
+        .bearer_auth(STRIPE_TOKEN)
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// A succeeded payment intent of `amount` cents; returns its id.
+pub async fn succeeded_intent(sandbox: &RunningSandbox, amount: i64) -> String {
+    let amount = amount.to_string();
+    let response = stripe_post(
+        sandbox,
+        "/v1/payment_intents",
+        &[
+            ("amount", &amount),
+            ("currency", "brl"),
+            ("confirm", "true"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "succeeded");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+pub async fn mp_post(
+    sandbox: &RunningSandbox,
+    path: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut request = client()
+        .post(sandbox.url(path))
+        .bearer_auth(MP_TOKEN)
+        .json(body);
+    if let Some(key) = key {
+        request = request.header("X-Idempotency-Key", key);
+    }
+    request.send().await.expect("request sent")
+}
+
+pub async fn mp_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
+    let response = client()
+        .get(sandbox.url(path_and_query))
+        .bearer_auth(MP_TOKEN)
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+pub fn mp_payment(amount: f64, reference: &str) -> Value {
+    serde_json::json!({
+        "transaction_amount": amount,
+        "description": "Sandbox order",
+        "payment_method_id": "visa",
+        "installments": 1,
+        "payer": {"email": "buyer@example.com"},
+        "external_reference": reference,
+    })
+}
+
+/// One delivery as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub provider: String,
+    /// The verifier's dedupe key, or why verification failed.
+    pub verified: Result<String, String>,
+    /// Stripe: body `id`; Mercado Pago: the notification `id`.
+    pub event_id: String,
+    pub request_id: Option<String>,
+    pub query: String,
+    pub body: Value,
+    /// What the receiver answered (0: it did not answer in time).
+    pub answered: u16,
+}
+
+/// What the receiver does with the n-th attempt (1-based) of one delivery identity.
+#[derive(Debug, Clone, Copy)]
+pub enum Answer {
+    Status(u16),
+    /// Wait this long, then answer 200 (longer than the sandbox's webhook timeout: a timeout).
+    Stall(Duration),
+}
+
+type Script = Arc<dyn Fn(u32) -> Answer + Send + Sync>;
+
+/// A webhook receiver on a free port: `POST /webhooks/{name}`.
+pub struct Receiver {
+    pub url: Url,
+    log: Arc<Mutex<Vec<Received>>>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl Receiver {
+    /// `script(n)` decides the answer to the n-th attempt of each identity (Stripe event id, Mercado Pago request
+    /// id); deliveries that fail verification get 400.
+    pub async fn start(script: impl Fn(u32) -> Answer + Send + Sync + 'static) -> Receiver {
+        let log: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let counts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let script: Script = Arc::new(script);
+        let state = (log.clone(), counts, script);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(web::Data::new(state.clone()))
+                .route("/webhooks/{name}", web::post().to(receive))
+        })
+        .workers(2)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .listen(listener)
+        .unwrap()
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Receiver {
+            url: Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            log,
+            handle,
+        }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub async fn stop(self) {
+        self.handle.stop(false).await;
+    }
+}
+
+type ReceiverState = (
+    Arc<Mutex<Vec<Received>>>,
+    Arc<Mutex<HashMap<String, u32>>>,
+    Script,
+);
+
+async fn receive(
+    req: HttpRequest,
+    name: web::Path<String>,
+    body: web::Bytes,
+    state: web::Data<ReceiverState>,
+) -> HttpResponse {
+    let (log, counts, script) = state.get_ref();
+    let headers: Vec<(String, Vec<u8>)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    let header_refs: Vec<(&str, &[u8])> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let (scheme, secret) = if req.headers().contains_key("stripe-signature") {
+        (hookline_signature::Scheme::Stripe, STRIPE_SECRET)
+    } else {
+        (hookline_signature::Scheme::MercadoPago, MP_SECRET)
+    };
+    let secrets: [&[u8]; 1] = [secret];
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let verified = hookline_signature::Verifier {
+        scheme,
+        secrets: &secrets,
+        tolerance_secs: None,
+        now_unix: now,
+    }
+    .verify(&hookline_signature::Request {
+        headers: &header_refs,
+        query: req.query_string(),
+        body: &body,
+    })
+    .map(|v| v.dedupe_key)
+    .map_err(|e| e.to_string());
+    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let event_id = match &json["id"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let identity = request_id.clone().unwrap_or_else(|| event_id.clone());
+    let attempt = {
+        let mut counts = counts.lock().unwrap();
+        let n = counts.entry(identity).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let answer = if verified.is_ok() {
+        script(attempt)
+    } else {
+        Answer::Status(400)
+    };
+    let mut record = Received {
+        provider: name.into_inner(),
+        verified,
+        event_id,
+        request_id,
+        query: req.query_string().to_owned(),
+        body: json,
+        answered: 0,
+    };
+    match answer {
+        Answer::Status(status) => {
+            record.answered = status;
+            log.lock().unwrap().push(record);
+            HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).finish()
+        }
+        Answer::Stall(pause) => {
+            log.lock().unwrap().push(record);
+            tokio::time::sleep(pause).await;
+            HttpResponse::Ok().finish()
+        }
+    }
+}
