@@ -27,6 +27,26 @@ async fn hookline(p: &TestPipeline, args: &[&str]) -> Output {
     cmd.output().await.expect("run hookline")
 }
 
+/// Ready + unacknowledged messages of `queue` (`rabbitmqctl list_queues`), `None` when not listed.
+async fn messages_in_queue(queue: &str) -> Option<u64> {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(["-q", "list_queues", "name", "messages"])
+        .output()
+        .await
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let mut cols = l.split_whitespace();
+        (cols.next()? == queue).then(|| cols.next()?.parse().ok())?
+    })
+}
+
+/// Runs `hookline` and asserts it succeeded.
+async fn hookline_ok(p: &TestPipeline, args: &[&str]) -> Output {
+    let out = hookline(p, args).await;
+    assert!(out.status.success(), "hookline {args:?}: {}", text(&out));
+    out
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -209,6 +229,121 @@ async fn replay_of_unprocessed_events_applies_them_once() {
     p.teardown().await;
 }
 
+/// `--unprocessed` selects exactly the events without a marker: with 10 of 30 already processed, the run
+/// selects and publishes 20, and the queue holds those 20 and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_unprocessed_selects_only_events_without_a_marker() {
+    let p = pipeline_without_relay().await;
+    post_many(&p, 30, "mix").await;
+    let pool = p.pool();
+    let handler = PaymentsHandler::new(p.config.providers.values());
+    let processed: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id LIMIT 10")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    for id in &processed {
+        let r = hookline_worker::process_event(pool, &handler, *id).await;
+        assert!(
+            matches!(r, Ok(hookline_worker::Processed::Applied(_))),
+            "{r:?}"
+        );
+    }
+    let out = hookline_ok(
+        &p,
+        &[
+            "replay",
+            "--unprocessed",
+            "--rate",
+            "0",
+            "--reason",
+            "mixed",
+        ],
+    )
+    .await;
+    assert!(text(&out).contains("20 events selected"), "{}", text(&out));
+    assert_eq!(
+        scalar(pool, "SELECT published FROM replay_runs").await,
+        20,
+        "only the unprocessed are published"
+    );
+    let queue = p.topology().payments_queue;
+    assert_eq!(p.queue_depth(&queue).await, 20);
+    // Exactly the unprocessed ones: apply the queue and count markers per event.
+    let worker = p.spawn_worker();
+    p.drain(DRAIN).await;
+    wait_until(DRAIN, "queue drained", || async {
+        p.queue_depth(&queue).await == 0
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM processed_events").await,
+        30
+    );
+    assert_eq!(assert_ledger_balanced(pool).await, 30);
+    p.teardown().await;
+}
+
+/// A redelivery of an applied event changes nothing in the database: one marker (not rewritten), no second
+/// transition, no second posting; `process_event` reports it as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redelivery_changes_nothing_in_the_database() {
+    let p = pipeline_without_relay().await;
+    post_many(&p, 5, "redeliver").await;
+    let pool = p.pool();
+    let worker = p.spawn_worker();
+    let replay = |reason: &'static str| {
+        let p = &p;
+        async move {
+            hookline_ok(p, &["replay", "--all", "--rate", "0", "--reason", reason]).await;
+        }
+    };
+    replay("first delivery").await;
+    p.drain(DRAIN).await;
+    let snapshot = || async {
+        (
+            scalar(pool, "SELECT count(*) FROM processed_events").await,
+            scalar(
+                pool,
+                "SELECT count(*) FROM processed_events WHERE outcome = 'applied'",
+            )
+            .await,
+            scalar(pool, "SELECT count(*) FROM payment_transitions").await,
+            scalar(pool, "SELECT count(*) FROM ledger_transactions").await,
+            scalar(pool, "SELECT count(*) FROM ledger_entries").await,
+            scalar(
+                pool,
+                "SELECT coalesce(extract(epoch FROM max(processed_at))::bigint * 1000000
+                        + extract(microseconds FROM max(processed_at))::bigint, 0)
+                 FROM processed_events",
+            )
+            .await,
+        )
+    };
+    let before = snapshot().await;
+    assert_eq!((before.0, before.1, before.3), (5, 5, 5));
+    replay("redelivery 1").await;
+    replay("redelivery 2").await;
+    let queue = p.topology().payments_queue;
+    // Ready AND unacknowledged: every redelivered message was processed and acknowledged.
+    wait_until(DRAIN, "both redeliveries consumed and acked", || async {
+        messages_in_queue(&queue).await == Some(0)
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(snapshot().await, before, "a redelivery wrote something");
+    let handler = PaymentsHandler::new(p.config.providers.values());
+    let id: i64 = scalar(pool, "SELECT min(id) FROM webhook_events").await;
+    let again = hookline_worker::process_event(pool, &handler, id).await;
+    assert!(
+        matches!(again, Ok(hookline_worker::Processed::Duplicate)),
+        "{again:?}"
+    );
+    assert_eq!(snapshot().await, before);
+    p.teardown().await;
+}
+
 /// An interrupted replay (SIGINT) resumes from its cursor: every selected event reaches the queue exactly once
 /// across the two runs — nothing skipped, nothing doubled — and is applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -358,9 +493,19 @@ async fn dlq_redrive_after_fix_applies_each_once() {
     .await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("5 of 5 dead letters re-delivered; 5 copies removed"),
+        text(&out).contains("5 events re-delivered")
+            && text(&out).contains("5 redriven copies removed"),
         "{}",
         text(&out)
+    );
+    // Audited like a replay, with the same cursor (resumable with `hookline replay --resume`).
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT published FROM replay_runs WHERE kind = 'dlq_redrive' AND finished_at IS NOT NULL"
+        )
+        .await,
+        5
     );
     wait_until(DRAIN, "dead letters resolved", || async {
         scalar(

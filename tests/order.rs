@@ -4,7 +4,7 @@
 //! The events go through the real path after the broker: stored in `webhook_events` as the edge stores them,
 //! then `process_event` (marker first, effects, commit) exactly as a worker runs it per delivery.
 
-use hookline_core::events::{insert_event, NewEvent, StoreOutcome};
+use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
 use hookline_tests::{parse_config, stripe, test_config_toml, TestDb};
 use hookline_worker::{process_event, PaymentsHandler, Processed};
 use proptest::prelude::*;
@@ -114,16 +114,16 @@ async fn apply(
     let mut ids = Vec::with_capacity(events.len());
     for (event_id, body) in events {
         let ty: serde_json::Value = serde_json::from_slice(body).unwrap();
-        let stored = insert_event(
+        let stored = insert_one(
             pool,
-            &NewEvent {
-                provider: "stripe",
-                provider_event_id: event_id,
-                event_type: ty["type"].as_str(),
+            &OwnedEvent {
+                provider: "stripe".into(),
+                provider_event_id: event_id.clone(),
+                event_type: ty["type"].as_str().map(str::to_owned),
                 signed_at: None,
                 headers: vec![],
-                query: "",
-                body,
+                query: String::new(),
+                body: body.clone().into(),
             },
         )
         .await

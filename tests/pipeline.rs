@@ -11,7 +11,8 @@ use hookline_worker::{HandleError, Handler, Outcome, PaymentsHandler, StoredEven
 use lapin::types::FieldTable;
 use sqlx::PgConnection;
 
-const DRAIN: Duration = Duration::from_secs(30);
+/// Generous: a wait ends on its outcome, the bound only catches a hang (a slow broker must not fail CI).
+const DRAIN: Duration = Duration::from_secs(120);
 
 async fn scalar(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)

@@ -1,6 +1,6 @@
 //! Retention: `hookline purge` (the real binary) and the worker's periodic purge, on real PostgreSQL.
 //!
-//! Events go through the real code paths — stored with `insert_event`, processed with `process_event` and the
+//! Events go through the real code paths — stored with `insert_one` (the edge's statement), processed with `process_event` and the
 //! payments handler, dead-lettered with `record_dead_letter` — then `received_at` is backdated to simulate age
 //! and `published_at` set as the relay would.
 
@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hookline_core::config::RetentionConfig;
-use hookline_core::events::{insert_event, NewEvent, StoreOutcome};
+use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
 use hookline_core::retention::{self, PurgeOptions};
 use hookline_core::Config;
 use hookline_tests::stripe;
 use hookline_tests::*;
 use hookline_worker::payments::CONSUMER;
 use hookline_worker::process::record_dead_letter;
-use hookline_worker::{process_event, PaymentsHandler, ProcessError};
+use hookline_worker::{process_event, reason_text, PaymentsHandler, ProcessError};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -59,16 +59,16 @@ impl Fixture {
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| format!("evt_raw_{}", uuid::Uuid::new_v4().simple()));
-        let ev = NewEvent {
-            provider: "stripe",
-            provider_event_id: &evt_id,
-            event_type: v["type"].as_str(),
+        let ev = OwnedEvent {
+            provider: "stripe".into(),
+            provider_event_id: evt_id.clone(),
+            event_type: v["type"].as_str().map(str::to_owned),
             signed_at: Some(now()),
             headers: vec![("content-type".into(), "application/json".into())],
-            query: "",
-            body,
+            query: String::new(),
+            body: body.to_vec().into(),
         };
-        match insert_event(self.pool(), &ev).await.expect("store event") {
+        match insert_one(self.pool(), &ev).await.expect("store event") {
             StoreOutcome::Inserted(id) => id,
             StoreOutcome::Duplicate(_) => panic!("{evt_id} stored twice"),
         }
@@ -287,9 +287,11 @@ async fn seed_mixed(f: &Fixture) -> Mixed {
         )
         .await;
     match process_event(f.pool(), &f.handler, id).await {
-        Err(ProcessError::Permanent(reason)) => record_dead_letter(f.pool(), CONSUMER, id, &reason)
-            .await
-            .expect("record dead letter"),
+        Err(ProcessError::Permanent(e)) => {
+            record_dead_letter(f.pool(), CONSUMER, id, &reason_text(&e))
+                .await
+                .expect("record dead letter")
+        }
         other => panic!("the broken payload must fail permanently, got {other:?}"),
     }
     f.age(id, old, true).await;

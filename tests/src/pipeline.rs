@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 use hookline_bus::Topology;
 use hookline_core::Config;
 use hookline_worker::{Handler, Worker, WorkerSettings};
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
@@ -175,45 +173,22 @@ impl TestPipeline {
         self.config.amqp_url.expose_secret().to_string()
     }
 }
+/// What a passive declare says about a queue (the one broker inspection lives in `hookline-bus`).
+pub use hookline_bus::inspect::QueueDepth;
 
-/// What a passive `queue.declare` reports about a queue, live (not the lagging `rabbitmqctl` statistics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueDepth {
-    /// Messages ready for delivery (unacknowledged ones not counted).
-    pub messages: u32,
-    /// Consumers attached.
-    pub consumers: u32,
-}
-
-/// The depth of each of `queues`, over one connection to the broker at `amqp_url`; `None` for a queue that does
-/// not exist (yet). The one broker inspection of the harness: [`TestPipeline::queue_depth`] and the fault
-/// cluster's live counts read it. Passive declares report without creating; one channel per queue, because a
-/// failed passive declare closes its channel.
+/// The depth of each of `queues` (`None`: not declared yet), through `hookline_bus::inspect`.
 pub async fn queue_depths<const N: usize>(
     amqp_url: &SecretString,
     queues: [&str; N],
 ) -> [Option<QueueDepth>; N] {
-    let conn = hookline_bus::connect(amqp_url, "hookline-test")
+    let depths = hookline_bus::inspect::queue_depths(amqp_url, "hookline-test", &queues)
         .await
-        .expect("amqp");
-    let mut depths = [None; N];
-    for (depth, queue) in depths.iter_mut().zip(queues) {
-        let ch = conn.create_channel().await.expect("channel");
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        *depth = ch
-            .queue_declare(queue.into(), passive, FieldTable::default())
-            .await
-            .ok()
-            .map(|q| QueueDepth {
-                messages: q.message_count(),
-                consumers: q.consumer_count(),
-            });
+        .expect("inspect the queues");
+    let mut out = [None; N];
+    for (o, d) in out.iter_mut().zip(depths) {
+        *o = d;
     }
-    conn.close(200, "".into()).await.ok();
-    depths
+    out
 }
 
 /// Stored events with neither a processed marker nor a dead letter.

@@ -1,7 +1,7 @@
 //! The two baselines every throughput is compared with, run directly against PostgreSQL (no HTTP, no broker):
 //!
 //! - **A, one row per commit** — what pgbench would measure with a custom script: `connections` clients, each
-//!   running the edge's own statement (`events::insert_event`: `INSERT … ON CONFLICT DO NOTHING RETURNING id` into
+//!   running the edge's own statement (`events::insert_one`, the group commit's statement with one row: `INSERT … ON CONFLICT DO NOTHING RETURNING id` into
 //!   `webhook_events`, ~1 KB body, same columns, same unique constraint and indexes) as its own transaction.
 //! - **B, the worker's transaction** — `hookline_worker::process_event` with the real `PaymentsHandler` (marker
 //!   insert, payment upsert + `SELECT … FOR UPDATE` + update, transition row, one ledger transaction with three
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hookline_core::config::Config;
 use hookline_core::db::{connect_options, PoolSettings};
-use hookline_core::events::{self, NewEvent, StoreOutcome};
+use hookline_core::events::{self, OwnedEvent, StoreOutcome};
 use hookline_worker::{process_event, PaymentsHandler, Processed};
 use secrecy::SecretString;
 use sqlx::postgres::PgPoolOptions;
@@ -191,17 +191,17 @@ pub async fn one_row_per_commit(
                         ("stripe-signature".to_string(), signature),
                         ("content-length".to_string(), body.len().to_string()),
                     ];
-                    let event = NewEvent {
-                        provider: PROVIDER,
-                        provider_event_id: &event_id,
-                        event_type: Some("payment_intent.succeeded"),
+                    let event = OwnedEvent {
+                        provider: PROVIDER.to_string(),
+                        provider_event_id: event_id.clone(),
+                        event_type: Some("payment_intent.succeeded".to_string()),
                         signed_at: Some(now),
                         headers,
-                        query: "",
-                        body: &body,
+                        query: String::new(),
+                        body: body.clone().into(),
                     };
                     let t0 = Instant::now();
-                    let result = events::insert_event(&pool, &event).await;
+                    let result = events::insert_one(&pool, &event).await;
                     let us = micros(t0.elapsed());
                     let measuring = window.measuring.load(Ordering::Relaxed);
                     match result {

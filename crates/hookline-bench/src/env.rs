@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hookline_bus::Topology;
 use hookline_core::Config;
-use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::FieldTable;
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use secrecy::SecretString;
 use sqlx::Connection;
 
@@ -182,23 +181,18 @@ impl BenchEnv {
 
     /// Messages in `queue` (ready, not counting unacknowledged ones), by passive declare.
     pub async fn queue_depth(&self, queue: &str) -> anyhow::Result<u32> {
-        let conn =
-            hookline_bus::connect(&SecretString::from(self.amqp_url.clone()), "hookline-bench")
-                .await?;
-        let ch = conn.create_channel().await.context("open channel")?;
-        let q = ch
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("passive declare of {queue}"))?;
-        conn.close(200, "".into()).await.ok();
-        Ok(q.message_count())
+        let depths = hookline_bus::inspect::queue_depths(
+            &SecretString::from(self.amqp_url.clone()),
+            "hookline-bench",
+            &[queue],
+        )
+        .await?;
+        depths
+            .first()
+            .copied()
+            .flatten()
+            .map(|q| q.messages)
+            .with_context(|| format!("queue {queue} does not exist"))
     }
 }
 

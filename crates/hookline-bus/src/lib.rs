@@ -4,6 +4,8 @@
 //! It is its own crate so that `hookline-core` stays free of AMQP and the three binaries that publish or declare
 //! (edge, worker, `hookline relay`) share one implementation.
 
+pub mod dead_letters;
+pub mod inspect;
 pub mod message;
 pub mod relay;
 pub mod topology;
@@ -25,4 +27,16 @@ pub async fn connect(url: &SecretString, name: &str) -> anyhow::Result<Connectio
     Connection::connect(url.expose_secret(), props)
         .await
         .with_context(|| format!("cannot connect to RabbitMQ as {name}"))
+}
+
+/// Returns a delivery to its queue (`basic.nack` with requeue). An error means the channel is already gone,
+/// which returns the delivery to the queue all the same, so it is ignored.
+pub async fn requeue(acker: &lapin::Acker) {
+    acker
+        .nack(lapin::options::BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        })
+        .await
+        .ok();
 }

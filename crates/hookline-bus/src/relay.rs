@@ -179,15 +179,11 @@ impl Relay {
                 return Ok(total);
             }
             let mut tx = self.pool.begin().await.context("begin sweep transaction")?;
-            let rows: Vec<crate::message::EventRow> = sqlx::query_as(
-                "SELECT id, provider, provider_event_id, event_type FROM webhook_events
-                 WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)
-                 ORDER BY id LIMIT $2
-                 FOR UPDATE SKIP LOCKED",
+            let rows = hookline_core::events::lock_unpublished(
+                &mut tx,
+                self.config.sweep_min_age.as_secs_f64(),
+                i64::from(self.config.batch_size),
             )
-            .bind(self.config.sweep_min_age.as_secs_f64())
-            .bind(i64::from(self.config.batch_size))
-            .fetch_all(&mut *tx)
             .await
             .context("select unpublished events")?;
             let n = rows.len();
@@ -304,17 +300,9 @@ async fn recv_many(
 }
 
 async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> anyhow::Result<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "UPDATE webhook_events SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL",
-    )
-    .bind(ids)
-    .execute(conn)
-    .await
-    .context("mark events published")?;
-    Ok(())
+    hookline_core::events::mark_published(conn, ids)
+        .await
+        .context("mark events published")
 }
 
 /// One connection and one confirm-mode channel, publishing event references with confirms and `mandatory`.

@@ -1,20 +1,23 @@
-//! `hookline dlq`: inspect and redrive dead letters.
+//! `hookline dlq`: inspect, redrive and discard dead letters.
 //!
-//! The reason and attempt count of each dead letter live in PostgreSQL (`dead_letters`), the message itself in
-//! the dead-letter queue. A redrive re-delivers the events (audited like a replay); the worker resolves each dead
-//! letter in the transaction that finally applies it, and the redriven copies are removed from the DLQ.
+//! The reason and attempt count of each dead letter live in PostgreSQL (`hookline_core::dead_letters`), the
+//! message itself in the dead-letter queue (`hookline_bus::dead_letters`). A redrive IS a replay of the
+//! dead-lettered selection (`replay::start` + `replay::execute`: same selection, same audit table, same
+//! resumable cursor, `hookline replay --resume RUN` continues it); the worker resolves each dead letter in the
+//! transaction that finally applies it, and the redriven copies are removed from the DLQ. Every consumer of
+//! `hookline_core::consumers::ALL` is covered.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{ArgGroup, Args, Subcommand};
-use hookline_bus::{EventMessage, Publisher};
-use hookline_core::Config;
+use hookline_core::dead_letters::{self, DeadLetter};
+use hookline_core::{consumers, events, Config};
 use time::OffsetDateTime;
 
 use crate::ops;
-use crate::replay::UsageError;
+use crate::replay::{self, Filter, RunKind, UsageError};
 
 /// Dead-letter commands.
 #[derive(Subcommand, Debug)]
@@ -76,18 +79,9 @@ pub struct RedriveArgs {
     /// Who runs it (default: $SUDO_USER or $USER).
     #[arg(long)]
     pub operator: Option<String>,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct DeadRow {
-    event_id: i64,
-    provider: Option<String>,
-    event_type: Option<String>,
-    reason: String,
-    attempts: i32,
-    first_failed_at: OffsetDateTime,
-    last_failed_at: OffsetDateTime,
-    resolved_at: Option<OffsetDateTime>,
+    /// Maximum events per second (0 = unlimited).
+    #[arg(long, default_value_t = 500)]
+    pub rate: u32,
 }
 
 fn ts(t: OffsetDateTime) -> String {
@@ -102,154 +96,145 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
         // Record a reason for any DLQ message that has none (delivery limit reached through crashes), so the
         // table below is the whole picture.
         let topology = ops::topology(config);
-        match hookline_worker::dlq::reconcile(
-            &pool,
-            &config.amqp_url,
-            &topology,
-            "payments",
-            100_000,
-        )
-        .await
-        {
-            Ok(r) if r.recorded > 0 => eprintln!(
-                "note: {} dead-lettered message(s) had no recorded reason; recorded now",
-                r.recorded
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("warning: cannot inspect the dead-letter queue: {e:#}"),
+        for consumer in consumers::ALL {
+            match hookline_bus::dead_letters::reconcile(
+                &pool,
+                &config.amqp_url,
+                &topology,
+                consumer,
+                100_000,
+            )
+            .await
+            {
+                Ok(r) if r.recorded > 0 => eprintln!(
+                    "note: {} dead-lettered message(s) had no recorded reason; recorded now",
+                    r.recorded
+                ),
+                Ok(_) => {}
+                Err(e) => eprintln!("warning: cannot inspect the dead-letter queue: {e:#}"),
+            }
         }
     }
     match cmd {
-        DlqCommand::List { all, json } => {
-            let rows: Vec<DeadRow> = sqlx::query_as(
-                "SELECT d.event_id, e.provider, e.event_type, d.reason, d.attempts, d.first_failed_at,
-                        d.last_failed_at, d.resolved_at
-                 FROM dead_letters d LEFT JOIN webhook_events e ON e.id = d.event_id
-                 WHERE d.consumer = 'payments' AND ($1 OR d.resolved_at IS NULL)
-                 ORDER BY d.first_failed_at, d.event_id",
-            )
-            .bind(*all)
-            .fetch_all(&pool)
-            .await
-            .context("read dead letters")?;
-            if *json {
-                for r in &rows {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "event_id": r.event_id, "provider": r.provider, "type": r.event_type,
-                            "reason": r.reason, "attempts": r.attempts,
-                            "first_failed_at": ts(r.first_failed_at), "last_failed_at": ts(r.last_failed_at),
-                            "resolved_at": r.resolved_at.map(ts),
-                        })
-                    );
-                }
-            } else {
-                println!(
-                    "{:>10}  {:<12} {:<28} {:>8}  {:<20} {:<20} reason",
-                    "event_id", "provider", "type", "attempts", "first_failed", "last_failed"
-                );
-                for r in &rows {
-                    let mut reason = ops::terminal_safe(&r.reason).replace('\n', " ");
-                    if reason.chars().count() > 80 {
-                        reason = reason.chars().take(77).chain("...".chars()).collect();
-                    }
-                    println!(
-                        "{:>10}  {:<12} {:<28} {:>8}  {:<20} {:<20} {}{}",
-                        r.event_id,
-                        r.provider.as_deref().unwrap_or("(purged)"),
-                        ops::terminal_safe(r.event_type.as_deref().unwrap_or("-")),
-                        r.attempts,
-                        ts(r.first_failed_at).chars().take(19).collect::<String>(),
-                        ts(r.last_failed_at).chars().take(19).collect::<String>(),
-                        if r.resolved_at.is_some() {
-                            "[resolved] "
-                        } else {
-                            ""
-                        },
-                        reason
-                    );
-                }
-                println!("{} dead letter(s)", rows.len());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        DlqCommand::List { all, json } => list(&pool, *all, *json).await,
         DlqCommand::Show { id } => show(&pool, *id).await,
         DlqCommand::Redrive(args) => redrive(config, &pool, args).await,
         DlqCommand::Discard(args) => discard(config, &pool, args).await,
     }
 }
 
-async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
-    let dead: Option<DeadRow> = sqlx::query_as(
-        "SELECT d.event_id, e.provider, e.event_type, d.reason, d.attempts, d.first_failed_at,
-                d.last_failed_at, d.resolved_at
-         FROM dead_letters d LEFT JOIN webhook_events e ON e.id = d.event_id
-         WHERE d.consumer = 'payments' AND d.event_id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    let Some(d) = dead else {
-        eprintln!("error: no dead letter for event {id}");
-        return Ok(ExitCode::from(1));
-    };
-    println!("event_id:      {}", d.event_id);
+async fn list(pool: &sqlx::PgPool, all: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let rows = dead_letters::list(pool, consumers::ALL, all)
+        .await
+        .context("read dead letters")?;
+    if json {
+        for r in &rows {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "consumer": r.consumer, "event_id": r.event_id, "provider": r.provider,
+                    "type": r.event_type, "reason": r.reason, "attempts": r.attempts,
+                    "first_failed_at": ts(r.first_failed_at), "last_failed_at": ts(r.last_failed_at),
+                    "resolved_at": r.resolved_at.map(ts), "resolution": r.resolution,
+                })
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
-        "provider:      {}",
-        d.provider.as_deref().unwrap_or("(raw event purged)")
+        "{:>10}  {:<10} {:<12} {:<28} {:>8}  {:<20} {:<20} reason",
+        "event_id", "consumer", "provider", "type", "attempts", "first_failed", "last_failed"
     );
-    println!(
-        "type:          {}",
-        ops::terminal_safe(d.event_type.as_deref().unwrap_or("-"))
-    );
+    for r in &rows {
+        let mut reason = ops::terminal_safe(&r.reason).replace('\n', " / ");
+        if reason.chars().count() > 80 {
+            reason = reason.chars().take(77).chain("...".chars()).collect();
+        }
+        let resolved = match (&r.resolved_at, r.resolution.as_deref()) {
+            (None, _) => String::new(),
+            (Some(_), Some(how)) => format!("[{how}] "),
+            (Some(_), None) => "[resolved] ".into(),
+        };
+        println!(
+            "{:>10}  {:<10} {:<12} {:<28} {:>8}  {:<20} {:<20} {resolved}{reason}",
+            r.event_id,
+            r.consumer,
+            r.provider.as_deref().unwrap_or("(purged)"),
+            ops::terminal_safe(r.event_type.as_deref().unwrap_or("-")),
+            r.attempts,
+            ts(r.first_failed_at).chars().take(19).collect::<String>(),
+            ts(r.last_failed_at).chars().take(19).collect::<String>(),
+        );
+    }
+    println!("{} dead letter(s)", rows.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_dead_letter(d: &DeadLetter) {
+    println!("consumer:      {}", d.consumer);
     println!("attempts:      {}", d.attempts);
     println!("first failed:  {}", ts(d.first_failed_at));
     println!("last failed:   {}", ts(d.last_failed_at));
     println!(
         "resolved:      {}",
-        d.resolved_at.map(ts).unwrap_or_else(|| "no".into())
+        match (d.resolved_at, d.resolution.as_deref()) {
+            (None, _) => "no".to_string(),
+            (Some(t), how) => format!("{} ({})", ts(t), how.unwrap_or("resolved")),
+        }
     );
     println!("error chain:");
-    for (i, part) in ops::terminal_safe(&d.reason).split(": ").enumerate() {
+    // Stored one cause per line (older rows: one line).
+    for (i, part) in ops::terminal_safe(&d.reason).lines().enumerate() {
         println!("  {}{part}", if i == 0 { "" } else { "caused by: " });
     }
-    let raw: Option<(String, Vec<u8>, serde_json::Value, String, OffsetDateTime)> = sqlx::query_as(
-        "SELECT provider_event_id, body, headers, query, received_at FROM webhook_events WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    if let Some((provider_event_id, body, headers, query, received_at)) = raw {
+}
+
+async fn show(pool: &sqlx::PgPool, id: i64) -> anyhow::Result<ExitCode> {
+    let dead = dead_letters::of_event(pool, consumers::ALL, id).await?;
+    let Some(first) = dead.first() else {
+        eprintln!("error: no dead letter for event {id}");
+        return Ok(ExitCode::from(1));
+    };
+    println!("event_id:      {id}");
+    println!(
+        "provider:      {}",
+        first.provider.as_deref().unwrap_or("(raw event purged)")
+    );
+    println!(
+        "type:          {}",
+        ops::terminal_safe(first.event_type.as_deref().unwrap_or("-"))
+    );
+    for d in &dead {
+        print_dead_letter(d);
+    }
+    if let Some(raw) = events::get(pool, id).await? {
         println!(
             "provider_event_id: {}",
-            ops::terminal_safe(&provider_event_id)
+            ops::terminal_safe(&raw.provider_event_id)
         );
-        println!("received_at:   {}", ts(received_at));
-        if !query.is_empty() {
-            println!("query:         {}", ops::terminal_safe(&query));
+        println!("received_at:   {}", ts(raw.received_at));
+        if !raw.query.is_empty() {
+            println!("query:         {}", ops::terminal_safe(&raw.query));
         }
         println!("headers:");
-        for h in headers.as_array().into_iter().flatten() {
+        for h in raw.headers.as_array().into_iter().flatten() {
             println!(
                 "  {}: {}",
                 ops::terminal_safe(h[0].as_str().unwrap_or("")),
                 ops::terminal_safe(h[1].as_str().unwrap_or(""))
             );
         }
-        println!("body ({} bytes):", body.len());
-        match std::str::from_utf8(&body) {
+        println!("body ({} bytes):", raw.body.len());
+        match std::str::from_utf8(&raw.body) {
             Ok(text) => println!("{}", ops::terminal_safe(text)),
-            Err(_) => println!("(not UTF-8) {}", hex_dump(&body)),
+            Err(_) => println!("(not UTF-8) {}", hex::encode(&raw.body)),
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn hex_dump(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// A redrive is a replay of the dead-lettered selection, audited as `dlq_redrive`, resumable with
+/// `hookline replay --resume RUN`; the copies it re-delivered are then removed from the DLQ.
 async fn redrive(
     config: &Config,
     pool: &sqlx::PgPool,
@@ -259,82 +244,39 @@ async fn redrive(
         eprintln!("error: {}", UsageError("--reason must say why".into()));
         return Ok(ExitCode::from(2));
     }
-    let rows: Vec<hookline_bus::message::EventRow> = sqlx::query_as(
-        "SELECT e.id, e.provider, e.provider_event_id, e.event_type
-         FROM dead_letters d JOIN webhook_events e ON e.id = d.event_id
-         WHERE d.consumer = 'payments' AND d.resolved_at IS NULL
-           AND (cardinality($1::bigint[]) = 0 OR e.id = ANY($1))
-           AND ($2::text IS NULL OR e.provider = $2)
-           AND ($3::text IS NULL OR e.event_type = $3)
-         ORDER BY e.id",
+    let filter = Filter {
+        provider: args.provider.clone(),
+        event_type: args.event_type.clone(),
+        since: None,
+        until: None,
+        ids: args.ids.clone(),
+        state: "dead".into(),
+    };
+    let mut run = replay::start(
+        pool,
+        RunKind::DlqRedrive,
+        filter,
+        &args.reason,
+        args.operator.as_deref(),
     )
-    .bind(&args.ids)
-    .bind(&args.provider)
-    .bind(&args.event_type)
-    .fetch_all(pool)
-    .await
-    .context("select dead letters")?;
-    let filter = serde_json::json!({
-        "ids": args.ids, "provider": args.provider, "event_type": args.event_type, "all": args.all,
-    });
-    let run_id: i64 = sqlx::query_scalar(
-        "INSERT INTO replay_runs (kind, operator, reason, filter, selected)
-         VALUES ('dlq_redrive', $1, $2, $3, $4) RETURNING id",
-    )
-    .bind(ops::operator(args.operator.as_deref()))
-    .bind(&args.reason)
-    .bind(&filter)
-    .bind(rows.len() as i64)
-    .fetch_one(pool)
-    .await
-    .context("write the audit row")?;
-    if rows.is_empty() {
-        sqlx::query("UPDATE replay_runs SET finished_at = now() WHERE id = $1")
-            .bind(run_id)
-            .execute(pool)
-            .await?;
+    .await?;
+    let (outcome, sent) = replay::execute(config, pool, &mut run, args.rate, 500).await?;
+    if sent.is_empty() && outcome == replay::Outcome::Done {
         println!("no unresolved dead letter matches");
         return Ok(ExitCode::SUCCESS);
     }
     let topology = ops::topology(config);
-    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-dlq-redrive").await?;
-    let msgs: Vec<EventMessage> = rows.into_iter().map(EventMessage::from).collect();
-    let mut published = Vec::with_capacity(msgs.len());
-    for chunk in msgs.chunks(500) {
-        let acked = publisher
-            .publish(&topology, chunk, config.relay.confirm_timeout)
-            .await
-            .context("publish to RabbitMQ")?;
-        published.extend(acked);
-    }
-    publisher.close().await;
-    let last = published.iter().copied().max().unwrap_or(0);
-    sqlx::query(
-        "UPDATE replay_runs SET published = $2, last_event_id = $3, finished_at = now(), updated_at = now()
-         WHERE id = $1",
-    )
-    .bind(run_id)
-    .bind(published.len() as i64)
-    .bind(last)
-    .execute(pool)
-    .await?;
-    let removed = hookline_worker::dlq::remove(
+    let removed = hookline_bus::dead_letters::remove(
         &config.amqp_url,
         &topology,
-        &published.iter().copied().collect::<HashSet<i64>>(),
+        &sent.iter().copied().collect::<HashSet<i64>>(),
     )
     .await?;
     println!(
-        "redrive run {run_id}: {} of {} dead letters re-delivered; {removed} copies removed from {}",
-        published.len(),
-        msgs.len(),
+        "{removed} redriven copies removed from {}",
         topology.dead_letter_queue
     );
-    Ok(if published.len() == msgs.len() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
-    })
+    Ok(replay::report(&run, outcome))
 }
 
 async fn discard(
@@ -348,15 +290,9 @@ async fn discard(
     }
     let filter = serde_json::json!({ "ids": args.ids });
     let mut tx = pool.begin().await.context("begin")?;
-    let discarded: Vec<i64> = sqlx::query_scalar(
-        "UPDATE dead_letters SET resolved_at = now(), resolution = 'discarded'
-         WHERE consumer = 'payments' AND resolved_at IS NULL AND event_id = ANY($1)
-         RETURNING event_id",
-    )
-    .bind(&args.ids)
-    .fetch_all(&mut *tx)
-    .await
-    .context("resolve the dead letters as discarded")?;
+    let discarded = dead_letters::discard(&mut *tx, consumers::ALL, &args.ids)
+        .await
+        .context("resolve the dead letters as discarded")?;
     let last = discarded.iter().copied().max().unwrap_or(0);
     let run_id: i64 = sqlx::query_scalar(
         "INSERT INTO replay_runs (kind, operator, reason, filter, selected, published, last_event_id, finished_at)
@@ -372,7 +308,7 @@ async fn discard(
     .context("write the audit row")?;
     tx.commit().await.context("commit the discard")?;
     let topology = ops::topology(config);
-    let removed = match hookline_worker::dlq::remove(
+    let removed = match hookline_bus::dead_letters::remove(
         &config.amqp_url,
         &topology,
         &discarded.iter().copied().collect::<HashSet<i64>>(),

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{ArgGroup, Args};
 use hookline_bus::{EventMessage, Publisher};
-use hookline_core::Config;
-use serde::{Deserialize, Serialize};
+use hookline_core::{consumers, events, Config};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
@@ -77,105 +76,31 @@ pub struct ReplayArgs {
     pub operator: Option<String>,
 }
 
-/// Which events a replay selects; stored as JSON in the audit row so a run can be resumed.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Filter {
-    /// Provider name.
-    pub provider: Option<String>,
-    /// Event type.
-    pub event_type: Option<String>,
-    /// Received at or after (RFC 3339).
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub since: Option<OffsetDateTime>,
-    /// Received before (RFC 3339).
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub until: Option<OffsetDateTime>,
-    /// Explicit ids.
-    pub ids: Vec<i64>,
-    /// `all`, `unprocessed` or `dead`.
-    pub state: String,
-}
+/// Which events a run selects (stored as JSON in the audit row, so a run resumes with the same selection).
+pub use hookline_core::events::Selection as Filter;
 
 /// One selected event.
-#[derive(Debug, sqlx::FromRow)]
-pub struct Row {
-    id: i64,
-    provider: String,
-    provider_event_id: String,
-    event_type: Option<String>,
-    received_at: OffsetDateTime,
-    state: String,
-}
+pub use hookline_core::events::SelectedEvent as Row;
 
-impl Row {
-    fn message(&self) -> EventMessage {
-        EventMessage {
-            id: self.id,
-            provider: self.provider.clone(),
-            provider_event_id: self.provider_event_id.clone(),
-            event_type: self.event_type.clone(),
-        }
+fn message(r: &Row) -> EventMessage {
+    EventMessage {
+        id: r.id,
+        provider: r.provider.clone(),
+        provider_event_id: r.provider_event_id.clone(),
+        event_type: r.event_type.clone(),
     }
 }
 
-/// The selection's WHERE clause; `$1` is the cursor (exclusive lower bound on the id).
-const SELECT: &str = "
-    FROM webhook_events e
-    LEFT JOIN processed_events p ON p.consumer = 'payments' AND p.event_id = e.id
-    LEFT JOIN dead_letters d ON d.consumer = 'payments' AND d.event_id = e.id AND d.resolved_at IS NULL
-    WHERE e.id > $1
-      AND ($2::text IS NULL OR e.provider = $2)
-      AND ($3::text IS NULL OR e.event_type = $3)
-      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
-      AND ($5::timestamptz IS NULL OR e.received_at < $5)
-      AND (cardinality($6::bigint[]) = 0 OR e.id = ANY($6))
-      AND CASE $7::text WHEN 'all' THEN true
-                        WHEN 'unprocessed' THEN p.event_id IS NULL
-                        WHEN 'dead' THEN d.event_id IS NOT NULL END";
-
-fn bind<'q>(
-    q: sqlx::query::QueryAs<'q, sqlx::Postgres, Row, sqlx::postgres::PgArguments>,
-    cursor: i64,
-    f: &'q Filter,
-) -> sqlx::query::QueryAs<'q, sqlx::Postgres, Row, sqlx::postgres::PgArguments> {
-    q.bind(cursor)
-        .bind(&f.provider)
-        .bind(&f.event_type)
-        .bind(f.since)
-        .bind(f.until)
-        .bind(&f.ids)
-        .bind(&f.state)
-}
-
-/// Counts the selection after `cursor`.
+/// Counts the selection after `cursor`, over every consumer.
 pub async fn count(pool: &PgPool, f: &Filter, cursor: i64) -> anyhow::Result<i64> {
-    let sql = format!("SELECT count(*) {SELECT}");
-    let n: i64 = sqlx::query_scalar(&sql)
-        .bind(cursor)
-        .bind(&f.provider)
-        .bind(&f.event_type)
-        .bind(f.since)
-        .bind(f.until)
-        .bind(&f.ids)
-        .bind(&f.state)
-        .fetch_one(pool)
+    events::count_selection(pool, f, consumers::ALL, cursor)
         .await
-        .context("count the selection")?;
-    Ok(n)
+        .context("count the selection")
 }
 
 /// One page of the selection after `cursor`, in id order.
 pub async fn page(pool: &PgPool, f: &Filter, cursor: i64, limit: u32) -> anyhow::Result<Vec<Row>> {
-    let sql = format!(
-        "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at,
-                CASE WHEN d.event_id IS NOT NULL THEN 'dead'
-                     WHEN p.event_id IS NOT NULL THEN p.outcome
-                     ELSE 'unprocessed' END AS state
-         {SELECT} ORDER BY e.id LIMIT {limit}"
-    );
-    let q = sqlx::query_as::<_, Row>(&sql);
-    bind(q, cursor, f)
-        .fetch_all(pool)
+    events::select_page(pool, f, consumers::ALL, cursor, limit)
         .await
         .context("read a page of the selection")
 }
@@ -215,29 +140,226 @@ pub async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCode>
     }
 }
 
+/// The kind of an audited run: what `replay_runs.kind` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// `hookline replay`.
+    Replay,
+    /// `hookline dlq redrive`: a replay of the dead-lettered events.
+    DlqRedrive,
+}
+
+impl RunKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Replay => "replay",
+            RunKind::DlqRedrive => "dlq_redrive",
+        }
+    }
+}
+
+/// A run in progress: its audit row, selection, cursor and how many it re-delivered so far.
+#[derive(Debug)]
+pub struct Run {
+    /// `replay_runs.id`.
+    pub id: i64,
+    kind: RunKind,
+    filter: Filter,
+    cursor: i64,
+    published: i64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every selected event was re-delivered and confirmed.
+    Done,
+    /// Ctrl-C / SIGTERM: resumable.
+    Interrupted,
+    /// RabbitMQ did not confirm this many: resumable.
+    Unconfirmed(usize),
+}
+
+/// Opens an audited run of `kind` over `filter` (the audit row records who, why, what and how many).
+pub async fn start(
+    pool: &PgPool,
+    kind: RunKind,
+    filter: Filter,
+    reason: &str,
+    operator: Option<&str>,
+) -> anyhow::Result<Run> {
+    let selected = count(pool, &filter, 0).await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO replay_runs (kind, operator, reason, filter, selected)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(kind.as_str())
+    .bind(ops::operator(operator))
+    .bind(reason)
+    .bind(sqlx::types::Json(&filter))
+    .bind(selected)
+    .fetch_one(pool)
+    .await
+    .context("write the audit row")?;
+    println!(
+        "{} run {id}: {selected} events selected ({reason})",
+        kind.as_str()
+    );
+    Ok(Run {
+        id,
+        kind,
+        filter,
+        cursor: 0,
+        published: 0,
+    })
+}
+
+/// Re-opens an interrupted run (replay or redrive) at its cursor; `None` when it already finished.
+pub async fn resume(pool: &PgPool, id: i64) -> anyhow::Result<Option<Run>> {
+    let row: Option<SavedRun> = sqlx::query_as(
+        "SELECT kind, filter, last_event_id, published, finished_at
+         FROM replay_runs WHERE id = $1 AND kind IN ('replay', 'dlq_redrive') AND NOT dry_run",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let Some((kind, filter, cursor, published, finished)) = row else {
+        anyhow::bail!(UsageError(format!(
+            "no replay or redrive run {id} to resume"
+        )));
+    };
+    if finished.is_some() {
+        println!("run {id} already finished ({published} events published)");
+        return Ok(None);
+    }
+    println!("resuming {kind} run {id} after event {cursor} ({published} already re-delivered)");
+    let kind = if kind == "dlq_redrive" {
+        RunKind::DlqRedrive
+    } else {
+        RunKind::Replay
+    };
+    Ok(Some(Run {
+        id,
+        kind,
+        filter: filter.0,
+        cursor,
+        published,
+    }))
+}
+
+/// Re-delivers the rest of `run`'s selection, page by page in id order, at most `rate` events per second
+/// (0 = unlimited). The cursor in the audit row advances only after RabbitMQ confirmed a page, so an
+/// interruption re-sends at most one page (deduplicated by the workers). Returns how it ended and the ids it
+/// re-delivered in this call.
+pub async fn execute(
+    config: &Config,
+    pool: &PgPool,
+    run: &mut Run,
+    rate: u32,
+    page_size: u32,
+) -> anyhow::Result<(Outcome, Vec<i64>)> {
+    let remaining = count(pool, &run.filter, run.cursor).await?;
+    let topology = ops::topology(config);
+    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-replay").await?;
+    let progress = progress_bar(remaining as u64);
+    let interrupted = hookline_core::supervisor::shutdown_signal();
+    let started = Instant::now();
+    let mut sent = Vec::new();
+    let chunk = if rate == 0 {
+        page_size
+    } else {
+        rate.clamp(1, page_size)
+    };
+    let outcome = loop {
+        if interrupted.is_cancelled() {
+            break Outcome::Interrupted;
+        }
+        let rows = page(pool, &run.filter, run.cursor, chunk).await?;
+        if rows.is_empty() {
+            break Outcome::Done;
+        }
+        let msgs: Vec<EventMessage> = rows.iter().map(message).collect();
+        let acked = publisher
+            .publish(&topology, &msgs, config.relay.confirm_timeout)
+            .await
+            .context("publish to RabbitMQ")?;
+        if acked.len() != msgs.len() {
+            break Outcome::Unconfirmed(msgs.len() - acked.len());
+        }
+        run.cursor = rows.last().map(|r| r.id).unwrap_or(run.cursor);
+        run.published += msgs.len() as i64;
+        sent.extend(acked);
+        // The cursor only moves past events RabbitMQ confirmed: a crash here re-sends at most this page.
+        sqlx::query(
+            "UPDATE replay_runs SET last_event_id = $2, published = $3, updated_at = now() WHERE id = $1",
+        )
+        .bind(run.id)
+        .bind(run.cursor)
+        .bind(run.published)
+        .execute(pool)
+        .await
+        .context("advance the run's cursor")?;
+        if let Some(pb) = &progress {
+            pb.inc(msgs.len() as u64);
+        }
+        if rate > 0 {
+            let due = Duration::from_secs_f64(sent.len() as f64 / f64::from(rate));
+            let ahead = due.saturating_sub(started.elapsed());
+            tokio::select! {
+                _ = tokio::time::sleep(ahead) => {}
+                _ = interrupted.cancelled() => {}
+            }
+        }
+    };
+    publisher.close().await;
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    if outcome == Outcome::Done {
+        sqlx::query("UPDATE replay_runs SET finished_at = now(), updated_at = now() WHERE id = $1")
+            .bind(run.id)
+            .execute(pool)
+            .await?;
+    }
+    Ok((outcome, sent))
+}
+
+/// Prints how a run ended and returns the exit code (0 done, 1 interrupted, 3 unconfirmed).
+pub fn report(run: &Run, outcome: Outcome) -> ExitCode {
+    let kind = run.kind.as_str();
+    let id = run.id;
+    match outcome {
+        Outcome::Done => {
+            println!(
+                "{kind} run {id} finished: {} events re-delivered",
+                run.published
+            );
+            ExitCode::SUCCESS
+        }
+        Outcome::Interrupted => {
+            println!(
+                "{kind} run {id} interrupted after {} events; resume with: hookline replay --resume {id}",
+                run.published
+            );
+            ExitCode::from(1)
+        }
+        Outcome::Unconfirmed(n) => {
+            eprintln!(
+                "{kind} run {id} stopped: RabbitMQ did not confirm {n} events (see the logs); \
+                 resume with: hookline replay --resume {id}"
+            );
+            ExitCode::from(3)
+        }
+    }
+}
+
 async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
-    let (run_id, filter, mut cursor, mut published) = match args.resume {
-        Some(id) => {
-            let row: Option<SavedRun> = sqlx::query_as(
-                "SELECT filter, reason, last_event_id, published, finished_at
-                     FROM replay_runs WHERE id = $1 AND kind = 'replay' AND NOT dry_run",
-            )
-            .bind(id)
-            .fetch_optional(&pool)
-            .await?;
-            let Some((filter, _reason, cursor, published, finished)) = row else {
-                anyhow::bail!(UsageError(format!("no replay run {id} to resume")));
-            };
-            if finished.is_some() {
-                println!("replay run {id} already finished ({published} events published)");
-                return Ok(ExitCode::SUCCESS);
-            }
-            println!(
-                "resuming replay run {id} after event {cursor} ({published} already re-delivered)"
-            );
-            (id, filter.0, cursor, published)
-        }
+    let mut run = match args.resume {
+        Some(id) => match resume(&pool, id).await? {
+            Some(run) => run,
+            None => return Ok(ExitCode::SUCCESS),
+        },
         None => {
             let filter = filter_from_args(args)?;
             let reason = args
@@ -252,126 +374,32 @@ async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCod
                     )));
                 }
             }
-            let selected = count(&pool, &filter, 0).await?;
             if args.dry_run {
+                let selected = count(&pool, &filter, 0).await?;
                 return dry_run(&pool, &filter, selected).await;
             }
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO replay_runs (kind, operator, reason, filter, selected)
-                 VALUES ('replay', $1, $2, $3, $4) RETURNING id",
+            start(
+                &pool,
+                RunKind::Replay,
+                filter,
+                &reason,
+                args.operator.as_deref(),
             )
-            .bind(ops::operator(args.operator.as_deref()))
-            .bind(&reason)
-            .bind(sqlx::types::Json(&filter))
-            .bind(selected)
-            .fetch_one(&pool)
-            .await
-            .context("write the audit row")?;
-            println!("replay run {id}: {selected} events selected ({reason})");
-            (id, filter, 0, 0)
+            .await?
         }
     };
-    let remaining = count(&pool, &filter, cursor).await?;
-    let topology = ops::topology(config);
-    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-replay").await?;
-    let progress = progress_bar(remaining as u64);
-    let interrupted = hookline_worker::shutdown_signal();
-    let started = Instant::now();
-    let mut sent_this_run: u64 = 0;
-    let chunk = if args.rate == 0 {
-        args.page_size
-    } else {
-        args.rate.clamp(1, args.page_size)
-    };
-    let outcome = loop {
-        if interrupted.is_cancelled() {
-            break Outcome::Interrupted;
-        }
-        let rows = page(&pool, &filter, cursor, chunk).await?;
-        if rows.is_empty() {
-            break Outcome::Done;
-        }
-        let msgs: Vec<EventMessage> = rows.iter().map(Row::message).collect();
-        let acked = publisher
-            .publish(&topology, &msgs, config.relay.confirm_timeout)
-            .await
-            .context("publish to RabbitMQ")?;
-        if acked.len() != msgs.len() {
-            break Outcome::Unconfirmed(msgs.len() - acked.len());
-        }
-        cursor = rows.last().map(|r| r.id).unwrap_or(cursor);
-        published += msgs.len() as i64;
-        sent_this_run += msgs.len() as u64;
-        // The cursor only moves past events RabbitMQ confirmed: a crash here re-sends at most this page.
-        sqlx::query(
-            "UPDATE replay_runs SET last_event_id = $2, published = $3, updated_at = now() WHERE id = $1",
-        )
-        .bind(run_id)
-        .bind(cursor)
-        .bind(published)
-        .execute(&pool)
-        .await
-        .context("advance the replay cursor")?;
-        if let Some(pb) = &progress {
-            pb.inc(msgs.len() as u64);
-        }
-        if args.rate > 0 {
-            let due = Duration::from_secs_f64(sent_this_run as f64 / f64::from(args.rate));
-            let ahead = due.saturating_sub(started.elapsed());
-            tokio::select! {
-                _ = tokio::time::sleep(ahead) => {}
-                _ = interrupted.cancelled() => {}
-            }
-        }
-    };
-    publisher.close().await;
-    if let Some(pb) = progress {
-        pb.finish_and_clear();
-    }
-    match outcome {
-        Outcome::Done => {
-            sqlx::query(
-                "UPDATE replay_runs SET finished_at = now(), updated_at = now() WHERE id = $1",
-            )
-            .bind(run_id)
-            .execute(&pool)
-            .await?;
-            println!(
-                "replay run {run_id} finished: {published} events re-delivered in {:.1}s",
-                started.elapsed().as_secs_f64()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Outcome::Interrupted => {
-            println!(
-                "replay run {run_id} interrupted after {published} events; resume with: hookline replay --resume {run_id}"
-            );
-            Ok(ExitCode::from(1))
-        }
-        Outcome::Unconfirmed(n) => {
-            eprintln!(
-                "replay run {run_id} stopped: RabbitMQ did not confirm {n} events (see the logs); \
-                 resume with: hookline replay --resume {run_id}"
-            );
-            Ok(ExitCode::from(3))
-        }
-    }
+    let (outcome, _) = execute(config, &pool, &mut run, args.rate, args.page_size).await?;
+    Ok(report(&run, outcome))
 }
 
-/// A saved run: filter, reason, cursor, published count, finish time.
+/// A saved run: kind, filter, cursor, published count, finish time.
 type SavedRun = (
-    sqlx::types::Json<Filter>,
     String,
+    sqlx::types::Json<Filter>,
     i64,
     i64,
     Option<OffsetDateTime>,
 );
-
-enum Outcome {
-    Done,
-    Interrupted,
-    Unconfirmed(usize),
-}
 
 async fn dry_run(pool: &PgPool, filter: &Filter, selected: i64) -> anyhow::Result<ExitCode> {
     println!("dry run: {selected} events would be re-delivered (nothing changed)");
@@ -386,8 +414,8 @@ async fn dry_run(pool: &PgPool, filter: &Filter, selected: i64) -> anyhow::Resul
                 "{:>10}  {:<12} {:<36} {:<32} {:<25} {}",
                 r.id,
                 r.provider,
-                r.provider_event_id,
-                r.event_type.as_deref().unwrap_or("-"),
+                ops::terminal_safe(&r.provider_event_id),
+                ops::terminal_safe(r.event_type.as_deref().unwrap_or("-")),
                 r.received_at
                     .format(&time::format_description::well_known::Rfc3339)
                     .unwrap_or_default(),

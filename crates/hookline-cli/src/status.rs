@@ -4,9 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use hookline_core::Config;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
+use hookline_core::{consumers, events, Config};
 use serde::Serialize;
 
 use crate::ops;
@@ -23,20 +21,8 @@ pub struct StatusArgs {
     pub max_unpublished_age: Option<Duration>,
 }
 
-/// Per-provider counts.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub struct ProviderStatus {
-    provider: String,
-    received: i64,
-    unpublished: i64,
-    oldest_unpublished_secs: Option<f64>,
-    processed: i64,
-    applied: i64,
-    parked: i64,
-    ignored: i64,
-    needs_fetch: i64,
-    dead_lettered: i64,
-}
+/// Per (provider, consumer) counts.
+pub use hookline_core::events::ProviderStatus;
 
 /// Queue depths, when RabbitMQ answers.
 #[derive(Debug, Serialize)]
@@ -58,31 +44,16 @@ pub struct Report {
 /// Runs `hookline status`.
 pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
-    let providers: Vec<ProviderStatus> = sqlx::query_as(
-        "SELECT e.provider,
-                count(*) AS received,
-                count(*) FILTER (WHERE e.published_at IS NULL) AS unpublished,
-                extract(epoch FROM now() - min(e.received_at) FILTER (WHERE e.published_at IS NULL))::float8
-                    AS oldest_unpublished_secs,
-                count(p.event_id) AS processed,
-                count(*) FILTER (WHERE p.outcome = 'applied') AS applied,
-                count(*) FILTER (WHERE p.outcome = 'parked') AS parked,
-                count(*) FILTER (WHERE p.outcome = 'ignored') AS ignored,
-                count(*) FILTER (WHERE p.outcome = 'needs_fetch') AS needs_fetch,
-                count(d.event_id) AS dead_lettered
-         FROM webhook_events e
-         LEFT JOIN processed_events p ON p.consumer = 'payments' AND p.event_id = e.id
-         LEFT JOIN dead_letters d ON d.consumer = 'payments' AND d.event_id = e.id AND d.resolved_at IS NULL
-         GROUP BY e.provider ORDER BY e.provider",
-    )
-    .fetch_all(&pool)
-    .await?;
+    let providers = events::status_by_provider(&pool, consumers::ALL).await?;
+    // Received and unpublished do not depend on the consumer: counted once, from the first consumer's rows.
+    let first = consumers::ALL.first().copied().unwrap_or_default();
+    let once = || providers.iter().filter(|p| p.consumer == first);
     let totals = ProviderStatus {
         provider: "TOTAL".into(),
-        received: providers.iter().map(|p| p.received).sum(),
-        unpublished: providers.iter().map(|p| p.unpublished).sum(),
-        oldest_unpublished_secs: providers
-            .iter()
+        consumer: consumers::ALL.join(","),
+        received: once().map(|p| p.received).sum(),
+        unpublished: once().map(|p| p.unpublished).sum(),
+        oldest_unpublished_secs: once()
             .filter_map(|p| p.oldest_unpublished_secs)
             .reduce(f64::max),
         processed: providers.iter().map(|p| p.processed).sum(),
@@ -138,37 +109,19 @@ pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode>
 
 async fn queue_depths(config: &Config) -> Queues {
     let t = ops::topology(config);
-    let result = tokio::time::timeout(Duration::from_secs(5), async {
-        let conn = hookline_bus::connect(&config.amqp_url, "hookline-status").await?;
-        let mut depths = Vec::new();
-        for q in [&t.payments_queue, &t.dead_letter_queue] {
-            // Passive: reports without creating. A missing queue closes the channel, so one channel per queue.
-            let ch = conn.create_channel().await?;
-            let depth = ch
-                .queue_declare(
-                    q.as_str().into(),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map(|q| q.message_count())
-                .ok();
-            if depth.is_some() {
-                ch.close(200, "status".into()).await.ok();
-            }
-            depths.push(depth);
-        }
-        conn.close(200, "status".into()).await.ok();
-        anyhow::Ok(depths)
-    })
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        hookline_bus::inspect::queue_depths(
+            &config.amqp_url,
+            "hookline-status",
+            &[&t.payments_queue, &t.dead_letter_queue],
+        ),
+    )
     .await;
     match result {
         Ok(Ok(d)) => Queues {
-            payments_ready: d[0],
-            dead_letter_ready: d[1],
+            payments_ready: d.first().copied().flatten().map(|q| q.messages),
+            dead_letter_ready: d.get(1).copied().flatten().map(|q| q.messages),
             error: None,
         },
         Ok(Err(e)) => Queues {
@@ -186,8 +139,9 @@ async fn queue_depths(config: &Config) -> Queues {
 
 fn print_table(r: &Report) {
     println!(
-        "{:<14} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
+        "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
         "provider",
+        "consumer",
         "received",
         "unpublished",
         "oldest(s)",
@@ -200,8 +154,9 @@ fn print_table(r: &Report) {
     );
     for p in r.providers.iter().chain(std::iter::once(&r.totals)) {
         println!(
-            "{:<14} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
+            "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
             p.provider,
+            p.consumer,
             p.received,
             p.unpublished,
             p.oldest_unpublished_secs

@@ -2,8 +2,11 @@
 //! stored-event model and telemetry.
 
 pub mod config;
+pub mod consumers;
 pub mod db;
+pub mod dead_letters;
 pub mod events;
+pub mod markers;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};

@@ -186,6 +186,37 @@ impl Supervisor {
     }
 }
 
+/// Resolves on SIGTERM or SIGINT (Ctrl-C): every hookline process stops gracefully on either.
+pub async fn wait_for_shutdown_signal() {
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error.message = %e, "cannot install a SIGTERM handler; only SIGINT stops gracefully");
+            tokio::signal::ctrl_c().await.ok();
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await.ok();
+}
+
+/// A token cancelled by SIGTERM or SIGINT (Ctrl-C). Must be called inside a Tokio runtime.
+pub fn shutdown_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        wait_for_shutdown_signal().await;
+        tracing::info!("shutdown requested; finishing in-flight work");
+        t.cancel();
+    });
+    token
+}
+
 /// The text of a panic payload (`panic!("…")` gives `&str` or `String`).
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload

@@ -134,7 +134,7 @@ impl Application {
         let server = server.run();
         let handle = server.handle();
         tokio::spawn(async move {
-            wait_for_shutdown_signal().await;
+            hookline_core::supervisor::wait_for_shutdown_signal().await;
             tracing::info!("shutdown requested; finishing in-flight requests");
             handle.stop(true).await;
         });
@@ -193,26 +193,4 @@ impl Application {
         tracing::info!("edge stopped");
         result
     }
-}
-
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn wait_for_shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error.message = %e, "cannot install a SIGTERM handler; only SIGINT stops gracefully");
-                tokio::signal::ctrl_c().await.ok();
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await.ok();
 }

@@ -65,7 +65,12 @@ async fn healthz(state: web::Data<State>) -> HttpResponse {
 }
 
 async fn metrics(state: web::Data<State>) -> HttpResponse {
-    match tokio::time::timeout(SCRAPE_DB_BUDGET, crate::dlq::unresolved_count(&state.pool)).await {
+    match tokio::time::timeout(
+        SCRAPE_DB_BUDGET,
+        hookline_core::dead_letters::unresolved_count(&state.pool),
+    )
+    .await
+    {
         Ok(Ok(n)) => metrics::gauge!(DEAD_LETTERS_UNRESOLVED).set(n as f64),
         Ok(Err(e)) => tracing::warn!(error.message = %e, "cannot count dead letters for /metrics"),
         Err(_) => tracing::warn!("counting dead letters for /metrics timed out"),

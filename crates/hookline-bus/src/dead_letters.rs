@@ -1,4 +1,5 @@
-//! Reconciling the dead-letter queue with the `dead_letters` table.
+//! The dead-letter queue (RabbitMQ side) and its reconciliation with the `dead_letters` table
+//! (`hookline_core::dead_letters`, which owns the table's SQL).
 //!
 //! The worker records a reason for what it dead-letters itself (permanent failures, panics at the limit). But on
 //! RabbitMQ 3.10 every requeue — including the ones caused by a worker crash or a lost connection — counts
@@ -9,13 +10,15 @@
 use std::collections::HashSet;
 
 use anyhow::Context;
-use hookline_bus::{EventMessage, Topology};
+use hookline_core::{dead_letters, markers};
 use lapin::message::BasicGetMessage;
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions};
+use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::AMQPValue;
 use lapin::Channel;
 use secrecy::SecretString;
 use sqlx::PgPool;
+
+use crate::{EventMessage, Topology};
 
 /// What a reconciliation pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -82,7 +85,7 @@ pub async fn remove(
     topology: &Topology,
     ids: &HashSet<i64>,
 ) -> anyhow::Result<u64> {
-    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-redrive").await?;
+    let conn = crate::connect(amqp_url, "hookline-dlq-redrive").await?;
     let channel = conn.create_channel().await.context("open channel")?;
     let mut removed = 0;
     for msg in hold_all(&channel, topology, u64::MAX).await? {
@@ -111,7 +114,7 @@ pub async fn reconcile(
     consumer: &str,
     max: u64,
 ) -> anyhow::Result<Reconciled> {
-    let conn = hookline_bus::connect(amqp_url, "hookline-dlq-reconcile").await?;
+    let conn = crate::connect(amqp_url, "hookline-dlq-reconcile").await?;
     let channel = conn.create_channel().await.context("open channel")?;
     let held = hold_all(&channel, topology, max).await?;
     let mut report = Reconciled {
@@ -119,16 +122,11 @@ pub async fn reconcile(
         ..Default::default()
     };
     let ids: Vec<i64> = held.iter().filter_map(event_id).collect();
-    let applied: HashSet<i64> = sqlx::query_scalar(
-        "SELECT event_id FROM processed_events WHERE consumer = $1 AND event_id = ANY($2)",
-    )
-    .bind(consumer)
-    .bind(&ids)
-    .fetch_all(pool)
-    .await
-    .context("look up processed markers")?
-    .into_iter()
-    .collect();
+    let applied: HashSet<i64> = markers::processed_among(pool, consumer, &ids)
+        .await
+        .context("look up processed markers")?
+        .into_iter()
+        .collect();
     for msg in held {
         match event_id(&msg) {
             Some(id) if applied.contains(&id) => {
@@ -146,18 +144,16 @@ pub async fn reconcile(
                     "dead-lettered by RabbitMQ ({death}) with no failure recorded by a worker: the delivery \
                      limit was reached through worker crashes or lost connections; redrive it"
                 );
-                let inserted = sqlx::query(
-                    "INSERT INTO dead_letters (consumer, event_id, reason) VALUES ($1, $2, $3)
-                     ON CONFLICT ON CONSTRAINT dead_letters_pkey DO NOTHING",
+                let inserted = dead_letters::record(
+                    pool,
+                    dead_letters::Source::Reconciliation,
+                    consumer,
+                    id,
+                    &reason,
                 )
-                .bind(consumer)
-                .bind(id)
-                .bind(&reason)
-                .execute(pool)
                 .await
-                .context("record dead letter")?
-                .rows_affected();
-                report.recorded += inserted;
+                .context("record dead letter")?;
+                report.recorded += u64::from(inserted);
                 return_to_queue(&msg).await;
             }
             None => return_to_queue(&msg).await,
@@ -175,22 +171,7 @@ pub async fn reconcile(
     Ok(report)
 }
 
-/// Returns a held message to its queue (nack with requeue).
+/// Returns a held message to its queue.
 async fn return_to_queue(msg: &BasicGetMessage) {
-    msg.delivery
-        .acker
-        .nack(BasicNackOptions {
-            requeue: true,
-            ..Default::default()
-        })
-        .await
-        .ok();
-}
-
-/// Dead letters not resolved yet, all consumers together: the `hookline_dead_letters_unresolved` gauge is read
-/// from here at scrape time.
-pub async fn unresolved_count<'c>(conn: impl sqlx::PgExecutor<'c>) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL")
-        .fetch_one(conn)
-        .await
+    crate::requeue(&msg.delivery.acker).await;
 }

@@ -1,0 +1,83 @@
+//! `processed_events`: the processed markers, one per `(consumer, stored event)` whose effect was applied (or
+//! deliberately ignored, parked, left to fetch). This module owns the table's SQL; the purge deletes markers
+//! together with their raw events (`retention`).
+//!
+//! The marker is inserted FIRST in the effect's transaction ([`begin`]): a concurrent duplicate blocks on the
+//! primary key until the first transaction ends, then inserts nothing and applies nothing.
+
+use sqlx::{PgConnection, PgExecutor};
+
+/// The stored event a new marker was inserted for, read in the same statement.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Claimed {
+    /// Configured provider name.
+    pub provider: String,
+    /// The stored dedupe key.
+    pub provider_event_id: String,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// Raw body.
+    pub body: Vec<u8>,
+}
+
+/// Inserts the marker of `(consumer, event_id)` inside the caller's transaction and, only when it is new,
+/// resolves the event's dead letter of that consumer (a redrive that now applies: `resolution = 'applied'`)
+/// and reads the stored event — one round trip for the three. `None`: the marker existed (a duplicate) or the
+/// event does not exist ([`crate::events::exists`] tells which).
+pub async fn begin(
+    tx: &mut PgConnection,
+    consumer: &str,
+    event_id: i64,
+) -> Result<Option<Claimed>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH marker AS (
+             INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
+             ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
+             RETURNING event_id),
+         resolved AS (
+             UPDATE dead_letters SET resolved_at = now(), resolution = 'applied'
+             WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL
+               AND EXISTS (SELECT 1 FROM marker))
+         SELECT e.provider, e.provider_event_id, e.event_type, e.body
+         FROM marker JOIN webhook_events e ON e.id = marker.event_id",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .fetch_optional(&mut *tx)
+    .await
+}
+
+/// Records a non-`applied` outcome (ignored, parked, needs_fetch) and its detail on the marker.
+pub async fn record_outcome<'c>(
+    conn: impl PgExecutor<'c>,
+    consumer: &str,
+    event_id: i64,
+    outcome: &str,
+    detail: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE processed_events SET outcome = $3, detail = $4 WHERE consumer = $1 AND event_id = $2",
+    )
+    .bind(consumer)
+    .bind(event_id)
+    .bind(outcome)
+    .bind(detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Which of `event_ids` have a marker of `consumer`.
+pub async fn processed_among<'c>(
+    conn: impl PgExecutor<'c>,
+    consumer: &str,
+    event_ids: &[i64],
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT event_id FROM processed_events WHERE consumer = $1 AND event_id = ANY($2)",
+    )
+    .bind(consumer)
+    .bind(event_ids)
+    .fetch_all(conn)
+    .await
+}
