@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings the whole local pipeline up: services found or started (installed if absent), release build, database
-# migrated, then the edge started in the background. Logs and pids go to .run/. Stop with deploy/down.sh.
+# migrated, then the provider sandbox, the edge (with its relay) and the worker started in the background. Logs
+# and pids go to .run/. Stop with deploy/down.sh.
 # Usage: deploy/up.sh [CONFIG]   (default deploy/hookline.toml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,12 @@ start() {
   echo "started $name (pid $!), log .run/$name.log"
 }
 
+# The local provider (Stripe and Mercado Pago APIs + their webhooks), which the configuration's api_base points at
+# (SANDBOX_LISTEN must match it; empty: no sandbox, e.g. against real providers).
+sandbox_listen=${SANDBOX_LISTEN-127.0.0.1:8090}
+if [ -n "$sandbox_listen" ]; then
+  start sandbox ./target/release/hookline --config "$config" sandbox --listen "$sandbox_listen"
+fi
 start edge ./target/release/hookline-edge --config "$config"
 start worker ./target/release/hookline-worker --config "$config"
 

@@ -1,6 +1,5 @@
 //! The stored raw event and its repository functions.
 
-use sqlx::types::Json;
 use sqlx::PgExecutor;
 
 /// Longest event id (dedupe key) stored, in bytes. Every real provider's id fits with room to spare (Stripe
@@ -147,25 +146,6 @@ impl OwnedEvent {
     }
 }
 
-/// A verified event the edge is about to store.
-#[derive(Debug, Clone)]
-pub struct NewEvent<'a> {
-    /// Configured provider name.
-    pub provider: &'a str,
-    /// The provider's event id (or the stable key chosen for providers without one).
-    pub provider_event_id: &'a str,
-    /// Event type, when the payload carries one.
-    pub event_type: Option<&'a str>,
-    /// The signed timestamp, unix seconds, when the scheme signs one.
-    pub signed_at: Option<i64>,
-    /// Request headers, `(name, value)` in arrival order.
-    pub headers: Vec<(String, String)>,
-    /// Raw query string.
-    pub query: &'a str,
-    /// Raw body, byte-exact.
-    pub body: &'a [u8],
-}
-
 /// What storing an event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOutcome {
@@ -193,46 +173,7 @@ pub fn storable_headers<'h>(
         .collect()
 }
 
-/// Stores the event once. The UNIQUE constraint decides: a concurrent insert of the same key waits for the
-/// first transaction and then inserts nothing (Read Committed), so exactly one caller sees `Inserted`.
-///
-/// The statement runs outside an explicit transaction: it commits when it returns, so an `Inserted` answer
-/// means the row is durable.
-pub async fn insert_event<'c>(
-    conn: impl PgExecutor<'c> + Copy,
-    ev: &NewEvent<'_>,
-) -> Result<StoreOutcome, sqlx::Error> {
-    let inserted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO webhook_events
-             (provider, provider_event_id, event_type, signed_at, headers, query, body)
-         VALUES ($1, $2, $3, to_timestamp($4), $5, $6, $7)
-         ON CONFLICT ON CONSTRAINT webhook_events_provider_event_id_key DO NOTHING
-         RETURNING id",
-    )
-    .bind(ev.provider)
-    .bind(ev.provider_event_id)
-    .bind(ev.event_type)
-    .bind(ev.signed_at.map(|t| t as f64))
-    .bind(Json(&ev.headers))
-    .bind(ev.query)
-    .bind(ev.body)
-    .fetch_optional(conn)
-    .await?;
-    if let Some(id) = inserted {
-        return Ok(StoreOutcome::Inserted(id));
-    }
-    // Duplicate. A separate statement (new snapshot) sees the row the conflicting transaction committed.
-    let existing: Option<i64> = sqlx::query_scalar(
-        "SELECT id FROM webhook_events WHERE provider = $1 AND provider_event_id = $2",
-    )
-    .bind(ev.provider)
-    .bind(ev.provider_event_id)
-    .fetch_optional(conn)
-    .await?;
-    Ok(StoreOutcome::Duplicate(existing))
-}
-
-/// An event owned by a batch (the batch writer outlives the request that produced it).
+/// A verified event to store (owned: the edge's batch writer outlives the request that produced it).
 #[derive(Debug, Clone)]
 pub struct OwnedEvent {
     /// Configured provider name.
@@ -251,6 +192,19 @@ pub struct OwnedEvent {
     pub body: bytes::Bytes,
 }
 
+/// Stores one event through the same statement as the edge's group commit ([`insert_events_batch`] with one
+/// row): for tools, the benchmark's baseline and tests, so that "stored as the edge does" is literally true.
+pub async fn insert_one(
+    pool: &sqlx::PgPool,
+    event: &OwnedEvent,
+) -> Result<StoreOutcome, sqlx::Error> {
+    let outcomes = insert_events_batch(pool, std::slice::from_ref(event)).await?;
+    Ok(outcomes
+        .into_iter()
+        .next()
+        .unwrap_or(StoreOutcome::Duplicate(None)))
+}
+
 /// Stores many events with ONE multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING` (one commit for all), and
 /// returns one outcome per input, in input order.
 ///
@@ -261,6 +215,42 @@ pub struct OwnedEvent {
 pub async fn insert_events_batch(
     pool: &sqlx::PgPool,
     events: &[OwnedEvent],
+) -> Result<Vec<StoreOutcome>, sqlx::Error> {
+    insert_rows(pool, events, Source::Webhook).await
+}
+
+/// Where a stored event came from (`webhook_events.source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Received by the edge, signature verified.
+    Webhook,
+    /// Read from the provider's API by reconciliation because its webhook never arrived.
+    Reconcile,
+}
+
+impl Source {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Webhook => "webhook",
+            Source::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// Stores events that reconciliation read from the provider's API, through the same statement and UNIQUE key
+/// as the edge (a webhook arriving later is a duplicate of it, and the other way round), marked as such.
+pub async fn insert_reconciled(
+    pool: &sqlx::PgPool,
+    events: &[OwnedEvent],
+) -> Result<Vec<StoreOutcome>, sqlx::Error> {
+    insert_rows(pool, events, Source::Reconcile).await
+}
+
+async fn insert_rows(
+    pool: &sqlx::PgPool,
+    events: &[OwnedEvent],
+    source: Source,
 ) -> Result<Vec<StoreOutcome>, sqlx::Error> {
     let mut order: Vec<usize> = (0..events.len()).collect();
     order.sort_by(|&a, &b| {
@@ -286,8 +276,8 @@ pub async fn insert_events_batch(
     }
     let inserted: Vec<(i64, String, String)> = sqlx::query_as(
         "INSERT INTO webhook_events
-             (provider, provider_event_id, event_type, signed_at, headers, query, body)
-         SELECT p, i, t, to_timestamp(s), h::jsonb, q, b
+             (provider, provider_event_id, event_type, signed_at, headers, query, body, source)
+         SELECT p, i, t, to_timestamp(s), h::jsonb, q, b, $8
          FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::bytea[])
               AS u(p, i, t, s, h, q, b)
          ON CONFLICT ON CONSTRAINT webhook_events_provider_event_id_key DO NOTHING
@@ -300,6 +290,7 @@ pub async fn insert_events_batch(
     .bind(&headers)
     .bind(&queries)
     .bind(&bodies)
+    .bind(source.as_str())
     .fetch_all(pool)
     .await?;
     let mut fresh: std::collections::HashMap<(String, String), i64> = inserted
@@ -386,4 +377,256 @@ pub async fn unpublished_backlog<'c>(
         count,
         oldest_secs: oldest.unwrap_or(0.0).max(0.0),
     })
+}
+
+/// Whether stored event `id` exists (it may have been purged).
+pub async fn exists<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+}
+
+/// A stored event as operators see it (`dlq show`, the console).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredRow {
+    /// The stored dedupe key.
+    pub provider_event_id: String,
+    /// Raw body.
+    pub body: Vec<u8>,
+    /// Stored headers, `[[name, value], …]`.
+    pub headers: serde_json::Value,
+    /// Raw query string.
+    pub query: String,
+    /// When the edge stored it.
+    pub received_at: time::OffsetDateTime,
+}
+
+/// Reads stored event `id`, if it still exists.
+pub async fn get<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<Option<StoredRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT provider_event_id, body, headers, query, received_at FROM webhook_events WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Locks up to `limit` unpublished events older than `min_age_secs` for the relay's sweeper (`FOR UPDATE SKIP
+/// LOCKED`: several relays share the work without publishing one row twice at once), oldest first. Returns
+/// `(id, provider, provider_event_id, event_type)`.
+pub async fn lock_unpublished(
+    tx: &mut sqlx::PgConnection,
+    min_age_secs: f64,
+    limit: i64,
+) -> Result<Vec<(i64, String, String, Option<String>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, provider, provider_event_id, event_type FROM webhook_events
+         WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)
+         ORDER BY id LIMIT $2
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(min_age_secs)
+    .bind(limit)
+    .fetch_all(tx)
+    .await
+}
+
+/// Marks events published (RabbitMQ confirmed them). Idempotent.
+pub async fn mark_published<'c>(conn: impl PgExecutor<'c>, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE webhook_events SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL",
+    )
+    .bind(ids)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Which stored events an operator run (replay, dead-letter redrive) selects. Stored as JSON in the run's audit
+/// row, so an interrupted run resumes with exactly the same selection.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Selection {
+    /// Provider name.
+    pub provider: Option<String>,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// Received at or after (RFC 3339).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub since: Option<time::OffsetDateTime>,
+    /// Received before (RFC 3339).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub until: Option<time::OffsetDateTime>,
+    /// Explicit ids.
+    pub ids: Vec<i64>,
+    /// `all`, `unprocessed` (a consumer has no marker for it) or `dead` (a consumer has an unresolved dead
+    /// letter for it).
+    pub state: String,
+}
+
+/// One selected event, with its state over the consumers.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SelectedEvent {
+    /// `webhook_events.id`.
+    pub id: i64,
+    /// Configured provider name.
+    pub provider: String,
+    /// The stored dedupe key.
+    pub provider_event_id: String,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// When the edge stored it.
+    pub received_at: time::OffsetDateTime,
+    /// `dead`, `unprocessed`, or the markers' outcomes (`applied`, `ignored`, …; comma-separated per consumer).
+    pub state: String,
+}
+
+/// The selection's FROM/WHERE; `$1` cursor (exclusive lower bound on the id), `$2`–`$7` the [`Selection`],
+/// `$8` the consumers.
+const SELECTION: &str = "
+    FROM webhook_events e
+    WHERE e.id > $1
+      AND ($2::text IS NULL OR e.provider = $2)
+      AND ($3::text IS NULL OR e.event_type = $3)
+      AND ($4::timestamptz IS NULL OR e.received_at >= $4)
+      AND ($5::timestamptz IS NULL OR e.received_at < $5)
+      AND (cardinality($6::bigint[]) = 0 OR e.id = ANY($6))
+      AND CASE $7::text
+            WHEN 'all' THEN true
+            WHEN 'unprocessed' THEN EXISTS (
+                SELECT 1 FROM unnest($8::text[]) AS c(consumer)
+                WHERE NOT EXISTS (SELECT 1 FROM processed_events p
+                                  WHERE p.consumer = c.consumer AND p.event_id = e.id))
+            WHEN 'dead' THEN EXISTS (
+                SELECT 1 FROM dead_letters d
+                WHERE d.consumer = ANY($8) AND d.event_id = e.id AND d.resolved_at IS NULL)
+          END";
+
+fn bind_selection<'q, O>(
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    sel: &'q Selection,
+    consumers: &'q [&'q str],
+    cursor: i64,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    q.bind(cursor)
+        .bind(&sel.provider)
+        .bind(&sel.event_type)
+        .bind(sel.since)
+        .bind(sel.until)
+        .bind(&sel.ids)
+        .bind(&sel.state)
+        .bind(consumers)
+}
+
+/// How many events the selection holds after `cursor`.
+pub async fn count_selection<'c>(
+    conn: impl PgExecutor<'c>,
+    sel: &Selection,
+    consumers: &[&str],
+    cursor: i64,
+) -> Result<i64, sqlx::Error> {
+    let sql = format!("SELECT count(*) {SELECTION}");
+    let (n,): (i64,) = bind_selection(sqlx::query_as(&sql), sel, consumers, cursor)
+        .fetch_one(conn)
+        .await?;
+    Ok(n)
+}
+
+/// One page of the selection after `cursor`, in id order (keyset pagination: memory stays flat).
+pub async fn select_page<'c>(
+    conn: impl PgExecutor<'c>,
+    sel: &Selection,
+    consumers: &[&str],
+    cursor: i64,
+    limit: u32,
+) -> Result<Vec<SelectedEvent>, sqlx::Error> {
+    let sql = format!(
+        "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at,
+                CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.consumer = ANY($8)
+                                  AND d.event_id = e.id AND d.resolved_at IS NULL) THEN 'dead'
+                     WHEN EXISTS (SELECT 1 FROM unnest($8::text[]) AS c(consumer)
+                                  WHERE NOT EXISTS (SELECT 1 FROM processed_events p
+                                                    WHERE p.consumer = c.consumer AND p.event_id = e.id))
+                          THEN 'unprocessed'
+                     ELSE (SELECT string_agg(p.outcome, ',' ORDER BY p.consumer) FROM processed_events p
+                           WHERE p.consumer = ANY($8) AND p.event_id = e.id)
+                END AS state
+         {SELECTION} ORDER BY e.id LIMIT {limit}"
+    );
+    bind_selection(sqlx::query_as(&sql), sel, consumers, cursor)
+        .fetch_all(conn)
+        .await
+}
+
+/// Counts of one provider's stored events as one consumer sees them (`hookline status`).
+#[derive(Debug, Clone, Default, serde::Serialize, sqlx::FromRow)]
+pub struct ProviderStatus {
+    /// Provider name (`TOTAL` in a sum).
+    pub provider: String,
+    /// The consumer the processing columns are about.
+    pub consumer: String,
+    /// Stored events.
+    pub received: i64,
+    /// Not yet confirmed by RabbitMQ.
+    pub unpublished: i64,
+    /// Age of the oldest unpublished one.
+    pub oldest_unpublished_secs: Option<f64>,
+    /// With a processed marker.
+    pub processed: i64,
+    /// Marker outcome `applied`.
+    pub applied: i64,
+    /// Marker outcome `parked`.
+    pub parked: i64,
+    /// Marker outcome `ignored`.
+    pub ignored: i64,
+    /// Marker outcome `needs_fetch`.
+    pub needs_fetch: i64,
+    /// With an unresolved dead letter.
+    pub dead_lettered: i64,
+}
+
+/// One row per (provider, consumer): received, unpublished and the consumer's processing counts.
+pub async fn status_by_provider<'c>(
+    conn: impl PgExecutor<'c>,
+    consumers: &[&str],
+) -> Result<Vec<ProviderStatus>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT e.provider, c.consumer,
+                count(*) AS received,
+                count(*) FILTER (WHERE e.published_at IS NULL) AS unpublished,
+                extract(epoch FROM now() - min(e.received_at) FILTER (WHERE e.published_at IS NULL))::float8
+                    AS oldest_unpublished_secs,
+                count(p.event_id) AS processed,
+                count(*) FILTER (WHERE p.outcome = 'applied') AS applied,
+                count(*) FILTER (WHERE p.outcome = 'parked') AS parked,
+                count(*) FILTER (WHERE p.outcome = 'ignored') AS ignored,
+                count(*) FILTER (WHERE p.outcome = 'needs_fetch') AS needs_fetch,
+                count(d.event_id) AS dead_lettered
+         FROM webhook_events e
+         CROSS JOIN unnest($1::text[]) AS c(consumer)
+         LEFT JOIN processed_events p ON p.consumer = c.consumer AND p.event_id = e.id
+         LEFT JOIN dead_letters d ON d.consumer = c.consumer AND d.event_id = e.id AND d.resolved_at IS NULL
+         GROUP BY e.provider, c.consumer ORDER BY e.provider, c.consumer",
+    )
+    .bind(consumers)
+    .fetch_all(conn)
+    .await
+}
+
+/// Which of `keys` (dedupe keys of `provider`) are stored already.
+pub async fn stored_keys<'c>(
+    conn: impl PgExecutor<'c>,
+    provider: &str,
+    keys: &[String],
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT provider_event_id FROM webhook_events WHERE provider = $1 AND provider_event_id = ANY($2)",
+    )
+    .bind(provider)
+    .bind(keys)
+    .fetch_all(conn)
+    .await
 }

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-    BasicRejectOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use secrecy::SecretString;
@@ -18,9 +18,10 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::handler::Handler;
+use crate::handler::{reason_text, EventRef, Handler};
 use crate::process::{
-    process_batch, process_event, record_dead_letter, BatchFailed, ProcessError, Processed,
+    process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, ProcessError,
+    Processed,
 };
 
 /// Metric names of the worker.
@@ -127,7 +128,7 @@ impl<H: Handler> Worker<H> {
                                     _ = tick.tick() => {}
                                 }
                                 if let Err(e) =
-                                    crate::dlq::reconcile(&pool, &url, &topology, consumer, 1_000).await
+                                    hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000).await
                                 {
                                     tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry");
                                 }
@@ -255,6 +256,16 @@ impl<H: Handler> Worker<H> {
     }
 }
 
+/// What a handler's `prepare` sees of a delivery.
+fn event_ref(msg: &EventMessage) -> EventRef<'_> {
+    EventRef {
+        id: msg.id,
+        provider: &msg.provider,
+        provider_event_id: &msg.provider_event_id,
+        event_type: msg.event_type.as_deref(),
+    }
+}
+
 fn delivery_count(delivery: &Delivery) -> u32 {
     delivery
         .properties
@@ -296,9 +307,16 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
         // Run the transaction in its own task so a panicking handler is contained and the delivery requeued.
         let task = {
             let ctx = ctx.clone();
-            tokio::spawn(
-                async move { process_event(&ctx.pool, ctx.handler.as_ref(), msg.id).await },
-            )
+            let msg = msg.clone();
+            tokio::spawn(async move {
+                // Outside any transaction: a read the effect depends on (no-op for most handlers).
+                let prepared = ctx
+                    .handler
+                    .prepare(event_ref(&msg))
+                    .await
+                    .map_err(ProcessError::from)?;
+                process_prepared(&ctx.pool, ctx.handler.as_ref(), msg.id, prepared).await
+            })
         };
         let result = match task.await {
             Ok(Err(ProcessError::Panicked(p))) => Err(format!("handler panicked: {p}")),
@@ -335,8 +353,8 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                     .record(started.elapsed().as_secs_f64());
                 return;
             }
-            Err(ProcessError::Permanent(reason)) => {
-                if dead_letter(ctx, &delivery, &msg, &reason).await {
+            Err(ProcessError::Permanent(e)) => {
+                if dead_letter(ctx, &delivery, &msg, &reason_text(&e)).await {
                     return;
                 }
             }
@@ -383,14 +401,7 @@ async fn requeue_panicked<H: Handler>(
             .await
             .ok();
     }
-    delivery
-        .acker
-        .nack(BasicNackOptions {
-            requeue: true,
-            ..Default::default()
-        })
-        .await
-        .ok();
+    hookline_bus::requeue(&delivery.acker).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
         .increment(1);
 }
@@ -413,10 +424,34 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
             Err(_) => handle_delivery(ctx, d).await, // rejects it to the DLQ
         }
     }
-    let ids: Vec<i64> = parsed.iter().map(|(_, m)| m.id).collect();
+    // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
+    // cannot be prepared takes the one-by-one path, which backs off or dead-letters it.
+    let prepared = join_all(
+        parsed
+            .iter()
+            .map(|(_, m)| ctx.handler.prepare(event_ref(m))),
+    )
+    .await;
+    let mut items = Vec::with_capacity(parsed.len());
+    let mut ready = Vec::with_capacity(parsed.len());
+    for ((delivery, msg), prep) in parsed.into_iter().zip(prepared) {
+        match prep {
+            Ok(p) => {
+                items.push((msg.id, p));
+                ready.push((delivery, msg));
+            }
+            Err(_) => handle_delivery(ctx, delivery).await,
+        }
+    }
+    let parsed = ready;
+    if parsed.is_empty() {
+        return;
+    }
     let task = {
         let ctx = ctx.clone();
-        tokio::spawn(async move { process_batch(&ctx.pool, ctx.handler.as_ref(), &ids).await })
+        tokio::spawn(
+            async move { process_batch_prepared(&ctx.pool, ctx.handler.as_ref(), items).await },
+        )
     };
     let failed = match task.await {
         Ok(Ok(results)) => {
@@ -451,8 +486,8 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
             ProcessError::Panicked(p) => {
                 requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await
             }
-            ProcessError::Permanent(reason) => {
-                if !dead_letter(ctx, &delivery, &msg, reason).await {
+            ProcessError::Permanent(e) => {
+                if !dead_letter(ctx, &delivery, &msg, &reason_text(e)).await {
                     rest.push(delivery);
                 }
             }

@@ -3,6 +3,12 @@
 //! The worker owns the transaction and the processed marker; a [`Handler`] only applies its effects inside the
 //! transaction it is given. New effects (notifications, analytics, …) are new handlers with their own consumer
 //! name, hence their own markers: each gets exactly-once independently.
+//!
+//! One thing may happen outside the transaction, before it: [`Handler::prepare`], a READ from an external
+//! system the effect depends on (Mercado Pago's notifications name a payment that must be fetched from its API).
+//! It runs with no transaction open — an HTTP call never holds row locks or a pooled connection — and must have
+//! no side effect: it can run several times for one event (redeliveries, retries), and only the transaction
+//! decides, marker first, whether anything is applied.
 
 use std::future::Future;
 
@@ -21,6 +27,30 @@ pub struct StoredEvent {
     pub event_type: Option<String>,
     /// Raw body, byte-exact.
     pub body: Vec<u8>,
+    /// What [`Handler::prepare`] read for this event before the transaction, if anything.
+    pub prepared: Option<Prepared>,
+}
+
+/// What [`Handler::prepare`] read from outside for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// The stored dedupe key it was read for: the transaction refuses it for any other event.
+    pub key: String,
+    /// The bytes read (e.g. the fetched resource's JSON), bounded by the reader.
+    pub body: Vec<u8>,
+}
+
+/// The reference a delivery carries, as [`Handler::prepare`] sees it (before the stored event is read).
+#[derive(Debug, Clone)]
+pub struct EventRef<'a> {
+    /// `webhook_events.id`.
+    pub id: i64,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The stored dedupe key.
+    pub provider_event_id: &'a str,
+    /// Event type.
+    pub event_type: Option<&'a str>,
 }
 
 /// How an event ended, recorded on its processed marker.
@@ -71,9 +101,10 @@ impl Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {
     /// Retrying cannot help (unparseable payload, invalid amount): the delivery is dead-lettered with this
-    /// reason and no processed marker, so a redrive after a fix applies it.
+    /// reason and no processed marker, so a redrive after a fix applies it. The error keeps its causes; it is
+    /// turned into text only when stored ([`reason_text`]).
     #[error("{0}")]
-    Permanent(String),
+    Permanent(anyhow::Error),
     /// Retrying may help (database unavailable, serialisation failure, lock timeout).
     #[error(transparent)]
     Transient(anyhow::Error),
@@ -86,15 +117,42 @@ impl From<sqlx::Error> for HandleError {
         if hookline_core::db::is_transient(&e) {
             HandleError::Transient(anyhow::Error::new(e))
         } else {
-            HandleError::Permanent(format!("database rejected the effect: {e}"))
+            HandleError::Permanent(anyhow::Error::new(e).context("database rejected the effect"))
         }
     }
+}
+
+impl HandleError {
+    /// A permanent failure with this message and no further cause.
+    pub fn permanent(message: impl std::fmt::Display) -> HandleError {
+        HandleError::Permanent(anyhow::anyhow!("{message}"))
+    }
+}
+
+/// An error's cause chain as stored in `dead_letters.reason`: one cause per line, outermost first (`dlq show`
+/// prints them as "caused by" lines).
+pub fn reason_text(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A business effect applied once per stored event.
 pub trait Handler: Send + Sync + 'static {
     /// Consumer name: the first half of the processed marker `(consumer, event_id)`.
     fn consumer(&self) -> &'static str;
+
+    /// Reads what the effect needs from outside, BEFORE the transaction (none by default). Must have no side
+    /// effect (it may run several times for one event). `Err(Transient)` is retried with backoff without
+    /// burning the delivery limit; `Err(Permanent)` dead-letters the delivery with the reason.
+    fn prepare<'a>(
+        &'a self,
+        event: EventRef<'a>,
+    ) -> impl Future<Output = Result<Option<Prepared>, HandleError>> + Send + 'a {
+        let _ = event;
+        async { Ok(None) }
+    }
 
     /// Applies the event's effects using `tx`, the open transaction in which the marker was just inserted.
     /// Must not commit or roll back; must not have effects outside the database (they would not be

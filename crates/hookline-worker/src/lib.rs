@@ -5,22 +5,27 @@
 //! after the commit. A redelivery finds the marker and changes nothing.
 
 pub mod consumer;
-pub mod dlq;
 pub mod handler;
 pub mod health;
 pub mod payments;
 pub mod process;
+pub mod reconcile;
 pub mod retention;
 
 pub use consumer::{Worker, WorkerSettings};
-pub use handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};
+pub use handler::{
+    reason_text, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent,
+};
+/// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
+pub use hookline_core::supervisor::shutdown_signal;
 pub use payments::PaymentsHandler;
-pub use process::{process_batch, process_event, ProcessError, Processed};
+pub use process::{
+    process_batch, process_batch_prepared, process_event, process_prepared, ProcessError, Processed,
+};
 
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
-use tokio_util::sync::CancellationToken;
 
 /// Builds the payments worker from the shared configuration.
 pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
@@ -68,6 +73,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 .await
         })
     };
+    let reconcile = {
+        let (supervisor, config, cancel) = (supervisor.clone(), config.clone(), cancel.clone());
+        let pool = worker.pool().clone();
+        tokio::spawn(async move {
+            supervisor
+                .run("reconcile", cancel.clone(), |_| {
+                    reconcile::run_periodic(pool.clone(), config.clone(), cancel.clone())
+                })
+                .await
+        })
+    };
     let server = match config.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
@@ -89,34 +105,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     cancel.cancel();
     purge.await.ok();
+    reconcile.await.ok();
     if let Some(server) = server {
         server.stop(true).await;
     }
     result
-}
-
-/// A token cancelled by SIGTERM or SIGINT (Ctrl-C).
-pub fn shutdown_signal() -> CancellationToken {
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error.message = %e, "cannot install a SIGTERM handler; only SIGINT stops gracefully");
-                tokio::signal::ctrl_c().await.ok();
-            }
-        }
-        #[cfg(not(unix))]
-        tokio::signal::ctrl_c().await.ok();
-        tracing::info!("shutdown requested; finishing in-flight work");
-        t.cancel();
-    });
-    token
 }

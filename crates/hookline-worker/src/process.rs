@@ -13,7 +13,9 @@ use anyhow::Context;
 use futures::FutureExt;
 use sqlx::{PgConnection, PgPool};
 
-use crate::handler::{HandleError, Handler, Outcome, StoredEvent};
+use hookline_core::{dead_letters, events, markers};
+
+use crate::handler::{HandleError, Handler, Outcome, Prepared, StoredEvent};
 
 /// Result of a processing attempt that did not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,9 +32,10 @@ pub enum ProcessError {
     /// Retry later (in-process backoff): the database is unavailable or a transaction conflicted.
     #[error("transient failure")]
     Transient(#[source] anyhow::Error),
-    /// Will never succeed as is: dead-letter with this reason.
+    /// Will never succeed as is: dead-letter with this reason (its causes kept; stored as text by
+    /// [`crate::handler::reason_text`]).
     #[error("{0}")]
-    Permanent(String),
+    Permanent(anyhow::Error),
     /// The handler panicked (a bug, or a payload it cannot survive). Whether a retry helps is unknown: the
     /// delivery is requeued and the queue's delivery limit eventually dead-letters it.
     #[error("handler panicked: {0}")]
@@ -51,18 +54,29 @@ impl From<HandleError> for ProcessError {
 fn db_error(context: &'static str) -> impl FnOnce(sqlx::Error) -> ProcessError {
     move |e| match HandleError::from(e) {
         HandleError::Transient(e) => ProcessError::Transient(e.context(context)),
-        HandleError::Permanent(r) => ProcessError::Permanent(format!("{context}: {r}")),
+        HandleError::Permanent(r) => ProcessError::Permanent(r.context(context)),
     }
 }
 
-/// Processes stored event `event_id` with `handler`, exactly once per `(handler.consumer(), event_id)`.
+/// Processes stored event `event_id` with `handler`, exactly once per `(handler.consumer(), event_id)`, with
+/// nothing prepared (see [`process_prepared`]).
 pub async fn process_event<H: Handler>(
     pool: &PgPool,
     handler: &H,
     event_id: i64,
 ) -> Result<Processed, ProcessError> {
+    process_prepared(pool, handler, event_id, None).await
+}
+
+/// [`process_event`] with what [`Handler::prepare`] read for the event before the transaction.
+pub async fn process_prepared<H: Handler>(
+    pool: &PgPool,
+    handler: &H,
+    event_id: i64,
+    prepared: Option<Prepared>,
+) -> Result<Processed, ProcessError> {
     let mut tx = pool.begin().await.map_err(db_error("begin transaction"))?;
-    match apply_in_tx(&mut tx, handler, event_id).await {
+    match apply_in_tx(&mut tx, handler, event_id, prepared).await {
         Ok(Processed::Applied(outcome)) => {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.before_commit");
@@ -99,15 +113,25 @@ pub async fn process_batch<H: Handler>(
     handler: &H,
     event_ids: &[i64],
 ) -> Result<Vec<Processed>, BatchFailed> {
+    let items = event_ids.iter().map(|&id| (id, None)).collect();
+    process_batch_prepared(pool, handler, items).await
+}
+
+/// [`process_batch`] with what [`Handler::prepare`] read for each event.
+pub async fn process_batch_prepared<H: Handler>(
+    pool: &PgPool,
+    handler: &H,
+    items: Vec<(i64, Option<Prepared>)>,
+) -> Result<Vec<Processed>, BatchFailed> {
     let whole = |error| BatchFailed { index: None, error };
     let mut tx = pool
         .begin()
         .await
         .map_err(db_error("begin transaction"))
         .map_err(whole)?;
-    let mut results = Vec::with_capacity(event_ids.len());
-    for (index, &id) in event_ids.iter().enumerate() {
-        match apply_in_tx(&mut tx, handler, id).await {
+    let mut results = Vec::with_capacity(items.len());
+    for (index, (id, prepared)) in items.into_iter().enumerate() {
+        match apply_in_tx(&mut tx, handler, id, prepared).await {
             Ok(p) => results.push(p),
             Err(error) => {
                 tx.rollback().await.ok();
@@ -132,52 +156,48 @@ async fn apply_in_tx<H: Handler>(
     tx: &mut PgConnection,
     handler: &H,
     event_id: i64,
+    prepared: Option<Prepared>,
 ) -> Result<Processed, ProcessError> {
-    // One round trip: insert the marker, resolve a dead letter of this event (a redrive that now applies), and
-    // read the stored event — the last two only when the marker was new. A concurrent duplicate blocks on the
-    // marker's key here until the other transaction ends.
-    let row: Option<(String, String, Option<String>, Vec<u8>)> = sqlx::query_as(
-        "WITH marker AS (
-             INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
-             ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
-             RETURNING event_id),
-         resolved AS (
-             UPDATE dead_letters SET resolved_at = now(), resolution = 'applied'
-             WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL
-               AND EXISTS (SELECT 1 FROM marker))
-         SELECT e.provider, e.provider_event_id, e.event_type, e.body
-         FROM marker JOIN webhook_events e ON e.id = marker.event_id",
-    )
-    .bind(handler.consumer())
-    .bind(event_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(db_error("insert processed marker"))?;
-    let Some((provider, provider_event_id, event_type, body)) = row else {
+    // Marker first (one round trip: marker, dead-letter resolution, event read). A concurrent duplicate blocks
+    // on the marker's key here until the other transaction ends.
+    let claimed = markers::begin(tx, handler.consumer(), event_id)
+        .await
+        .map_err(db_error("insert processed marker"))?;
+    let Some(markers::Claimed {
+        provider,
+        provider_event_id,
+        event_type,
+        body,
+    }) = claimed
+    else {
         // Either the marker already existed (a duplicate: change nothing) or the event is gone.
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)")
-                .bind(event_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error("look up stored event"))?;
+        let exists = events::exists(&mut *tx, event_id)
+            .await
+            .map_err(db_error("look up stored event"))?;
         return if exists {
             Ok(Processed::Duplicate)
         } else {
-            Err(ProcessError::Permanent(format!(
+            Err(ProcessError::Permanent(anyhow::anyhow!(
                 "stored event {event_id} does not exist (purged, or published from another database)"
             )))
         };
     };
     // The edge bounds these before storing; a row written by an older version or by hand may not respect the
     // bounds. It stops here, dead-lettered with the reason, instead of travelling into keys and logs.
-    if let Err(e) =
-        hookline_core::events::check_event_fields(&provider_event_id, event_type.as_deref())
-    {
-        return Err(ProcessError::Permanent(format!(
-            "stored event {event_id} breaks a storage bound ({}): {e}",
-            e.code()
+    if let Err(e) = events::check_event_fields(&provider_event_id, event_type.as_deref()) {
+        let code = e.code();
+        return Err(ProcessError::Permanent(anyhow::Error::new(e).context(
+            format!("stored event {event_id} breaks a storage bound ({code})"),
         )));
+    }
+    if let Some(p) = &prepared {
+        if p.key != provider_event_id {
+            return Err(ProcessError::Permanent(anyhow::anyhow!(
+                "what was prepared for event key {:?} was handed to stored event {event_id} ({:?})",
+                p.key,
+                provider_event_id
+            )));
+        }
     }
     let event = StoredEvent {
         id: event_id,
@@ -185,6 +205,7 @@ async fn apply_in_tx<H: Handler>(
         provider_event_id,
         event_type,
         body,
+        prepared,
     };
     // A panic is contained to this event.
     let outcome = match AssertUnwindSafe(handler.handle(&mut *tx, &event))
@@ -202,14 +223,13 @@ async fn apply_in_tx<H: Handler>(
         }
     };
     if outcome != Outcome::applied() {
-        sqlx::query(
-            "UPDATE processed_events SET outcome = $3, detail = $4 WHERE consumer = $1 AND event_id = $2",
+        markers::record_outcome(
+            &mut *tx,
+            handler.consumer(),
+            event_id,
+            outcome.kind.as_str(),
+            outcome.detail.as_deref(),
         )
-        .bind(handler.consumer())
-        .bind(event_id)
-        .bind(outcome.kind.as_str())
-        .bind(&outcome.detail)
-        .execute(&mut *tx)
         .await
         .map_err(db_error("record outcome"))?;
     }
@@ -224,16 +244,13 @@ pub async fn record_dead_letter(
     event_id: i64,
     reason: &str,
 ) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO dead_letters (consumer, event_id, reason) VALUES ($1, $2, $3)
-         ON CONFLICT ON CONSTRAINT dead_letters_pkey DO UPDATE
-           SET reason = EXCLUDED.reason, attempts = dead_letters.attempts + 1,
-               last_failed_at = now(), resolved_at = NULL",
+    dead_letters::record(
+        pool,
+        dead_letters::Source::Worker,
+        consumer,
+        event_id,
+        reason,
     )
-    .bind(consumer)
-    .bind(event_id)
-    .bind(reason)
-    .execute(pool)
     .await
     .context("record dead letter")?;
     Ok(())

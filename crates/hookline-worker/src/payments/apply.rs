@@ -15,10 +15,11 @@ use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
 use sqlx::PgConnection;
 
+use super::fetch::ApiClient;
 use super::ledger::{self, account, Posting, PostingKind};
 use super::model::{DisputeStatus, Money, PaymentFact, PaymentStatus};
-use super::normalize::normalize;
-use crate::handler::{HandleError, Handler, Outcome, OutcomeKind, StoredEvent};
+use super::normalize::{normalize, payment_resource};
+use crate::handler::{EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent};
 
 /// Per-provider settings the payments effect needs.
 #[derive(Debug, Clone)]
@@ -26,6 +27,8 @@ struct ProviderRule {
     scheme: Scheme,
     fee_bps: i64,
     fee_fixed: i64,
+    /// The provider's API, when `api_base` is configured (Mercado Pago payments are read from it).
+    api: Option<ApiClient>,
 }
 
 /// The payments effect.
@@ -34,8 +37,9 @@ pub struct PaymentsHandler {
     providers: HashMap<String, ProviderRule>,
 }
 
-/// Consumer name of the payments effect (processed markers, dead letters).
-pub const CONSUMER: &str = "payments";
+/// Consumer name of the payments effect (processed markers, dead letters); named once, in
+/// `hookline_core::consumers`.
+pub const CONSUMER: &str = hookline_core::consumers::PAYMENTS;
 
 impl PaymentsHandler {
     /// Builds the handler from the configured providers (their scheme selects the normaliser, their fee rate
@@ -51,6 +55,10 @@ impl PaymentsHandler {
                             scheme: p.scheme,
                             fee_bps: p.fee_bps,
                             fee_fixed: p.fee_fixed,
+                            api: p
+                                .api_base
+                                .clone()
+                                .map(|base| ApiClient::new(&p.name, base, p.api_token.clone())),
                         },
                     )
                 })
@@ -64,19 +72,56 @@ impl Handler for PaymentsHandler {
         CONSUMER
     }
 
+    /// Mercado Pago notifications only name a payment (by the signed `data.id`, part of the dedupe key): with
+    /// `api_base` configured, the payment is read from the API here, before the transaction. Everything else
+    /// needs nothing.
+    async fn prepare(&self, event: EventRef<'_>) -> Result<Option<Prepared>, HandleError> {
+        let Some(rule) = self.providers.get(event.provider) else {
+            return Ok(None); // `handle` says so, with the reason
+        };
+        let (Scheme::MercadoPago, Some(api)) = (rule.scheme, &rule.api) else {
+            return Ok(None);
+        };
+        if !is_payment_notification(event.event_type) {
+            return Ok(None);
+        }
+        let Some(payment_id) = mercadopago_signed_id(event.provider_event_id) else {
+            return Ok(None); // a key from before signed keys: recorded as needs_fetch, as it was
+        };
+        let body = api.mercadopago_payment(payment_id).await?;
+        Ok(Some(Prepared {
+            key: event.provider_event_id.to_owned(),
+            body,
+        }))
+    }
+
     async fn handle(
         &self,
         tx: &mut PgConnection,
         event: &StoredEvent,
     ) -> Result<Outcome, HandleError> {
         let rule = self.providers.get(&event.provider).ok_or_else(|| {
-            HandleError::Permanent(format!(
+            HandleError::permanent(format!(
                 "provider '{}' is not configured in this worker",
                 event.provider
             ))
         })?;
-        let facts = normalize(rule.scheme, event.event_type.as_deref(), &event.body)
-            .map_err(|e| HandleError::Permanent(format!("invalid payload: {e}")))?;
+        let facts = match (
+            &event.prepared,
+            mercadopago_signed_id(&event.provider_event_id),
+        ) {
+            // The effect comes from the resource read by its signed id, never from the unsigned notification.
+            (Some(prepared), Some(payment_id)) if rule.scheme == Scheme::MercadoPago => {
+                payment_resource(&prepared.body, payment_id).map_err(|e| {
+                    HandleError::Permanent(
+                        anyhow::Error::new(e).context("invalid payment resource from the API"),
+                    )
+                })?
+            }
+            _ => normalize(rule.scheme, event.event_type.as_deref(), &event.body).map_err(|e| {
+                HandleError::Permanent(anyhow::Error::new(e).context("invalid payload"))
+            })?,
+        };
         let mut kinds = Vec::with_capacity(facts.len());
         let mut details = Vec::new();
         for fact in facts {
@@ -98,6 +143,43 @@ impl Handler for PaymentsHandler {
             detail: (!details.is_empty()).then(|| details.join("; ")),
         })
     }
+}
+
+/// The payment id a Mercado Pago dedupe key names (`mp:{data.id}:…`, built by the edge from the signed
+/// manifest; see `hookline_signature::Verified::dedupe_key`).
+fn mercadopago_signed_id(key: &str) -> Option<&str> {
+    key.strip_prefix("mp:")?
+        .split(':')
+        .next()
+        .filter(|id| !id.is_empty())
+}
+
+/// Whether a Mercado Pago notification is about a payment (its `type`, else `action`: `payment`,
+/// `payment.created`, `payment.updated`). Other resources (merchant orders, …) stay recorded as needs_fetch.
+fn is_payment_notification(event_type: Option<&str>) -> bool {
+    event_type.is_some_and(|t| t == "payment" || t.starts_with("payment."))
+}
+
+/// What the ledger side knows of a payment: its status and how much was refunded (reconciliation compares
+/// it with the provider's view). `None` when the payment is unknown.
+pub async fn payment_state<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    provider: &str,
+    payment_ref: &str,
+) -> Result<Option<(PaymentStatus, i64)>, sqlx::Error> {
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT status, amount_refunded FROM payments WHERE provider = $1 AND provider_payment_id = $2",
+    )
+    .bind(provider)
+    .bind(payment_ref)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(status, refunded)| {
+        (
+            PaymentStatus::parse(&status).unwrap_or(PaymentStatus::Created),
+            refunded,
+        )
+    }))
 }
 
 /// A locked payment row.
@@ -330,7 +412,7 @@ async fn apply_payment(
     let current = payment.status();
     if let (Some(m), Some(cur)) = (&amount, &payment.currency) {
         if &m.currency != cur {
-            return Err(HandleError::Permanent(format!(
+            return Err(HandleError::permanent(format!(
                 "payment {payment_ref}: currency {} differs from the recorded {cur}",
                 m.currency
             )));
@@ -387,7 +469,7 @@ async fn apply_payment(
             currency: c.clone(),
         },
         _ => {
-            return Err(HandleError::Permanent(format!(
+            return Err(HandleError::permanent(format!(
                 "payment {payment_ref} succeeded but no amount is known"
             )))
         }

@@ -26,6 +26,7 @@
 mod form;
 mod json;
 mod mercadopago;
+pub(crate) use mercadopago::payment_resource;
 mod pagarme;
 mod stripe;
 

@@ -1,0 +1,397 @@
+//! Mercado Pago end to end and reconciliation, against the provider sandbox (a real HTTP server playing
+//! Mercado Pago's and Stripe's APIs and webhooks) and the real pipeline (edge + relay + worker on PostgreSQL and
+//! RabbitMQ). Charges are counted at the gateway, postings in the ledger.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use hookline_sandbox::{
+    DeliveryBehaviour, FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider,
+    SandboxSettings, Scheme,
+};
+use hookline_tests::*;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(90);
+const MP_TOKEN: &str = "TEST-mp-access-token";
+const STRIPE_KEY: &str = "sk_test_sandbox_key";
+
+/// A pipeline whose `mp` and `st` providers call the sandbox, and the sandbox sending their webhooks to it.
+async fn start() -> (TestPipeline, RunningSandbox, reqwest::Client) {
+    // The sandbox first (its address goes into the pipeline's configuration), with a placeholder edge URL that
+    // is replaced once the edge is bound: webhooks are only sent after the first API call.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let sandbox_port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let api = format!("http://127.0.0.1:{sandbox_port}");
+    let tail = format!(
+        "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
+         api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
+         [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
+         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
+    );
+    let p = TestPipeline::start_with(&tail).await;
+    let mut settings = SandboxSettings::new(
+        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
+        p.edge.base.parse().expect("edge url"),
+        vec![
+            SandboxProvider {
+                name: "mp".into(),
+                scheme: Scheme::MercadoPago,
+                webhook_secret: b"mp_sandbox_secret".to_vec(),
+                api_token: Some(MP_TOKEN.into()),
+            },
+            SandboxProvider {
+                name: "st".into(),
+                scheme: Scheme::Stripe,
+                webhook_secret: b"whsec_sandbox".to_vec(),
+                api_token: Some(STRIPE_KEY.into()),
+            },
+        ],
+    );
+    settings.seed = 7;
+    settings.webhook_backoff = Duration::from_millis(100);
+    settings.webhook_max_backoff = Duration::from_millis(500);
+    let sandbox = Sandbox::start(settings).await.expect("sandbox");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    (p, sandbox, http)
+}
+
+/// `POST /v1/payments` at the sandbox (Mercado Pago): the id of the approved payment.
+async fn mp_payment(
+    http: &reqwest::Client,
+    sandbox: &RunningSandbox,
+    key: &str,
+    amount: &str,
+) -> String {
+    let res = http
+        .post(sandbox.url("/v1/payments"))
+        .bearer_auth(MP_TOKEN)
+        .header("X-Idempotency-Key", key)
+        .json(&json!({
+            "transaction_amount": amount.parse::<f64>().expect("amount"),
+            "description": "pedido",
+            "payment_method_id": "visa",
+            "payer": {"email": "cliente@example.com.br"},
+        }))
+        .send()
+        .await
+        .expect("create payment");
+    assert!(res.status().is_success(), "{}", res.status());
+    let body: Value = res.json().await.expect("json");
+    body["id"].to_string().trim_matches('"').to_string()
+}
+
+async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(p.pool())
+        .await
+        .expect(sql)
+}
+
+async fn settle(p: &TestPipeline, what: &str, sql: &'static str, want: i64) {
+    let pool = p.pool().clone();
+    wait_until(WAIT, what, || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n == want)
+        }
+    })
+    .await;
+}
+
+/// Payments created at the provider, notified (with duplicates, in parallel, shuffled), fetched by the worker:
+/// one 3-leg posting each, with the configured fee; a partial refund and a chargeback each post once; a replay
+/// of everything changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_notifications_are_fetched_and_posted_once() {
+    let (p, sandbox, http) = start().await;
+    let worker = p.spawn_worker();
+    sandbox
+        .control()
+        .set_delivery_behaviour(DeliveryBehaviour {
+            duplicates: 2,
+            parallel: true,
+            shuffle_ms: 200,
+            ..DeliveryBehaviour::default()
+        })
+        .expect("behaviour");
+    let amounts = ["10.00", "25.50", "99.99", "1.05", "250.00"];
+    let keys: Vec<String> = (0..amounts.len()).map(|i| format!("order-{i}")).collect();
+    let ids: Vec<String> = join_all(
+        keys.iter()
+            .zip(amounts)
+            .map(|(key, amount)| mp_payment(&http, &sandbox, key, amount)),
+    )
+    .await;
+    settle(
+        &p,
+        "every payment posted",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'payment'",
+        5,
+    )
+    .await;
+    // 3 legs each, the fee at 4.99 %: 25.50 → fee 127 (round half up of 127.245), receivable 2423.
+    let legs: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT e.account, e.amount FROM ledger_entries e JOIN ledger_transactions t ON t.id = e.transaction_id
+         WHERE t.provider = 'mp' AND t.reference = $1 ORDER BY e.account",
+    )
+    .bind(&ids[1])
+    .fetch_all(p.pool())
+    .await
+    .unwrap();
+    assert_eq!(legs.len(), 3, "{legs:?}");
+    assert!(legs.contains(&("revenue".to_string(), -2550)), "{legs:?}");
+    assert_eq!(legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
+
+    // A partial refund, then a chargeback on another payment: each its own posting, once.
+    let res = http
+        .post(sandbox.url(&format!("/v1/payments/{}/refunds", ids[4])))
+        .bearer_auth(MP_TOKEN)
+        .header("X-Idempotency-Key", "refund-1")
+        .json(&json!({"amount": 50.0}))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    sandbox
+        .control()
+        .chargeback("mp", &ids[0], None)
+        .expect("chargeback");
+    settle(
+        &p,
+        "the refund posted",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'refund'",
+        1,
+    )
+    .await;
+    settle(
+        &p,
+        "the chargeback posted",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'dispute'",
+        1,
+    )
+    .await;
+    p.drain(WAIT).await;
+    assert_eq!(
+        scalar(&p, "SELECT amount_refunded FROM payments WHERE provider = 'mp' ORDER BY amount DESC LIMIT 1").await,
+        5000
+    );
+    assert_eq!(scalar(&p, "SELECT count(*) FROM dead_letters").await, 0);
+    let before = ledger_checksum(p.pool()).await;
+
+    // A replay of every stored notification: each is fetched again and changes nothing.
+    let config = p.config_file();
+    let out = tokio::process::Command::new(binary("hookline"))
+        .args(["--config"])
+        .arg(&config)
+        .args(["replay", "--all", "--rate", "0", "--reason", "replay all"])
+        .env_remove("DATABASE_URL")
+        .env_remove("AMQP_URL")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    p.drain(WAIT).await;
+    let queue = p.topology().payments_queue;
+    wait_until(WAIT, "queue drained", || async {
+        p.queue_depth(&queue).await == 0
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(ledger_checksum(p.pool()).await, before);
+    assert_ledger_balanced(p.pool()).await;
+    // The gateway holds exactly the five charges it was asked for.
+    let charges = sandbox.control().charges();
+    assert_eq!(charges.provider("mp").expect("mp").charges, 5);
+    sandbox.stop().await;
+}
+
+/// The provider's API failing for a while (500s) makes the worker back off without burning the delivery limit,
+/// then apply; a payment the provider does not know (404) is dead-lettered with the reason, never silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_failures_back_off_and_unknown_payments_are_dead_lettered() {
+    let (p, sandbox, http) = start().await;
+    let worker = p.spawn_worker();
+    sandbox
+        .control()
+        .arm_fault(FaultSpec {
+            method: Some("GET".into()),
+            ..FaultSpec::next(
+                "/v1/payments/",
+                3,
+                FaultAction::Status {
+                    status: 500,
+                    retry_after_secs: None,
+                },
+            )
+        })
+        .expect("arm");
+    let id = mp_payment(&http, &sandbox, "order-backoff", "42.00").await;
+    settle(
+        &p,
+        "the payment posted after the API recovered",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp'",
+        1,
+    )
+    .await;
+    assert_eq!(scalar(&p, "SELECT count(*) FROM dead_letters").await, 0);
+    let reference: String =
+        sqlx::query_scalar("SELECT reference FROM ledger_transactions WHERE provider = 'mp'")
+            .fetch_one(p.pool())
+            .await
+            .unwrap();
+    assert_eq!(reference, id);
+
+    // A signed notification for a payment the provider does not have.
+    let body = json!({"id": 1, "type": "payment", "action": "payment.updated", "data": {"id": "999999999"}});
+    let body = body.to_string().into_bytes();
+    let ts = now() * 1000;
+    let sig = hookline_signature::sign::mercadopago(
+        b"mp_sandbox_secret",
+        Some("999999999"),
+        Some("req-x"),
+        ts,
+    );
+    let res = p
+        .edge
+        .post(
+            "mp",
+            "data.id=999999999&type=payment",
+            &[
+                ("x-signature".into(), sig),
+                ("x-request-id".into(), "req-x".into()),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    settle(
+        &p,
+        "the unknown payment dead-lettered",
+        "SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL",
+        1,
+    )
+    .await;
+    let reason: String = sqlx::query_scalar("SELECT reason FROM dead_letters")
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+    assert!(reason.contains("404"), "{reason}");
+    worker.stop().await;
+    sandbox.stop().await;
+}
+
+/// Webhooks dropped on purpose never reach us; `hookline reconcile` finds the payments (Mercado Pago) and
+/// events (Stripe) through the API, stores them through the same path, and the worker posts each once. A second
+/// run stores nothing; the exit code says everything matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_repairs_dropped_webhooks_without_doubling() {
+    let (p, sandbox, http) = start().await;
+    let worker = p.spawn_worker();
+    sandbox
+        .control()
+        .set_delivery_behaviour(DeliveryBehaviour {
+            drop_next: 1_000,
+            ..DeliveryBehaviour::default()
+        })
+        .expect("behaviour");
+    for i in 0..4 {
+        mp_payment(&http, &sandbox, &format!("dropped-{i}"), "12.34").await;
+    }
+    for i in 0..3 {
+        let res = http
+            .post(sandbox.url("/v1/payment_intents"))
+            .bearer_auth(STRIPE_KEY)
+            .header("Idempotency-Key", format!("pi-dropped-{i}"))
+            .form(&[("amount", "5000"), ("currency", "brl"), ("confirm", "true")])
+            .send()
+            .await
+            .unwrap();
+        assert!(res.status().is_success(), "{}", res.status());
+    }
+    assert_eq!(scalar(&p, "SELECT count(*) FROM webhook_events").await, 0);
+
+    let reconcile = |provider: &'static str, extra: &'static [&'static str]| {
+        let config = p.config_file();
+        async move {
+            tokio::process::Command::new(binary("hookline"))
+                .arg("--config")
+                .arg(&config)
+                .args([
+                    "reconcile",
+                    provider,
+                    "--since",
+                    "1h",
+                    "--rate",
+                    "0",
+                    "--json",
+                ])
+                .args(extra)
+                .env_remove("DATABASE_URL")
+                .env_remove("AMQP_URL")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let dry = reconcile("mp", &["--dry-run"]).await;
+    assert_eq!(
+        dry.status.code(),
+        Some(1),
+        "a dry run that finds gaps: {dry:?}"
+    );
+    assert_eq!(scalar(&p, "SELECT count(*) FROM webhook_events").await, 0);
+
+    for provider in ["mp", "st"] {
+        let out = reconcile(provider, &[]).await;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("report");
+        assert!(report["stored"].as_u64().unwrap_or(0) > 0, "{report}");
+    }
+    settle(
+        &p,
+        "every payment posted once",
+        "SELECT count(*) FROM ledger_transactions WHERE kind = 'payment'",
+        7,
+    )
+    .await;
+    p.drain(WAIT).await;
+    // Nothing is stored twice: a second run finds everything present.
+    for provider in ["mp", "st"] {
+        let out = reconcile(provider, &[]).await;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("report");
+        assert_eq!(report["stored"], 0, "{report}");
+        assert_eq!(report["missing"], 0, "{report}");
+    }
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM webhook_events WHERE source = 'reconcile'"
+        )
+        .await,
+        scalar(&p, "SELECT count(*) FROM webhook_events").await
+    );
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM reconcile_runs WHERE finished_at IS NOT NULL"
+        )
+        .await,
+        5
+    );
+    worker.stop().await;
+    assert_ledger_balanced(p.pool()).await;
+    assert_eq!(
+        scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
+        7
+    );
+    sandbox.stop().await;
+}
