@@ -108,27 +108,36 @@ pub async fn run(
 ) -> anyhow::Result<Report> {
     let api = supported(provider).map_err(anyhow::Error::msg)?;
     let mut opts = opts.clone();
+    let mut report = Report {
+        provider: provider.name.clone(),
+        ..Report::default()
+    };
     let (run_id, cursor) = match resume {
         Some(id) => {
-            let saved: Option<(Option<String>, OffsetDateTime, OffsetDateTime, bool)> =
-                sqlx::query_as(
-                    "SELECT cursor, since, until, dry_run FROM reconcile_runs
-                     WHERE id = $1 AND provider = $2 AND finished_at IS NULL",
-                )
-                .bind(id)
-                .bind(&provider.name)
-                .fetch_optional(pool)
-                .await
-                .context("read the run to resume")?;
-            let (cursor, since, until, dry_run) = saved.with_context(|| {
+            let saved: Option<SavedRun> = sqlx::query_as(
+                "SELECT cursor, since, until, dry_run, seen, present, missing, mismatched, stored
+                 FROM reconcile_runs WHERE id = $1 AND provider = $2 AND finished_at IS NULL",
+            )
+            .bind(id)
+            .bind(&provider.name)
+            .fetch_optional(pool)
+            .await
+            .context("read the run to resume")?;
+            let saved = saved.with_context(|| {
                 format!(
                     "no unfinished reconcile run {id} of provider {}",
                     provider.name
                 )
             })?;
-            // The run's own window and mode, not today's defaults.
-            (opts.since, opts.until, opts.dry_run) = (since, until, dry_run);
-            (id, cursor)
+            // The run's own window, mode and counts so far, not today's defaults.
+            (opts.since, opts.until, opts.dry_run) = (saved.since, saved.until, saved.dry_run);
+            let count = |n: i64| n.max(0) as u64;
+            report.seen = count(saved.seen);
+            report.present = count(saved.present);
+            report.missing = count(saved.missing);
+            report.mismatched = count(saved.mismatched);
+            report.stored = count(saved.stored);
+            (id, saved.cursor)
         }
         None => {
             let id: i64 = sqlx::query_scalar(
@@ -146,12 +155,8 @@ pub async fn run(
             (id, None)
         }
     };
-    let mut report = Report {
-        run_id,
-        provider: provider.name.clone(),
-        dry_run: opts.dry_run,
-        ..Report::default()
-    };
+    report.run_id = run_id;
+    report.dry_run = opts.dry_run;
     let mut pace = Pace::new(opts.rate);
     let opts = &opts;
     match provider.scheme {
@@ -184,6 +189,20 @@ pub async fn run(
     }
     save(pool, &report, None, true).await?;
     Ok(report)
+}
+
+/// An unfinished run as stored in `reconcile_runs`.
+#[derive(sqlx::FromRow)]
+struct SavedRun {
+    cursor: Option<String>,
+    since: OffsetDateTime,
+    until: OffsetDateTime,
+    dry_run: bool,
+    seen: i64,
+    present: i64,
+    missing: i64,
+    mismatched: i64,
+    stored: i64,
 }
 
 /// Spaces API requests `1/rate` seconds apart.
