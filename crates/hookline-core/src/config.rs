@@ -6,6 +6,9 @@
 //! Loading is two-step: the file is deserialised into a *raw* shape that mirrors the TOML, then validated into
 //! [`Config`]. Validation errors name the offending field (`providers.stripe.secrets[1]: …`) so an operator can fix
 //! the file without reading code. Secrets are held in [`SecretString`], whose `Debug` prints `[REDACTED]`.
+//!
+//! One concern, one file (longer than most): every section's raw shape, its validation helper (one per section)
+//! and their tests, so that a new key is added in one place.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,4 +1,6 @@
-//! The stored raw event and its repository functions.
+//! `webhook_events`: the stored raw event, its storage bounds and every statement on the table (the edge's
+//! group-commit insert, the relay's claim and mark, operator selections, status counts). One table, one owner:
+//! the file is long because everything that touches the table is here.
 
 use sqlx::PgExecutor;
 

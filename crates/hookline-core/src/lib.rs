@@ -10,6 +10,14 @@ pub mod markers;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};
+
+/// The start of every hookline service's `main` after its arguments are parsed: logging, then the
+/// configuration (`--config FILE`, else `$HOOKLINE_CONFIG`, else defaults). Call
+/// [`telemetry::no_error_backtraces`] before parsing arguments.
+pub fn service_config(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+    telemetry::init_tracing();
+    Config::load(path)
+}
 pub use db::MIGRATOR;
 pub mod retention;
 pub mod supervisor;

@@ -85,6 +85,20 @@ impl Liveness {
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
+    /// What `/healthz` answers: alive or not, and the JSON body (`{"status":"ok"}`, or `"dead"` with the dead
+    /// tasks' names).
+    pub fn health(&self) -> (bool, serde_json::Value) {
+        let dead = self.dead_tasks();
+        if dead.is_empty() {
+            (true, serde_json::json!({ "status": "ok" }))
+        } else {
+            (
+                false,
+                serde_json::json!({ "status": "dead", "dead_tasks": dead }),
+            )
+        }
+    }
+
     /// True while no supervised loop is dead.
     pub fn is_alive(&self) -> bool {
         self.dead_tasks().is_empty()

@@ -19,11 +19,10 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     hookline_core::telemetry::no_error_backtraces();
     let args = Args::parse();
-    hookline_core::telemetry::init_tracing();
+    let config = hookline_core::service_config(args.config.as_deref())?;
     // Fault-injection builds read FAILPOINTS=name=action;… from the environment.
     #[cfg(feature = "failpoints")]
     let _scenario = fail::FailScenario::setup();
-    let config = hookline_core::Config::load(args.config.as_deref())?;
     actix_web::rt::System::new().block_on(async move {
         if args.migrate {
             hookline_core::db::migrate(&config.database_url).await?;

@@ -55,12 +55,9 @@ pub fn serve(addr: SocketAddr, pool: PgPool, liveness: Liveness) -> anyhow::Resu
 }
 
 async fn healthz(state: web::Data<State>) -> HttpResponse {
-    let dead = state.liveness.dead_tasks();
-    if dead.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({ "status": "dead", "dead_tasks": dead }))
+    match state.liveness.health() {
+        (true, body) => HttpResponse::Ok().json(body),
+        (false, body) => HttpResponse::ServiceUnavailable().json(body),
     }
 }
 

@@ -157,36 +157,20 @@ pub async fn run(
     };
     report.run_id = run_id;
     report.dry_run = opts.dry_run;
-    let mut pace = Pace::new(opts.rate);
-    let opts = &opts;
+    let mut ctx = Ctx {
+        pool,
+        provider,
+        api,
+        opts: &opts,
+        report,
+        pace: Pace::new(opts.rate),
+        progress,
+    };
     match provider.scheme {
-        Scheme::MercadoPago => {
-            mercadopago(
-                pool,
-                provider,
-                &api,
-                opts,
-                cursor,
-                &mut report,
-                &mut pace,
-                progress,
-            )
-            .await?
-        }
-        _ => {
-            stripe(
-                pool,
-                provider,
-                &api,
-                opts,
-                cursor,
-                &mut report,
-                &mut pace,
-                progress,
-            )
-            .await?
-        }
+        Scheme::MercadoPago => ctx.mercadopago(cursor).await?,
+        _ => ctx.stripe(cursor).await?,
     }
+    let report = ctx.report;
     save(pool, &report, None, true).await?;
     Ok(report)
 }
@@ -291,192 +275,191 @@ async fn store(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)] // one call site; the phases of a run, spelled out
-async fn stripe(
-    pool: &PgPool,
-    provider: &ProviderConfig,
-    api: &ApiClient,
-    opts: &Options,
-    mut cursor: Option<String>,
-    report: &mut Report,
-    pace: &mut Pace,
-    progress: &(dyn Fn(u64) + Sync),
-) -> anyhow::Result<()> {
-    loop {
-        pace.wait().await;
-        let mut query = vec![
-            ("limit", "100".to_string()),
-            ("created[gte]", opts.since.unix_timestamp().to_string()),
-            ("created[lte]", opts.until.unix_timestamp().to_string()),
-        ];
-        if let Some(after) = &cursor {
-            query.push(("starting_after", after.clone()));
-        }
-        let page = api.get_json("v1/events", &query).await.map_err(api_error)?;
-        let data = page["data"].as_array().cloned().unwrap_or_default();
-        let mut listed = Vec::with_capacity(data.len());
-        for event in &data {
-            match (event["id"].as_str(), event["type"].as_str()) {
-                (Some(id), Some(kind)) => listed.push((id.to_owned(), kind.to_owned(), event)),
-                _ => report
-                    .attention
-                    .push("an event without id or type in the Events list".to_owned()),
-            }
-        }
-        let keys: Vec<String> = listed.iter().map(|(id, _, _)| id.clone()).collect();
-        let stored = events::stored_keys(pool, &provider.name, &keys)
-            .await
-            .context("look up stored events")?;
-        let mut rows = Vec::new();
-        for (id, kind, event) in listed {
-            report.seen += 1;
-            progress(1);
-            if stored.contains(&id) {
-                report.present += 1;
-                continue;
-            }
-            report.missing += 1;
-            rows.push(OwnedEvent {
-                provider: provider.name.clone(),
-                provider_event_id: id,
-                event_type: Some(kind),
-                signed_at: None,
-                headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                query: String::new(),
-                body: serde_json::to_vec(event)
-                    .context("serialise an event")?
-                    .into(),
-            });
-        }
-        store(pool, rows, report, opts.dry_run).await?;
-        cursor = data
-            .last()
-            .and_then(|e| e["id"].as_str())
-            .map(str::to_owned);
-        save(pool, report, cursor.as_deref(), false).await?;
-        if !page["has_more"].as_bool().unwrap_or(false) || cursor.is_none() {
-            return Ok(());
-        }
-    }
+/// One run's state: what it reads with, where it writes, what it found so far.
+struct Ctx<'a> {
+    pool: &'a PgPool,
+    provider: &'a ProviderConfig,
+    api: ApiClient,
+    opts: &'a Options,
+    report: Report,
+    pace: Pace,
+    progress: &'a (dyn Fn(u64) + Sync),
 }
 
-#[allow(clippy::too_many_arguments)] // one call site; the phases of a run, spelled out
-async fn mercadopago(
-    pool: &PgPool,
-    provider: &ProviderConfig,
-    api: &ApiClient,
-    opts: &Options,
-    cursor: Option<String>,
-    report: &mut Report,
-    pace: &mut Pace,
-    progress: &(dyn Fn(u64) + Sync),
-) -> anyhow::Result<()> {
-    const LIMIT: u64 = 50;
-    let rfc3339 = |t: OffsetDateTime| {
-        t.format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default()
-    };
-    let mut offset: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
-    loop {
-        pace.wait().await;
-        let query = vec![
-            ("range", "date_last_updated".to_string()),
-            ("begin_date", rfc3339(opts.since)),
-            ("end_date", rfc3339(opts.until)),
-            ("sort", "date_last_updated".to_string()),
-            ("criteria", "asc".to_string()),
-            ("limit", LIMIT.to_string()),
-            ("offset", offset.to_string()),
-        ];
-        let page = api
-            .get_json("v1/payments/search", &query)
-            .await
-            .map_err(api_error)?;
-        let results = page["results"].as_array().cloned().unwrap_or_default();
-        let mut rows = Vec::new();
-        for payment in &results {
-            report.seen += 1;
-            progress(1);
-            let id = match &payment["id"] {
-                serde_json::Value::Number(n) => n.to_string(),
-                serde_json::Value::String(s) => s.clone(),
-                _ => {
-                    report
-                        .attention
-                        .push("a payment without id in the search".to_owned());
-                    continue;
-                }
-            };
-            let body = serde_json::to_vec(payment).context("serialise a payment")?;
-            let facts = match payment_resource(&body, &id) {
-                Ok(f) => f,
-                Err(e) => {
-                    report.attention.push(format!("payment {id}: {e}"));
-                    continue;
-                }
-            };
-            let theirs = facts.iter().find_map(|f| match f {
-                PaymentFact::Payment { status, .. } => Some(*status),
-                _ => None,
-            });
-            let refunded: i64 = facts
-                .iter()
-                .map(|f| match f {
-                    PaymentFact::Refund { amount, .. } => amount.amount,
-                    _ => 0,
-                })
-                .sum();
-            let ours = payment_state(pool, &provider.name, &id)
-                .await
-                .context("read our payment")?;
-            match (ours, theirs) {
-                (Some((status, ours_refunded)), Some(t))
-                    if status == t && ours_refunded == refunded =>
-                {
-                    report.present += 1;
-                    continue;
-                }
-                (Some((status, _)), Some(t)) if status > t => {
-                    // Ours is further than the provider's: nothing we store can fix that.
-                    report.mismatched += 1;
-                    report.attention.push(format!(
-                        "payment {id}: ours is {}, the provider says {}",
-                        status.as_str(),
-                        t.as_str()
-                    ));
-                    continue;
-                }
-                (Some(_), _) => report.mismatched += 1,
-                (None, _) => report.missing += 1,
+impl Ctx<'_> {
+    async fn stripe(&mut self, mut cursor: Option<String>) -> anyhow::Result<()> {
+        loop {
+            self.pace.wait().await;
+            let mut query = vec![
+                ("limit", "100".to_string()),
+                ("created[gte]", self.opts.since.unix_timestamp().to_string()),
+                ("created[lte]", self.opts.until.unix_timestamp().to_string()),
+            ];
+            if let Some(after) = &cursor {
+                query.push(("starting_after", after.clone()));
             }
-            let updated = payment["date_last_updated"]
-                .as_str()
-                .unwrap_or("unknown")
-                .to_owned();
-            let notification = serde_json::json!({
-                "id": format!("reconcile-{id}-{updated}"),
-                "type": "payment",
-                "action": "payment.updated",
-                "data": { "id": id },
-            });
-            rows.push(OwnedEvent {
-                provider: provider.name.clone(),
-                provider_event_id: format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
-                event_type: Some("payment".into()),
-                signed_at: None,
-                headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                query: format!("data.id={id}&type=payment"),
-                body: serde_json::to_vec(&notification)
-                    .context("serialise a notification")?
-                    .into(),
-            });
+            let page = self
+                .api
+                .get_json("v1/events", &query)
+                .await
+                .map_err(api_error)?;
+            let data = page["data"].as_array().cloned().unwrap_or_default();
+            let mut listed = Vec::with_capacity(data.len());
+            for event in &data {
+                match (event["id"].as_str(), event["type"].as_str()) {
+                    (Some(id), Some(kind)) => listed.push((id.to_owned(), kind.to_owned(), event)),
+                    _ => self
+                        .report
+                        .attention
+                        .push("an event without id or type in the Events list".to_owned()),
+                }
+            }
+            let keys: Vec<String> = listed.iter().map(|(id, _, _)| id.clone()).collect();
+            let stored = events::stored_keys(self.pool, &self.provider.name, &keys)
+                .await
+                .context("look up stored events")?;
+            let mut rows = Vec::new();
+            for (id, kind, event) in listed {
+                self.report.seen += 1;
+                (self.progress)(1);
+                if stored.contains(&id) {
+                    self.report.present += 1;
+                    continue;
+                }
+                self.report.missing += 1;
+                rows.push(OwnedEvent {
+                    provider: self.provider.name.clone(),
+                    provider_event_id: id,
+                    event_type: Some(kind),
+                    signed_at: None,
+                    headers: vec![("x-hookline-source".into(), "reconcile".into())],
+                    query: String::new(),
+                    body: serde_json::to_vec(event)
+                        .context("serialise an event")?
+                        .into(),
+                });
+            }
+            store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
+            cursor = data
+                .last()
+                .and_then(|e| e["id"].as_str())
+                .map(str::to_owned);
+            save(self.pool, &self.report, cursor.as_deref(), false).await?;
+            if !page["has_more"].as_bool().unwrap_or(false) || cursor.is_none() {
+                return Ok(());
+            }
         }
-        store(pool, rows, report, opts.dry_run).await?;
-        offset += results.len() as u64;
-        save(pool, report, Some(&offset.to_string()), false).await?;
-        let total = page["paging"]["total"].as_u64().unwrap_or(0);
-        if results.is_empty() || offset >= total {
-            return Ok(());
+    }
+
+    async fn mercadopago(&mut self, cursor: Option<String>) -> anyhow::Result<()> {
+        const LIMIT: u64 = 50;
+        let rfc3339 = |t: OffsetDateTime| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default()
+        };
+        let mut offset: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+        loop {
+            self.pace.wait().await;
+            let query = vec![
+                ("range", "date_last_updated".to_string()),
+                ("begin_date", rfc3339(self.opts.since)),
+                ("end_date", rfc3339(self.opts.until)),
+                ("sort", "date_last_updated".to_string()),
+                ("criteria", "asc".to_string()),
+                ("limit", LIMIT.to_string()),
+                ("offset", offset.to_string()),
+            ];
+            let page = self
+                .api
+                .get_json("v1/payments/search", &query)
+                .await
+                .map_err(api_error)?;
+            let results = page["results"].as_array().cloned().unwrap_or_default();
+            let mut rows = Vec::new();
+            for payment in &results {
+                self.report.seen += 1;
+                (self.progress)(1);
+                let id = match &payment["id"] {
+                    serde_json::Value::Number(n) => n.to_string(),
+                    serde_json::Value::String(s) => s.clone(),
+                    _ => {
+                        self.report
+                            .attention
+                            .push("a payment without id in the search".to_owned());
+                        continue;
+                    }
+                };
+                let body = serde_json::to_vec(payment).context("serialise a payment")?;
+                let facts = match payment_resource(&body, &id) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.report.attention.push(format!("payment {id}: {e}"));
+                        continue;
+                    }
+                };
+                let theirs = facts.iter().find_map(|f| match f {
+                    PaymentFact::Payment { status, .. } => Some(*status),
+                    _ => None,
+                });
+                let refunded: i64 = facts
+                    .iter()
+                    .map(|f| match f {
+                        PaymentFact::Refund { amount, .. } => amount.amount,
+                        _ => 0,
+                    })
+                    .sum();
+                let ours = payment_state(self.pool, &self.provider.name, &id)
+                    .await
+                    .context("read our payment")?;
+                match (ours, theirs) {
+                    (Some((status, ours_refunded)), Some(t))
+                        if status == t && ours_refunded == refunded =>
+                    {
+                        self.report.present += 1;
+                        continue;
+                    }
+                    (Some((status, _)), Some(t)) if status > t => {
+                        // Ours is further than the provider's: nothing we store can fix that.
+                        self.report.mismatched += 1;
+                        self.report.attention.push(format!(
+                            "payment {id}: ours is {}, the provider says {}",
+                            status.as_str(),
+                            t.as_str()
+                        ));
+                        continue;
+                    }
+                    (Some(_), _) => self.report.mismatched += 1,
+                    (None, _) => self.report.missing += 1,
+                }
+                let updated = payment["date_last_updated"]
+                    .as_str()
+                    .unwrap_or("unknown")
+                    .to_owned();
+                let notification = serde_json::json!({
+                    "id": format!("reconcile-{id}-{updated}"),
+                    "type": "payment",
+                    "action": "payment.updated",
+                    "data": { "id": id },
+                });
+                rows.push(OwnedEvent {
+                    provider: self.provider.name.clone(),
+                    provider_event_id: format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
+                    event_type: Some("payment".into()),
+                    signed_at: None,
+                    headers: vec![("x-hookline-source".into(), "reconcile".into())],
+                    query: format!("data.id={id}&type=payment"),
+                    body: serde_json::to_vec(&notification)
+                        .context("serialise a notification")?
+                        .into(),
+                });
+            }
+            store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
+            offset += results.len() as u64;
+            save(self.pool, &self.report, Some(&offset.to_string()), false).await?;
+            let total = page["paging"]["total"].as_u64().unwrap_or(0);
+            if results.is_empty() || offset >= total {
+                return Ok(());
+            }
         }
     }
 }

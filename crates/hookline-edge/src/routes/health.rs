@@ -9,12 +9,9 @@ use crate::AppState;
 /// would not cure it. A loop declared dead (it kept failing after restarts) makes this 503, so the
 /// orchestrator restarts the process — which is also shutting itself down with an error.
 pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
-    let dead = state.liveness.dead_tasks();
-    if dead.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({ "status": "dead", "dead_tasks": dead }))
+    match state.liveness.health() {
+        (true, body) => HttpResponse::Ok().json(body),
+        (false, body) => HttpResponse::ServiceUnavailable().json(body),
     }
 }
 
