@@ -15,25 +15,26 @@ const CHARGE: &[(&str, &str)] = &[("amount", "5000"), ("currency", "brl"), ("con
 async fn a_delay_beyond_the_client_timeout_still_charges() {
     let sandbox = start(settings(None)).await;
     // Armed over HTTP.
-    let response = client()
-        .post(sandbox.url("/_sandbox/faults"))
-        .json(&json!({"method": "POST", "path": "/v1/payment_intents", "action": {"kind": "delay", "delay_ms": 1500}, "count": 1}))
-        .send()
-        .await
-        .unwrap();
+    let response = control_post(
+        &sandbox,
+        "/_sandbox/faults",
+        &json!({"method": "POST", "path": "/v1/payment_intents", "action": {"kind": "delay", "delay_ms": 1500}, "count": 1}),
+    )
+    .await;
     assert_eq!(response.status(), 201);
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(400))
         .build()
         .unwrap();
-    let error = impatient
-        .post(sandbox.url("/v1/payment_intents"))
-        .bearer_auth(STRIPE_TOKEN)
-        .header("Idempotency-Key", "slow-1")
-        .form(CHARGE)
-        .send()
-        .await
-        .expect_err("the client times out");
+    let error = stripe_send(
+        &impatient,
+        &sandbox,
+        "/v1/payment_intents",
+        CHARGE,
+        Some("slow-1"),
+    )
+    .await
+    .expect_err("the client times out");
     assert!(error.is_timeout(), "{error}");
     // The charge exists although the client never heard of it.
     eventually(Duration::from_secs(5), "the charge", || async {
@@ -47,14 +48,7 @@ async fn a_delay_beyond_the_client_timeout_still_charges() {
     let pi: Value = response.json().await.unwrap();
     assert_eq!(pi["status"], "succeeded");
     assert_eq!(sandbox.control().charges().total_charges, 1);
-    let faults: Value = client()
-        .get(sandbox.url("/_sandbox/faults"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let faults = control_get(&sandbox, "/_sandbox/faults").await;
     assert_eq!(faults[0]["hits"], 1);
     assert_eq!(faults[0]["remaining"], 0);
     sandbox.stop().await;
@@ -71,14 +65,15 @@ async fn a_dropped_response_still_charges_and_the_retry_replays() {
             FaultAction::DropResponse,
         ))
         .unwrap();
-    let error = client()
-        .post(sandbox.url("/v1/payment_intents"))
-        .bearer_auth(STRIPE_TOKEN)
-        .header("Idempotency-Key", "lost-2xx")
-        .form(CHARGE)
-        .send()
-        .await
-        .expect_err("no answer arrives");
+    let error = stripe_send(
+        &client(),
+        &sandbox,
+        "/v1/payment_intents",
+        CHARGE,
+        Some("lost-2xx"),
+    )
+    .await
+    .expect_err("no answer arrives");
     assert!(
         !error.is_timeout(),
         "the connection is closed, not stalled: {error}"
@@ -100,17 +95,16 @@ async fn a_dropped_response_still_charges_and_the_retry_replays() {
             ..FaultSpec::next("/v1/payments", 1, FaultAction::DropResponse)
         })
         .unwrap();
-    let error = mp_post_raw(&sandbox, "mp-lost")
-        .await
-        .expect_err("no answer arrives");
-    assert!(!error.is_timeout(), "{error}");
-    let response = mp_post(
+    let error = mp_send(
         &sandbox,
         "/v1/payments",
         &mp_payment(80.0, "lost"),
         Some("mp-lost"),
     )
-    .await;
+    .await
+    .expect_err("no answer arrives");
+    assert!(!error.is_timeout(), "{error}");
+    let response = mp_pay(&sandbox, 80.0, "lost", Some("mp-lost")).await;
     assert_eq!(response.status(), 201);
     let report = control.charges();
     assert_eq!(report.provider("mercadopago").unwrap().charges, 1);
@@ -127,17 +121,16 @@ async fn a_dropped_response_still_charges_and_the_retry_replays() {
     sandbox.stop().await;
 }
 
-async fn mp_post_raw(
-    sandbox: &hookline_sandbox::RunningSandbox,
-    key: &str,
-) -> reqwest::Result<reqwest::Response> {
-    client()
-        .post(sandbox.url("/v1/payments"))
-        .bearer_auth(MP_TOKEN)
-        .header("X-Idempotency-Key", key)
-        .json(&mp_payment(80.0, "lost"))
-        .send()
-        .await
+/// `count` requests to `path` answered `status` (with `Retry-After` if given), executing nothing.
+fn status_fault(path: &str, count: u32, status: u16, retry_after_secs: Option<u64>) -> FaultSpec {
+    FaultSpec::next(
+        path,
+        count,
+        FaultAction::Status {
+            status,
+            retry_after_secs,
+        },
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,14 +138,7 @@ async fn rate_limits_and_server_errors_execute_nothing() {
     let sandbox = start(settings(None)).await;
     let control = sandbox.control();
     control
-        .arm_fault(FaultSpec::next(
-            "/v1/payment_intents",
-            1,
-            FaultAction::Status {
-                status: 429,
-                retry_after_secs: Some(2),
-            },
-        ))
+        .arm_fault(status_fault("/v1/payment_intents", 1, 429, Some(2)))
         .unwrap();
     let response = stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("limited")).await;
     assert_eq!(response.status(), 429);
@@ -167,35 +153,16 @@ async fn rate_limits_and_server_errors_execute_nothing() {
     assert_eq!(control.charges().total_charges, 1);
 
     control
-        .arm_fault(FaultSpec::next(
-            "/v1/payments",
-            2,
-            FaultAction::Status {
-                status: 500,
-                retry_after_secs: None,
-            },
-        ))
+        .arm_fault(status_fault("/v1/payments", 2, 500, None))
         .unwrap();
     for _ in 0..2 {
-        let response = mp_post(
-            &sandbox,
-            "/v1/payments",
-            &mp_payment(9.0, "e"),
-            Some("mp-500"),
-        )
-        .await;
+        let response = mp_pay(&sandbox, 9.0, "e", Some("mp-500")).await;
         assert_eq!(response.status(), 500);
         let error: Value = response.json().await.unwrap();
         assert_eq!(error["status"], 500);
         assert_eq!(error["error"], "internal_server_error");
     }
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(9.0, "e"),
-        Some("mp-500"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 9.0, "e", Some("mp-500")).await;
     assert_eq!(response.status(), 201);
     assert_eq!(
         control.charges().provider("mercadopago").unwrap().charges,
@@ -212,23 +179,13 @@ async fn a_reset_connection_executes_nothing() {
     spec.provider = Some("stripe".into());
     control.arm_fault(spec).unwrap();
     let pi = succeeded_intent(&sandbox, 2000).await;
-    let error = client()
-        .post(sandbox.url("/v1/refunds"))
-        .bearer_auth(STRIPE_TOKEN)
-        .header("Idempotency-Key", "reset-1")
-        .form(&[("payment_intent", pi.as_str())])
-        .send()
+    let refund = [("payment_intent", pi.as_str())];
+    let error = stripe_send(&client(), &sandbox, "/v1/refunds", &refund, Some("reset-1"))
         .await
         .expect_err("the connection is reset");
     assert!(!error.is_timeout(), "{error}");
     assert_eq!(control.charges().provider("stripe").unwrap().refunds, 0);
-    let response = stripe_post(
-        &sandbox,
-        "/v1/refunds",
-        &[("payment_intent", pi.as_str())],
-        Some("reset-1"),
-    )
-    .await;
+    let response = stripe_post(&sandbox, "/v1/refunds", &refund, Some("reset-1")).await;
     assert_eq!(response.status(), 200);
     assert!(response.headers().get("Idempotent-Replayed").is_none());
     let log = control.requests();
@@ -241,22 +198,13 @@ async fn a_reset_connection_executes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_reproduces_ids_and_random_faults() {
     async fn run(seed: u64) -> (String, Vec<u16>) {
-        let mut s = settings(None);
-        s.seed = seed;
-        let sandbox = start(s).await;
+        let sandbox = start_with(|s| s.seed = seed).await;
         sandbox
             .control()
             .arm_fault(FaultSpec {
                 rate: Some(0.5),
                 count: None,
-                ..FaultSpec::next(
-                    "/v1/events",
-                    0,
-                    FaultAction::Status {
-                        status: 503,
-                        retry_after_secs: None,
-                    },
-                )
+                ..status_fault("/v1/events", 0, 503, None)
             })
             .unwrap();
         let pi = succeeded_intent(&sandbox, 1000).await;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_require_an_idempotency_key_and_replay_it() {
     let sandbox = start(settings(None)).await;
-    let response = mp_post(&sandbox, "/v1/payments", &mp_payment(25.0, "order-1"), None).await;
+    let response = mp_pay(&sandbox, 25.0, "order-1", None).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
     assert_eq!(error["error"], "bad_request");
@@ -23,13 +23,7 @@ async fn payments_require_an_idempotency_key_and_replay_it() {
         "refused before anything was created"
     );
 
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(25.0, "order-1"),
-        Some("mp-key-1"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 25.0, "order-1", Some("mp-key-1")).await;
     assert_eq!(response.status(), 201);
     let first = response.bytes().await.unwrap();
     let payment: Value = serde_json::from_slice(&first).unwrap();
@@ -104,13 +98,7 @@ async fn payments_require_an_idempotency_key_and_replay_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_refunds_never_exceed_what_was_captured() {
     let sandbox = start(settings(None)).await;
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(100.0, "order-2"),
-        Some("pay-2"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 100.0, "order-2", Some("pay-2")).await;
     let id = response.json::<Value>().await.unwrap()["id"]
         .as_u64()
         .unwrap();
@@ -282,13 +270,7 @@ async fn forced_outcomes_status_changes_and_chargebacks() {
             1,
         )
         .unwrap();
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(50.0, "pix-1"),
-        Some("o-1"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 50.0, "pix-1", Some("o-1")).await;
     let pending: Value = response.json().await.unwrap();
     assert_eq!(pending["status"], "pending");
     assert_eq!(pending["date_approved"], Value::Null);
@@ -304,23 +286,23 @@ async fn forced_outcomes_status_changes_and_chargebacks() {
     assert_eq!(response.status(), 400);
 
     // Paid: approved through the control API over HTTP.
-    let response = client()
-        .post(sandbox.url(&format!("/_sandbox/payments/mercadopago/{id}/status")))
-        .json(&json!({"status": "approved"}))
-        .send()
-        .await
-        .unwrap();
+    let response = control_post(
+        &sandbox,
+        &format!("/_sandbox/payments/mercadopago/{id}/status"),
+        &json!({"status": "approved"}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     let (_, approved) = mp_get(&sandbox, &format!("/v1/payments/{id}")).await;
     assert_eq!(approved["status"], "approved");
     assert!(approved["date_approved"].is_string());
 
-    let response = client()
-        .post(sandbox.url("/_sandbox/chargebacks"))
-        .json(&json!({"provider": "mercadopago", "payment": id}))
-        .send()
-        .await
-        .unwrap();
+    let response = control_post(
+        &sandbox,
+        "/_sandbox/chargebacks",
+        &json!({"provider": "mercadopago", "payment": id}),
+    )
+    .await;
     assert_eq!(response.status(), 201);
     let (_, charged_back) = mp_get(&sandbox, &format!("/v1/payments/{id}")).await;
     assert_eq!(charged_back["status"], "charged_back");

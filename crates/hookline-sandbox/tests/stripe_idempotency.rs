@@ -66,14 +66,7 @@ async fn the_same_key_replays_the_same_body_and_charges_once() {
         (4, 1, 3, 1)
     );
     // The same counts over the control API.
-    let over_http: Value = client()
-        .get(sandbox.url("/_sandbox/charges"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let over_http = control_get(&sandbox, "/_sandbox/charges").await;
     assert_eq!(over_http["total_charges"], 1);
     sandbox.stop().await;
 }
@@ -175,9 +168,7 @@ async fn the_same_key_with_other_parameters_is_an_idempotency_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_with_one_key_never_charge_twice() {
-    let mut s = settings(None);
-    s.api_latency = Duration::from_millis(500);
-    let sandbox = start(s).await;
+    let sandbox = start_with(|s| s.api_latency = Duration::from_millis(500)).await;
     let requests =
         (0..8).map(|_| stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("race")));
     let responses = join_all(requests).await;
@@ -223,9 +214,7 @@ async fn concurrent_requests_with_one_key_never_charge_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_expire_after_the_window() {
-    let mut s = settings(None);
-    s.idempotency_window = Duration::from_millis(500);
-    let sandbox = start(s).await;
+    let sandbox = start_with(|s| s.idempotency_window = Duration::from_millis(500)).await;
     assert_eq!(
         stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("short"))
             .await
@@ -245,19 +234,16 @@ async fn keys_expire_after_the_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_are_required_and_tell_providers_apart() {
-    let mut s = settings(None);
-    s.providers = vec![
-        stripe("stripe-br", Some("sk_test_brazil_0000000001")),
-        stripe("stripe-us", Some("sk_test_states_0000000002")),
-        mercadopago("mercadopago", Some(MP_TOKEN)),
-    ];
-    let sandbox = start(s).await;
-    let http = client();
-    let missing: Value = http
-        .get(sandbox.url("/v1/events"))
-        .send()
+    let sandbox = start_with(|s| {
+        s.providers = vec![
+            stripe("stripe-br", Some("sk_test_brazil_0000000001")),
+            stripe("stripe-us", Some("sk_test_states_0000000002")),
+            mercadopago("mercadopago", Some(MP_TOKEN)),
+        ]
+    })
+    .await;
+    let missing: Value = get_as(&sandbox, "/v1/events", None)
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -266,12 +252,7 @@ async fn api_keys_are_required_and_tell_providers_apart() {
         .as_str()
         .unwrap()
         .contains("did not provide an API key"));
-    let response = http
-        .get(sandbox.url("/v1/events"))
-        .bearer_auth("sk_test_wrong_key_00000099")
-        .send()
-        .await
-        .unwrap();
+    let response = get_as(&sandbox, "/v1/events", Some("sk_test_wrong_key_00000099")).await;
     assert_eq!(response.status(), 401);
     let wrong: Value = response.json().await.unwrap();
     let message = wrong["error"]["message"].as_str().unwrap();
@@ -284,12 +265,12 @@ async fn api_keys_are_required_and_tell_providers_apart() {
         "the key is masked: {message}"
     );
     // Mercado Pago's 401 for a Stripe key.
-    let response = http
-        .get(sandbox.url("/v1/payments/search"))
-        .bearer_auth("sk_test_brazil_0000000001")
-        .send()
-        .await
-        .unwrap();
+    let response = get_as(
+        &sandbox,
+        "/v1/payments/search",
+        Some("sk_test_brazil_0000000001"),
+    )
+    .await;
     assert_eq!(response.status(), 401);
     let mp: Value = response.json().await.unwrap();
     assert_eq!(
@@ -298,7 +279,7 @@ async fn api_keys_are_required_and_tell_providers_apart() {
     );
 
     // HTTP Basic with the key as user name, as `curl -u sk_…:` sends it.
-    let response = http
+    let response = client()
         .post(sandbox.url("/v1/payment_intents"))
         .basic_auth("sk_test_states_0000000002", Some(""))
         .form(CHARGE)
@@ -312,12 +293,7 @@ async fn api_keys_are_required_and_tell_providers_apart() {
     assert_eq!(report.provider("stripe-br").unwrap().charges, 0);
     // The other account does not see it.
     let path = format!("/v1/payment_intents/{}", pi["id"].as_str().unwrap());
-    let response = http
-        .get(sandbox.url(&path))
-        .bearer_auth("sk_test_brazil_0000000001")
-        .send()
-        .await
-        .unwrap();
+    let response = get_as(&sandbox, &path, Some("sk_test_brazil_0000000001")).await;
     assert_eq!(response.status(), 404);
     let missing: Value = response.json().await.unwrap();
     assert_eq!(missing["error"]["code"], "resource_missing");

@@ -95,13 +95,7 @@ async fn stripe_events_are_signed_and_retried_with_the_same_event_id() {
 async fn mercado_pago_notifications_carry_only_the_id_and_keep_their_request_id() {
     let receiver = Receiver::start(fail_twice).await;
     let sandbox = start(settings(Some(&receiver.url))).await;
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(40.0, "order-9"),
-        Some("n-1"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 40.0, "order-9", Some("n-1")).await;
     let payment_id = response.json::<Value>().await.unwrap()["id"]
         .as_u64()
         .unwrap()

@@ -154,13 +154,7 @@ async fn every_stripe_event_normalises_to_the_expected_facts() {
 async fn mercado_pago_notifications_ask_the_worker_to_fetch_the_payment() {
     let receiver = Receiver::start(|_| Answer::Status(200)).await;
     let sandbox = start(settings(Some(&receiver.url))).await;
-    let response = mp_post(
-        &sandbox,
-        "/v1/payments",
-        &mp_payment(33.3, "compat"),
-        Some("compat-1"),
-    )
-    .await;
+    let response = mp_pay(&sandbox, 33.3, "compat", Some("compat-1")).await;
     let id = response.json::<Value>().await.unwrap()["id"]
         .as_u64()
         .unwrap()

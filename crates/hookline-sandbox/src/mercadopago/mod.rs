@@ -16,6 +16,7 @@ use crate::auth;
 use crate::reply::Reply;
 use crate::state::{Shared, State};
 use crate::Scheme;
+use book::MpPayment;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/v1/payments").route(web::post().to(create_payment)))
@@ -62,32 +63,46 @@ fn answer(run: Run) -> HttpResponse {
     }
 }
 
-async fn create_payment(
+/// A mutating request: authenticate, let `validate` turn it into a request (an error answer executes nothing and
+/// saves nothing), then execute that under the request's `X-Idempotency-Key`, if any.
+async fn mutate(
     req: HttpRequest,
-    body: web::Bytes,
     shared: web::Data<Shared>,
+    validate: impl FnOnce(Option<&str>) -> Result<ops::Request, Reply>,
 ) -> HttpResponse {
     let shared: Arc<Shared> = shared.into_inner();
     let p = match authenticate(&req, &shared.lock()) {
         Ok(p) => p,
         Err(reply) => return reply.into_response(),
     };
-    let Some(key) = idempotency_key(&req) else {
-        return errors::missing_idempotency_key().into_response();
-    };
-    let new = match ops::validate_payment(&body) {
-        Ok(new) => new,
+    let key = idempotency_key(&req);
+    let request = match validate(key.as_deref()) {
+        Ok(request) => request,
         Err(reply) => return reply.into_response(),
     };
     let edge_url = shared.edge_url.clone();
     let op_key = key.clone();
     // Keys are scoped to the endpoint: the body is not compared (a retry replays whatever it carries).
     let endpoint = format!("{} {}", req.method(), req.path());
-    let run = api::run(&shared, p, Some(&key), &endpoint, "", move |state| {
-        ops::create_payment(state, &edge_url, p, new, Some(&op_key))
+    let run = api::run(&shared, p, key.as_deref(), &endpoint, "", move |state| {
+        ops::execute(state, &edge_url, p, request, op_key.as_deref())
     })
     .await;
     answer(run)
+}
+
+async fn create_payment(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    mutate(req, shared, |key| {
+        if key.is_none() {
+            return Err(errors::missing_idempotency_key());
+        }
+        ops::validate_payment(&body).map(ops::Request::CreatePayment)
+    })
+    .await
 }
 
 async fn create_refund(
@@ -96,27 +111,14 @@ async fn create_refund(
     body: web::Bytes,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    let shared: Arc<Shared> = shared.into_inner();
-    let p = match authenticate(&req, &shared.lock()) {
-        Ok(p) => p,
-        Err(reply) => return reply.into_response(),
-    };
-    let Ok(payment_id) = id.trim().parse::<u64>() else {
-        return errors::payment_not_found().into_response();
-    };
-    let amount = match ops::validate_refund(&body) {
-        Ok(amount) => amount,
-        Err(reply) => return reply.into_response(),
-    };
-    let key = idempotency_key(&req);
-    let edge_url = shared.edge_url.clone();
-    let op_key = key.clone();
-    let endpoint = format!("{} {}", req.method(), req.path());
-    let run = api::run(&shared, p, key.as_deref(), &endpoint, "", move |state| {
-        ops::refund(state, &edge_url, p, payment_id, amount, op_key.as_deref())
+    mutate(req, shared, |_| {
+        let Ok(payment_id) = id.trim().parse::<u64>() else {
+            return Err(errors::payment_not_found());
+        };
+        let amount = ops::validate_refund(&body)?;
+        Ok(ops::Request::Refund { payment_id, amount })
     })
-    .await;
-    answer(run)
+    .await
 }
 
 fn read(
@@ -132,12 +134,14 @@ fn read(
     .into_response()
 }
 
-async fn get_payment(
-    req: HttpRequest,
-    id: web::Path<String>,
-    shared: web::Data<Shared>,
+/// A GET of payment `id`: `answer` with the payment and the collector's user id, or 404.
+fn read_payment(
+    req: &HttpRequest,
+    id: &str,
+    shared: &Shared,
+    answer: impl FnOnce(&MpPayment, u64) -> serde_json::Value,
 ) -> HttpResponse {
-    read(&req, &shared, |state, p| {
+    read(req, shared, |state, p| {
         let book = &state.providers[p].mp;
         match id
             .trim()
@@ -145,10 +149,18 @@ async fn get_payment(
             .ok()
             .and_then(|id| book.payments.get(&id))
         {
-            Some(payment) => Reply::json(200, &payment.json(book.user_id)),
+            Some(payment) => Reply::json(200, &answer(payment, book.user_id)),
             None => errors::payment_not_found(),
         }
     })
+}
+
+async fn get_payment(
+    req: HttpRequest,
+    id: web::Path<String>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    read_payment(&req, &id, &shared, |payment, user_id| payment.json(user_id))
 }
 
 async fn list_refunds(
@@ -156,24 +168,8 @@ async fn list_refunds(
     id: web::Path<String>,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    read(&req, &shared, |state, p| {
-        let book = &state.providers[p].mp;
-        match id
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .and_then(|id| book.payments.get(&id))
-        {
-            Some(payment) => {
-                let refunds: Vec<_> = payment
-                    .refunds
-                    .iter()
-                    .map(|r| r.json(book.user_id))
-                    .collect();
-                Reply::json(200, &serde_json::Value::from(refunds))
-            }
-            None => errors::payment_not_found(),
-        }
+    read_payment(&req, &id, &shared, |payment, user_id| {
+        payment.refunds.iter().map(|r| r.json(user_id)).collect()
     })
 }
 

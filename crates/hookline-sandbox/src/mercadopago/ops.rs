@@ -27,6 +27,31 @@ pub(crate) struct NewPayment {
     notification_url: Option<String>,
 }
 
+/// A validated request, ready to execute.
+pub(crate) enum Request {
+    CreatePayment(NewPayment),
+    Refund {
+        payment_id: u64,
+        amount: Option<i64>,
+    },
+}
+
+/// Executes a validated request under the idempotency key `key`, if any.
+pub(crate) fn execute(
+    state: &mut State,
+    edge_url: &Url,
+    p: usize,
+    request: Request,
+    key: Option<&str>,
+) -> Reply {
+    match request {
+        Request::CreatePayment(new) => create_payment(state, edge_url, p, new, key),
+        Request::Refund { payment_id, amount } => {
+            refund(state, edge_url, p, payment_id, amount, key)
+        }
+    }
+}
+
 /// Mercado Pago's test-card holder names, also accepted as `[NAME]` in the description or as `payer.first_name`.
 const TEST_OUTCOMES: &[(&str, &str, &str)] = &[
     ("APRO", "approved", "accredited"),
@@ -195,7 +220,7 @@ fn notify(state: &mut State, edge_url: &Url, p: usize, payment_id: u64, action: 
     webhooks::enqueue(state, edge_url, new, Instant::now());
 }
 
-pub(crate) fn create_payment(
+fn create_payment(
     state: &mut State,
     edge_url: &Url,
     p: usize,
@@ -236,7 +261,7 @@ pub(crate) fn create_payment(
     Reply::json(201, &body)
 }
 
-pub(crate) fn refund(
+fn refund(
     state: &mut State,
     edge_url: &Url,
     p: usize,
@@ -292,6 +317,28 @@ fn parse_id(id: &str) -> Result<u64, String> {
         .map_err(|_| format!("'{id}' is not a Mercado Pago payment id"))
 }
 
+/// Applies `change` to payment `id` (refused with its message when it returns one), then queues the
+/// `payment.updated` notification; the payment as it now is.
+fn update_payment(
+    state: &mut State,
+    edge_url: &Url,
+    p: usize,
+    id: u64,
+    change: impl FnOnce(&mut MpPayment) -> Result<(), String>,
+) -> Result<Value, String> {
+    let book = &mut state.providers[p];
+    let collector = book.mp.user_id;
+    let payment = book
+        .mp
+        .payments
+        .get_mut(&id)
+        .ok_or_else(|| format!("payment {id} does not exist"))?;
+    change(payment)?;
+    let body = payment.json(collector);
+    notify(state, edge_url, p, id, "payment.updated");
+    Ok(body)
+}
+
 /// Marks an approved payment `charged_back` (status detail `settled` unless given) and notifies.
 pub(crate) fn chargeback(
     state: &mut State,
@@ -301,25 +348,18 @@ pub(crate) fn chargeback(
     detail: Option<&str>,
 ) -> Result<Value, String> {
     let id = parse_id(id)?;
-    let book = &mut state.providers[p];
-    let collector = book.mp.user_id;
-    let payment = book
-        .mp
-        .payments
-        .get_mut(&id)
-        .ok_or_else(|| format!("payment {id} does not exist"))?;
-    if payment.status != "approved" {
-        return Err(format!(
-            "payment {id} is {}, only an approved payment can be charged back",
-            payment.status
-        ));
-    }
-    payment.status = "charged_back".into();
-    payment.status_detail = detail.unwrap_or("settled").to_owned();
-    payment.date_last_updated = clock::now();
-    let body = payment.json(collector);
-    notify(state, edge_url, p, id, "payment.updated");
-    Ok(body)
+    update_payment(state, edge_url, p, id, |payment| {
+        if payment.status != "approved" {
+            return Err(format!(
+                "payment {id} is {}, only an approved payment can be charged back",
+                payment.status
+            ));
+        }
+        payment.status = "charged_back".into();
+        payment.status_detail = detail.unwrap_or("settled").to_owned();
+        payment.date_last_updated = clock::now();
+        Ok(())
+    })
 }
 
 /// Moves a payment to `status` (a pending payment paid or expired, a review decided, …) and notifies.
@@ -335,23 +375,16 @@ pub(crate) fn set_status(
     let default = default_detail(status).ok_or_else(|| {
         format!("unknown status '{status}' (approved, pending, in_process, rejected, cancelled, charged_back; refunds go through the API)")
     })?;
-    let book = &mut state.providers[p];
-    let collector = book.mp.user_id;
-    let payment = book
-        .mp
-        .payments
-        .get_mut(&id)
-        .ok_or_else(|| format!("payment {id} does not exist"))?;
-    let now = clock::now();
-    payment.status = status.to_owned();
-    payment.status_detail = detail.unwrap_or(default).to_owned();
-    if status == "approved" && payment.date_approved.is_none() {
-        payment.date_approved = Some(now);
-    }
-    payment.date_last_updated = now;
-    let body = payment.json(collector);
-    notify(state, edge_url, p, id, "payment.updated");
-    Ok(body)
+    update_payment(state, edge_url, p, id, |payment| {
+        let now = clock::now();
+        payment.status = status.to_owned();
+        payment.status_detail = detail.unwrap_or(default).to_owned();
+        if status == "approved" && payment.date_approved.is_none() {
+            payment.date_approved = Some(now);
+        }
+        payment.date_last_updated = now;
+        Ok(())
+    })
 }
 
 #[cfg(test)]

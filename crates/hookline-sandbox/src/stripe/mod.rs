@@ -8,7 +8,7 @@ pub(crate) mod ops;
 
 use std::sync::Arc;
 
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse, Route};
 use serde_json::{json, Value};
 
 use crate::api::{self, Run};
@@ -16,22 +16,25 @@ use crate::auth::{self, AuthFailure};
 use crate::reply::Reply;
 use crate::state::{Shared, State};
 use crate::Scheme;
-use book::{Event, API_VERSION};
+use book::{Event, StripeBook, API_VERSION};
 use errors::StripeError;
 use form::Form;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/payment_intents", web::post().to(create_intent))
-        .route("/v1/payment_intents/{id}", web::get().to(get_intent))
-        .route(
-            "/v1/payment_intents/{id}/confirm",
-            web::post().to(confirm_intent),
-        )
-        .route("/v1/refunds", web::post().to(create_refund))
-        .route("/v1/refunds/{id}", web::get().to(get_refund))
-        .route("/v1/charges/{id}", web::get().to(get_charge))
-        .route("/v1/events", web::get().to(list_events))
-        .route("/v1/events/{id}", web::get().to(get_event));
+    cfg.route(
+        "/v1/payment_intents",
+        post_route(ops::validate_create_intent),
+    )
+    .route("/v1/payment_intents/{id}", get_one(Object::PaymentIntent))
+    .route(
+        "/v1/payment_intents/{id}/confirm",
+        web::post().to(confirm_intent),
+    )
+    .route("/v1/refunds", post_route(ops::validate_refund))
+    .route("/v1/refunds/{id}", get_one(Object::Refund))
+    .route("/v1/charges/{id}", get_one(Object::Charge))
+    .route("/v1/events", web::get().to(list_events))
+    .route("/v1/events/{id}", get_one(Object::Event));
 }
 
 /// The provider a request is for, or Stripe's 401.
@@ -132,12 +135,13 @@ async fn post(
     }
 }
 
-async fn create_intent(
-    req: HttpRequest,
-    body: web::Bytes,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    post(req, body, shared, ops::validate_create_intent).await
+/// The route of a POST to a collection, whose parameters `validate` turns into a request.
+fn post_route(validate: fn(&Form) -> Result<ops::Request, StripeError>) -> Route {
+    web::post().to(
+        move |req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>| {
+            post(req, body, shared, validate)
+        },
+    )
 }
 
 async fn confirm_intent(
@@ -151,14 +155,6 @@ async fn confirm_intent(
         ops::validate_confirm(&id, form)
     })
     .await
-}
-
-async fn create_refund(
-    req: HttpRequest,
-    body: web::Bytes,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    post(req, body, shared, ops::validate_refund).await
 }
 
 /// A GET: authenticate, then answer from the state.
@@ -177,63 +173,49 @@ fn get(
     decorate(reply, &request_id, None)
 }
 
-async fn get_intent(
-    req: HttpRequest,
-    id: web::Path<String>,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    get(&req, &shared, |state, p| {
-        state.providers[p]
-            .stripe
-            .intents
-            .get(id.as_str())
-            .map(book::PaymentIntent::json)
-            .ok_or_else(|| errors::missing("payment_intent", &id, "intent"))
-    })
+/// The objects read one by one at `GET /v1/{collection}/{id}`.
+#[derive(Debug, Clone, Copy)]
+enum Object {
+    PaymentIntent,
+    Refund,
+    Charge,
+    Event,
 }
 
-async fn get_refund(
-    req: HttpRequest,
-    id: web::Path<String>,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    get(&req, &shared, |state, p| {
-        state.providers[p]
-            .stripe
-            .refunds
-            .get(id.as_str())
-            .map(book::Refund::json)
-            .ok_or_else(|| errors::missing("refund", &id, "id"))
-    })
+impl Object {
+    /// The object's JSON, if the provider's book holds it.
+    fn find(self, book: &StripeBook, id: &str) -> Option<Value> {
+        match self {
+            Object::PaymentIntent => book.intents.get(id).map(book::PaymentIntent::json),
+            Object::Refund => book.refunds.get(id).map(book::Refund::json),
+            Object::Charge => book.charges.get(id).map(book::Charge::json),
+            Object::Event => book.event(id).map(Event::json),
+        }
+    }
+
+    /// Stripe's 404 `resource_missing` for it (the `param` Stripe names differs for payment intents).
+    fn missing(self, id: &str) -> StripeError {
+        let (object, param) = match self {
+            Object::PaymentIntent => ("payment_intent", "intent"),
+            Object::Refund => ("refund", "id"),
+            Object::Charge => ("charge", "id"),
+            Object::Event => ("event", "id"),
+        };
+        errors::missing(object, id, param)
+    }
 }
 
-async fn get_charge(
-    req: HttpRequest,
-    id: web::Path<String>,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    get(&req, &shared, |state, p| {
-        state.providers[p]
-            .stripe
-            .charges
-            .get(id.as_str())
-            .map(book::Charge::json)
-            .ok_or_else(|| errors::missing("charge", &id, "id"))
-    })
-}
-
-async fn get_event(
-    req: HttpRequest,
-    id: web::Path<String>,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    get(&req, &shared, |state, p| {
-        state.providers[p]
-            .stripe
-            .event(id.as_str())
-            .map(Event::json)
-            .ok_or_else(|| errors::missing("event", &id, "id"))
-    })
+/// The route of `GET /v1/{collection}/{id}` for one kind of object.
+fn get_one(object: Object) -> Route {
+    web::get().to(
+        move |req: HttpRequest, id: web::Path<String>, shared: web::Data<Shared>| async move {
+            get(&req, &shared, |state, p| {
+                object
+                    .find(&state.providers[p].stripe, &id)
+                    .ok_or_else(|| object.missing(&id))
+            })
+        },
+    )
 }
 
 /// The filters of `GET /v1/events`.

@@ -22,6 +22,22 @@ pub(crate) struct Ctx {
     pub(crate) idempotency_key: Option<String>,
 }
 
+/// Where an operation executes: provider `p`, the edge its webhooks go to, and the request it executes for
+/// (`None`: a change made through the control API).
+#[derive(Clone, Copy)]
+struct At<'a> {
+    edge_url: &'a Url,
+    p: usize,
+    ctx: Option<&'a Ctx>,
+}
+
+impl At<'_> {
+    /// The idempotency key the objects it creates are counted under.
+    fn key(&self) -> Option<&str> {
+        self.ctx.and_then(|c| c.idempotency_key.as_deref())
+    }
+}
+
 pub(crate) struct NewIntent {
     amount: i64,
     currency: String,
@@ -57,6 +73,17 @@ pub(crate) enum Request {
 const MIN_AMOUNT: i64 = 50;
 const MAX_AMOUNT: i64 = 99_999_999;
 
+/// The parameters of `POST /v1/payment_intents/{id}/confirm`, which creating an intent takes as well.
+const CONFIRM_PARAMS: &[&str] = &[
+    "expand",
+    "off_session",
+    "payment_method",
+    "payment_method_types",
+    "receipt_email",
+    "return_url",
+    "setup_future_usage",
+];
+
 fn text(form: &Form, name: &str) -> Option<String> {
     form.get(name)
         .map(str::trim)
@@ -65,7 +92,7 @@ fn text(form: &Form, name: &str) -> Option<String> {
 }
 
 pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError> {
-    form.check_known(&[
+    let creation_only = [
         "amount",
         "automatic_payment_methods",
         "capture_method",
@@ -73,17 +100,11 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
         "currency",
         "customer",
         "description",
-        "expand",
         "metadata",
-        "off_session",
-        "payment_method",
-        "payment_method_types",
-        "receipt_email",
-        "return_url",
-        "setup_future_usage",
         "statement_descriptor",
         "statement_descriptor_suffix",
-    ])?;
+    ];
+    form.check_known(&[&creation_only[..], CONFIRM_PARAMS].concat())?;
     let amount = form.amount("amount")?.ok_or_else(|| {
         errors::invalid(
             "parameter_missing",
@@ -144,15 +165,7 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
 }
 
 pub(crate) fn validate_confirm(id: &str, form: &Form) -> Result<Request, StripeError> {
-    form.check_known(&[
-        "expand",
-        "off_session",
-        "payment_method",
-        "payment_method_types",
-        "receipt_email",
-        "return_url",
-        "setup_future_usage",
-    ])?;
+    form.check_known(CONFIRM_PARAMS)?;
     Ok(Request::ConfirmIntent {
         id: id.to_owned(),
         payment_method: text(form, "payment_method"),
@@ -216,12 +229,17 @@ pub(crate) fn execute(
     request: Request,
     ctx: &Ctx,
 ) -> Reply {
+    let at = At {
+        edge_url,
+        p,
+        ctx: Some(ctx),
+    };
     let result = match request {
-        Request::CreateIntent(new) => create_intent(state, edge_url, p, new, ctx),
+        Request::CreateIntent(new) => create_intent(state, at, new),
         Request::ConfirmIntent { id, payment_method } => {
-            confirm_existing(state, edge_url, p, &id, payment_method, ctx)
+            confirmable(state, p, &id).and_then(|()| confirm(state, at, &id, payment_method))
         }
-        Request::CreateRefund(new) => create_refund(state, edge_url, p, new, ctx),
+        Request::CreateRefund(new) => create_refund(state, at, new),
     };
     result.unwrap_or_else(|e| e.reply())
 }
@@ -231,15 +249,8 @@ fn now_unix() -> i64 {
 }
 
 /// Records an event and queues its webhook.
-fn emit(
-    state: &mut State,
-    edge_url: &Url,
-    p: usize,
-    kind: &str,
-    object: Value,
-    resource_id: &str,
-    ctx: Option<&Ctx>,
-) {
+fn emit(state: &mut State, at: At<'_>, kind: &str, object: Value, resource_id: &str) {
+    let At { edge_url, p, ctx } = at;
     let event = Event {
         id: state.rng.id("evt", 24),
         kind: kind.to_owned(),
@@ -263,13 +274,8 @@ fn emit(
     webhooks::enqueue(state, edge_url, new, Instant::now());
 }
 
-fn create_intent(
-    state: &mut State,
-    edge_url: &Url,
-    p: usize,
-    new: NewIntent,
-    ctx: &Ctx,
-) -> Result<Reply, StripeError> {
+fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply, StripeError> {
+    let p = at.p;
     let id = state.rng.id("pi", 24);
     let secret = state.rng.id("secret", 24);
     let intent = PaymentIntent {
@@ -294,18 +300,10 @@ fn create_intent(
     let snapshot = intent.json();
     let book = &mut state.providers[p];
     book.stripe.intents.insert(id.clone(), intent);
-    book.created(ctx.idempotency_key.as_deref(), &id, false);
-    emit(
-        state,
-        edge_url,
-        p,
-        "payment_intent.created",
-        snapshot,
-        &id,
-        Some(ctx),
-    );
+    book.created(at.key(), &id, false);
+    emit(state, at, "payment_intent.created", snapshot, &id);
     if new.confirm {
-        return confirm(state, edge_url, p, &id, new.payment_method, ctx);
+        return confirm(state, at, &id, new.payment_method);
     }
     if let Some(pm) = new.payment_method {
         if let Some(intent) = state.providers[p].stripe.intents.get_mut(&id) {
@@ -320,14 +318,8 @@ fn create_intent(
     Ok(Reply::json(200, &body.unwrap_or(Value::Null)))
 }
 
-fn confirm_existing(
-    state: &mut State,
-    edge_url: &Url,
-    p: usize,
-    id: &str,
-    payment_method: Option<String>,
-    ctx: &Ctx,
-) -> Result<Reply, StripeError> {
+/// `POST /v1/payment_intents/{id}/confirm` applies only to an existing intent that has not yet succeeded.
+fn confirmable(state: &State, p: usize, id: &str) -> Result<(), StripeError> {
     let intent = state.providers[p]
         .stripe
         .intents
@@ -340,7 +332,7 @@ fn confirm_existing(
             None,
         ));
     }
-    confirm(state, edge_url, p, id, payment_method, ctx)
+    Ok(())
 }
 
 /// The decline a Stripe test payment method stands for.
@@ -369,12 +361,11 @@ fn decline_message(code: &str) -> &'static str {
 /// Charges the intent: one `ch_…` (succeeded or failed), the intent's new status, and their events.
 fn confirm(
     state: &mut State,
-    edge_url: &Url,
-    p: usize,
+    at: At<'_>,
     id: &str,
     payment_method: Option<String>,
-    ctx: &Ctx,
 ) -> Result<Reply, StripeError> {
+    let p = at.p;
     let existing_pm = state.providers[p]
         .stripe
         .intents
@@ -452,30 +443,14 @@ fn confirm(
     let intent_json = intent.json();
     let charge_json = charge.json();
     book.charges.insert(charge_id.clone(), charge);
-    state.providers[p].created(ctx.idempotency_key.as_deref(), &charge_id, true);
+    state.providers[p].created(at.key(), &charge_id, true);
     let (charge_event, intent_event) = if success {
         ("charge.succeeded", "payment_intent.succeeded")
     } else {
         ("charge.failed", "payment_intent.payment_failed")
     };
-    emit(
-        state,
-        edge_url,
-        p,
-        charge_event,
-        charge_json,
-        &charge_id,
-        Some(ctx),
-    );
-    emit(
-        state,
-        edge_url,
-        p,
-        intent_event,
-        intent_json.clone(),
-        id,
-        Some(ctx),
-    );
+    emit(state, at, charge_event, charge_json, &charge_id);
+    emit(state, at, intent_event, intent_json.clone(), id);
     match card_error {
         None => Ok(Reply::json(200, &intent_json)),
         Some(mut error) => {
@@ -485,13 +460,8 @@ fn confirm(
     }
 }
 
-fn create_refund(
-    state: &mut State,
-    edge_url: &Url,
-    p: usize,
-    new: NewRefund,
-    ctx: &Ctx,
-) -> Result<Reply, StripeError> {
+fn create_refund(state: &mut State, at: At<'_>, new: NewRefund) -> Result<Reply, StripeError> {
+    let p = at.p;
     let refund_id = state.rng.id("re", 24);
     let txn = state.rng.id("txn", 24);
     let book = &mut state.providers[p].stripe;
@@ -560,25 +530,9 @@ fn create_refund(
     let charge_json = charge.json();
     let refund_json = refund.json();
     book.refunds.insert(refund_id.clone(), refund);
-    state.providers[p].created(ctx.idempotency_key.as_deref(), &refund_id, false);
-    emit(
-        state,
-        edge_url,
-        p,
-        "refund.created",
-        refund_json.clone(),
-        &refund_id,
-        Some(ctx),
-    );
-    emit(
-        state,
-        edge_url,
-        p,
-        "charge.refunded",
-        charge_json,
-        &charge_id,
-        Some(ctx),
-    );
+    state.providers[p].created(at.key(), &refund_id, false);
+    emit(state, at, "refund.created", refund_json.clone(), &refund_id);
+    emit(state, at, "charge.refunded", charge_json, &charge_id);
     Ok(Reply::json(200, &refund_json))
 }
 
@@ -599,6 +553,11 @@ pub(crate) fn chargeback(
                 "unknown dispute status '{other}' (needs_response, won, lost)"
             ))
         }
+    };
+    let at = At {
+        edge_url,
+        p,
+        ctx: None,
     };
     let dispute_id = state.rng.id("dp", 24);
     let book = &mut state.providers[p].stripe;
@@ -636,25 +595,9 @@ pub(crate) fn chargeback(
     });
     let current = dispute.json();
     book.disputes.insert(dispute_id.clone(), dispute);
-    emit(
-        state,
-        edge_url,
-        p,
-        "charge.dispute.created",
-        opened,
-        &dispute_id,
-        None,
-    );
+    emit(state, at, "charge.dispute.created", opened, &dispute_id);
     if let Some(closed) = closed {
-        emit(
-            state,
-            edge_url,
-            p,
-            "charge.dispute.closed",
-            closed,
-            &dispute_id,
-            None,
-        );
+        emit(state, at, "charge.dispute.closed", closed, &dispute_id);
     }
     Ok(current)
 }

@@ -59,6 +59,13 @@ pub async fn start(settings: SandboxSettings) -> RunningSandbox {
     Sandbox::start(settings).await.expect("sandbox starts")
 }
 
+/// A sandbox on `settings(None)` as changed by `change`.
+pub async fn start_with(change: impl FnOnce(&mut SandboxSettings)) -> RunningSandbox {
+    let mut s = settings(None);
+    change(&mut s);
+    start(s).await
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -82,6 +89,37 @@ where
     }
 }
 
+/// A POST to a provider's API with its `token`, and the idempotency key (if any) in the header `key_header`.
+fn api_post(
+    http: &reqwest::Client,
+    sandbox: &RunningSandbox,
+    path: &str,
+    token: &str,
+    key_header: &str,
+    key: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let request = http.post(sandbox.url(path)).bearer_auth(token);
+    match key {
+        Some(key) => request.header(key_header, key),
+        None => request,
+    }
+}
+
+/// Sends a Stripe form with the test token and an optional idempotency key through `http`; the transport's
+/// result, for tests in which the request itself fails.
+pub async fn stripe_send(
+    http: &reqwest::Client,
+    sandbox: &RunningSandbox,
+    path: &str,
+    form: &[(&str, &str)],
+    key: Option<&str>,
+) -> reqwest::Result<reqwest::Response> {
+    api_post(http, sandbox, path, STRIPE_TOKEN, "Idempotency-Key", key)
+        .form(form)
+        .send()
+        .await
+}
+
 /// POSTs a Stripe form with the test token and an optional idempotency key.
 pub async fn stripe_post(
     sandbox: &RunningSandbox,
@@ -89,25 +127,53 @@ pub async fn stripe_post(
     form: &[(&str, &str)],
     key: Option<&str>,
 ) -> reqwest::Response {
-    let mut request = client()
-        .post(sandbox.url(path))
-        .bearer_auth(STRIPE_TOKEN)
-        .form(form);
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
+    stripe_send(&client(), sandbox, path, form, key)
+        .await
+        .expect("request sent")
+}
+
+/// GETs `path_and_query`, with `token` as the Bearer token when there is one.
+pub async fn get_as(
+    sandbox: &RunningSandbox,
+    path_and_query: &str,
+    token: Option<&str>,
+) -> reqwest::Response {
+    let request = client().get(sandbox.url(path_and_query));
+    let request = match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
     request.send().await.expect("request sent")
 }
 
-pub async fn stripe_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
-    let response = client()
-        .get(sandbox.url(path_and_query))
-        .bearer_auth(STRIPE_TOKEN)
-        .send()
-        .await
-        .expect("request sent");
+/// The status and JSON body of a GET with `token`.
+async fn get_json(sandbox: &RunningSandbox, path_and_query: &str, token: &str) -> (u16, Value) {
+    let response = get_as(sandbox, path_and_query, Some(token)).await;
     let status = response.status().as_u16();
     (status, response.json().await.expect("JSON body"))
+}
+
+pub async fn stripe_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
+    get_json(sandbox, path_and_query, STRIPE_TOKEN).await
+}
+
+/// The JSON answer of a control-API GET (`/_sandbox/…`).
+pub async fn control_get(sandbox: &RunningSandbox, path: &str) -> Value {
+    get_as(sandbox, path, None)
+        .await
+        .json()
+        .await
+        .expect("JSON body")
+}
+
+/// A control-API POST (`/_sandbox/…`) of `body`.
+pub async fn control_post(sandbox: &RunningSandbox, path: &str, body: &Value) -> reqwest::Response {
+    client()
+        .post(sandbox.url(path))
+        .json(body)
+        .send()
+        .await
+        .expect("request sent")
 }
 
 /// A succeeded payment intent of `amount` cents; returns its id.
@@ -130,31 +196,43 @@ pub async fn succeeded_intent(sandbox: &RunningSandbox, amount: i64) -> String {
     body["id"].as_str().unwrap().to_owned()
 }
 
+/// Sends a Mercado Pago JSON body with the test token and an optional `X-Idempotency-Key`; the transport's
+/// result, for tests in which the request itself fails.
+pub async fn mp_send(
+    sandbox: &RunningSandbox,
+    path: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> reqwest::Result<reqwest::Response> {
+    api_post(&client(), sandbox, path, MP_TOKEN, "X-Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+}
+
 pub async fn mp_post(
     sandbox: &RunningSandbox,
     path: &str,
     body: &Value,
     key: Option<&str>,
 ) -> reqwest::Response {
-    let mut request = client()
-        .post(sandbox.url(path))
-        .bearer_auth(MP_TOKEN)
-        .json(body);
-    if let Some(key) = key {
-        request = request.header("X-Idempotency-Key", key);
-    }
-    request.send().await.expect("request sent")
+    mp_send(sandbox, path, body, key)
+        .await
+        .expect("request sent")
+}
+
+/// POSTs `mp_payment(amount, reference)` to `/v1/payments`.
+pub async fn mp_pay(
+    sandbox: &RunningSandbox,
+    amount: f64,
+    reference: &str,
+    key: Option<&str>,
+) -> reqwest::Response {
+    mp_post(sandbox, "/v1/payments", &mp_payment(amount, reference), key).await
 }
 
 pub async fn mp_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
-    let response = client()
-        .get(sandbox.url(path_and_query))
-        .bearer_auth(MP_TOKEN)
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
+    get_json(sandbox, path_and_query, MP_TOKEN).await
 }
 
 pub fn mp_payment(amount: f64, reference: &str) -> Value {
