@@ -667,6 +667,14 @@ async fn one_relay_panic_is_restarted_and_counted() {
             .any(|l| l.starts_with("hookline_supervisor_restarts_total{task=\"relay\"} 1")),
         "{metrics}"
     );
+    for task in ["relay", "batch_writer"] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l == format!("hookline_supervisor_task_up{{task=\"{task}\"}} 1")),
+            "{task} not reported up: {metrics}"
+        );
+    }
     assert_eq!(c.healthz().await.map(|(s, _)| s), Some(200));
     c.teardown().await;
 }

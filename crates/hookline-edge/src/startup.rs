@@ -51,6 +51,8 @@ impl Application {
     /// The database is not contacted here: the pool connects lazily, so the edge starts and answers `/healthz`
     /// while PostgreSQL is down, and `/readyz` reports it.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
+        // The recorder first: the relay thread and the writer report their state as soon as they start.
+        let metrics = hookline_core::telemetry::metrics_handle();
         let pool = db::lazy_pool(
             &config.database_url,
             &PoolSettings::edge(config.edge.db_max_connections, config.edge.db_timeout),
@@ -105,7 +107,7 @@ impl Application {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             edge: config.edge.clone(),
-            metrics: hookline_core::telemetry::metrics_handle(),
+            metrics,
             relay: relay_handle,
             writer: crate::writer::BatchWriter::start(
                 pool.clone(),

@@ -51,6 +51,8 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
 /// asked it to stop (after in-flight work finished), or with an error when the consumer failed or a supervised
 /// loop was declared dead — so the process exits non-zero and its supervisor restarts it.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // The recorder first: supervised loops report their state as soon as they start.
+    hookline_core::telemetry::metrics_handle();
     let worker = payments_worker(&config)?;
     let cancel = shutdown_signal();
     let liveness = Liveness::new();
