@@ -370,6 +370,7 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
         let report: Value = serde_json::from_slice(&out.stdout).expect("report");
         assert_eq!(report["stored"], 0, "{report}");
         assert_eq!(report["missing"], 0, "{report}");
+        assert_eq!(report["mismatched"], 0, "{report}");
     }
     assert_eq!(
         scalar(
@@ -393,5 +394,38 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
         scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
         7
     );
+
+    // Webhooks that arrive while no worker runs are stored but not applied: reconciliation cannot repair that
+    // by storing, so it reports the payment as mismatched and exits 1.
+    sandbox
+        .control()
+        .set_delivery_behaviour(DeliveryBehaviour::default())
+        .expect("behaviour");
+    let stored_before = scalar(&p, "SELECT count(*) FROM webhook_events").await;
+    let res = http
+        .post(sandbox.url("/v1/payment_intents"))
+        .bearer_auth(STRIPE_KEY)
+        .header("Idempotency-Key", "pi-unapplied")
+        .form(&[("amount", "7000"), ("currency", "brl"), ("confirm", "true")])
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    let pool = p.pool().clone();
+    wait_until(WAIT, "the new payment's three webhooks stored", || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM webhook_events")
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n >= stored_before + 3)
+        }
+    })
+    .await;
+    let out = reconcile("st", &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("report");
+    assert_eq!(report["mismatched"], 1, "{report}");
+    assert_eq!(report["stored"], 0, "{report}");
     sandbox.stop().await;
 }

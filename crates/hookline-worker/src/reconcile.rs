@@ -8,7 +8,8 @@
 //! those rows and the worker applies them under the usual marker-first rules, so nothing is applied twice.
 //!
 //! - **Stripe**: `GET /v1/events` over the window (`created[gte]`/`created[lte]`, `starting_after`): every event
-//!   we do not have is stored as received from the API.
+//!   we do not have is stored as received from the API; a payment whose stored events report a further status
+//!   than ours (events stored but not applied: pending or dead-lettered) is reported as mismatched.
 //! - **Mercado Pago**: `GET /v1/payments/search` over the window (by `date_last_updated`): a payment whose state
 //!   differs from ours (unknown, lower status, other refunded amount) gets a notification stored with the key
 //!   `mp:{id}:reconcile:{date_last_updated}` — the worker fetches the payment and applies it, as for a webhook.
@@ -28,8 +29,8 @@ use time::OffsetDateTime;
 
 use crate::payments::apply::payment_state;
 use crate::payments::fetch::ApiClient;
-use crate::payments::model::PaymentFact;
-use crate::payments::normalize::payment_resource;
+use crate::payments::model::{PaymentFact, PaymentStatus};
+use crate::payments::normalize::{normalize, payment_resource};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -288,6 +289,8 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     async fn stripe(&mut self, mut cursor: Option<String>) -> anyhow::Result<()> {
+        // Per payment, the furthest status the provider's events (already stored before this run) report.
+        let mut reported: std::collections::BTreeMap<String, PaymentStatus> = Default::default();
         loop {
             self.pace.wait().await;
             let mut query = vec![
@@ -324,6 +327,19 @@ impl Ctx<'_> {
                 (self.progress)(1);
                 if stored.contains(&id) {
                     self.report.present += 1;
+                    let body = serde_json::to_vec(event).unwrap_or_default();
+                    let facts = normalize(Scheme::Stripe, Some(&kind), &body).unwrap_or_default();
+                    for fact in facts {
+                        if let PaymentFact::Payment {
+                            payment_ref,
+                            status,
+                            ..
+                        } = fact
+                        {
+                            let entry = reported.entry(payment_ref).or_insert(status);
+                            *entry = (*entry).max(status);
+                        }
+                    }
                     continue;
                 }
                 self.report.missing += 1;
@@ -346,9 +362,28 @@ impl Ctx<'_> {
                 .map(str::to_owned);
             save(self.pool, &self.report, cursor.as_deref(), false).await?;
             if !page["has_more"].as_bool().unwrap_or(false) || cursor.is_none() {
-                return Ok(());
+                break;
             }
         }
+        // Stored events the payment has not caught up with: not applied (pending, or dead-lettered). Storing
+        // cannot repair that; an operator looks at `hookline status` and `hookline dlq list`.
+        for (payment_ref, theirs) in reported {
+            let ours = payment_state(self.pool, &self.provider.name, &payment_ref)
+                .await
+                .context("read our payment")?
+                .map(|(status, _)| status);
+            if ours.is_none_or(|ours| ours < theirs) {
+                self.report.mismatched += 1;
+                self.report.attention.push(format!(
+                    "payment {payment_ref}: its stored events say {}, ours is {} (not applied yet, or \
+                     dead-lettered: see hookline status and hookline dlq list)",
+                    theirs.as_str(),
+                    ours.map_or("unknown", |s| s.as_str())
+                ));
+            }
+        }
+        save(self.pool, &self.report, None, false).await?;
+        Ok(())
     }
 
     async fn mercadopago(&mut self, cursor: Option<String>) -> anyhow::Result<()> {
