@@ -6,7 +6,9 @@ pub mod consumers;
 pub mod db;
 pub mod dead_letters;
 pub mod events;
+pub mod intents;
 pub mod markers;
+pub mod outbox;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};

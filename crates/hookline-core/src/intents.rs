@@ -1,0 +1,238 @@
+//! `payment_intents`, `outbound_refunds` and `api_idempotency_keys`: what the merchant asked hookline to charge
+//! or refund, and the merchant API's own idempotency. This module owns the three tables' SQL.
+//!
+//! An intent and its outbound request are written in ONE transaction ([`create_intent`] calls
+//! [`crate::outbox::enqueue`] on the same connection): either both exist or neither. The gateway's idempotency key
+//! is derived from the intent's id, so it is the same on every attempt and after any crash.
+
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+/// A payment intent as the API shows it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct Intent {
+    /// Internal id.
+    #[serde(skip)]
+    pub id: i64,
+    /// `pi_hl_…`: the id the API shows.
+    #[serde(rename = "id")]
+    pub public_id: String,
+    /// Configured provider name.
+    pub provider: String,
+    /// Minor units.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: String,
+    /// The merchant's customer reference.
+    pub customer: Option<String>,
+    /// Free text.
+    pub description: Option<String>,
+    /// `requires_dispatch`, `processing`, `succeeded`, `failed`, `needs_attention`.
+    pub status: String,
+    /// The gateway's payment id once known.
+    pub provider_payment_id: Option<String>,
+    /// Refunded so far (minor units).
+    pub refunded: i64,
+    /// When it was created.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// What a new intent charges.
+#[derive(Debug, Clone)]
+pub struct NewIntent<'a> {
+    /// Configured provider name (its scheme must be stripe or mercadopago).
+    pub provider: &'a str,
+    /// Minor units (> 0).
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: &'a str,
+    /// The merchant's customer reference.
+    pub customer: Option<&'a str>,
+    /// Free text.
+    pub description: Option<&'a str>,
+}
+
+const COLUMNS: &str = "id, public_id, provider, amount, currency, customer, description, status, \
+                       provider_payment_id, refunded, created_at";
+
+/// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
+pub fn charge_key(intent_id: i64) -> String {
+    format!("hookline-intent-{intent_id}")
+}
+
+/// The gateway idempotency key of a refund.
+pub fn refund_key(refund_id: i64) -> String {
+    format!("hookline-refund-{refund_id}")
+}
+
+/// Creates an intent and its outbound charge request in the caller's transaction.
+pub async fn create_intent(
+    tx: &mut PgConnection,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
+    let intent: Intent = sqlx::query_as(&format!(
+        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description)
+         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5)
+         RETURNING {COLUMNS}"
+    ))
+    .bind(new.provider)
+    .bind(new.amount)
+    .bind(new.currency)
+    .bind(new.customer)
+    .bind(new.description)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::outbox::enqueue(
+        &mut *tx,
+        crate::outbox::Kind::Charge,
+        intent.id,
+        None,
+        &intent.provider,
+        &charge_key(intent.id),
+    )
+    .await?;
+    Ok(intent)
+}
+
+/// An intent by its public id.
+pub async fn get_by_public_id(
+    conn: &mut PgConnection,
+    public_id: &str,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1"
+    ))
+    .bind(public_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// An intent by its internal id.
+pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM payment_intents WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
+/// `succeeded` intent is never moved back by a late `processing` answer).
+pub async fn record_gateway_answer(
+    conn: &mut PgConnection,
+    intent_id: i64,
+    provider_payment_id: Option<&str>,
+    status: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE payment_intents
+            SET provider_payment_id = coalesce(provider_payment_id, $2),
+                status = CASE WHEN status IN ('succeeded', 'failed') THEN status ELSE $3 END,
+                updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(intent_id)
+    .bind(provider_payment_id)
+    .bind(status)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A provider's webhook completed the payment: the intent linked to it follows (called by the worker in the
+/// payment's transaction). Returns whether an intent was linked.
+pub async fn complete_from_payment(
+    conn: &mut PgConnection,
+    provider: &str,
+    provider_payment_id: &str,
+    status: &str,
+) -> Result<bool, sqlx::Error> {
+    let n = sqlx::query(
+        "UPDATE payment_intents SET status = $3, updated_at = now()
+          WHERE provider = $1 AND provider_payment_id = $2 AND status NOT IN ('succeeded', 'failed')",
+    )
+    .bind(provider)
+    .bind(provider_payment_id)
+    .bind(status)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(n > 0)
+}
+
+/// Why a refund cannot be requested.
+#[derive(Debug, thiserror::Error)]
+pub enum RefundError {
+    /// No such intent.
+    #[error("no payment intent {0}")]
+    UnknownIntent(String),
+    /// The intent has not succeeded (nothing captured yet).
+    #[error("payment intent {0} has not succeeded; nothing to refund")]
+    NotCaptured(String),
+    /// The amount would take the refunds beyond what was captured.
+    #[error("refunding {amount} would exceed what is left ({left})")]
+    AboveCaptured {
+        /// Requested.
+        amount: i64,
+        /// Still refundable.
+        left: i64,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Requests a refund of `amount` on intent `public_id`, in the caller's transaction: the refund record, the
+/// intent's `refunded` counter (the database refuses going above the amount, also under concurrent requests:
+/// the UPDATE's condition and the CHECK decide) and the outbound request.
+pub async fn request_refund(
+    tx: &mut PgConnection,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    let row: Option<(i64, String, String)> = sqlx::query_as(
+        "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
+          WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
+          RETURNING id, provider, status",
+    )
+    .bind(public_id)
+    .bind(amount)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((intent_id, provider, _)) = row else {
+        let intent: Option<(String, i64, i64)> =
+            sqlx::query_as("SELECT status, amount, refunded FROM payment_intents WHERE public_id = $1")
+                .bind(public_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        return Err(match intent {
+            None => RefundError::UnknownIntent(public_id.to_owned()),
+            Some((status, _, _)) if status != "succeeded" => {
+                RefundError::NotCaptured(public_id.to_owned())
+            }
+            Some((_, total, refunded)) => RefundError::AboveCaptured {
+                amount,
+                left: total - refunded,
+            },
+        });
+    };
+    let refund_id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbound_refunds (intent_id, amount, reason) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(intent_id)
+    .bind(amount)
+    .bind(reason)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::outbox::enqueue(
+        &mut *tx,
+        crate::outbox::Kind::Refund,
+        intent_id,
+        Some(refund_id),
+        &provider,
+        &refund_key(refund_id),
+    )
+    .await?;
+    Ok(refund_id)
+}
