@@ -86,6 +86,8 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     /// `[sandbox]`: the local Stripe / Mercado Pago double (`hookline sandbox`).
     pub sandbox: SandboxConfig,
+    /// `[api]`: the merchant-facing API on its own listener; `None` (section absent) = no API.
+    pub api: Option<ApiConfig>,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -253,6 +255,8 @@ struct RawConfig {
     reconcile: RawReconcile,
     #[serde(default)]
     sandbox: RawSandbox,
+    #[serde(default)]
+    api: Option<RawApi>,
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
 }
@@ -428,6 +432,10 @@ impl Config {
         }
         let edge = Self::edge(raw.edge)?;
         let sandbox = Self::sandbox(raw.sandbox, edge.listen)?;
+        let api = match raw.api {
+            Some(a) => Some(Self::api(a, edge.listen, env)?),
+            None => None,
+        };
         Ok(Config {
             database_url: SecretString::from(database_url),
             amqp_url: SecretString::from(amqp_url),
@@ -438,6 +446,7 @@ impl Config {
             retention: Self::retention(raw.retention)?,
             reconcile: Self::reconcile(raw.reconcile)?,
             sandbox,
+            api,
             providers,
         })
     }
@@ -783,6 +792,64 @@ impl Config {
         })
     }
 
+    fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, ConfigError> {
+        let text = a
+            .listen
+            .ok_or_else(|| ConfigError::invalid("api.listen", "is required"))?;
+        let listen: SocketAddr = text.parse().map_err(|_| {
+            ConfigError::invalid(
+                "api.listen",
+                format!("'{text}' is not an address like 127.0.0.1:8081"),
+            )
+        })?;
+        if listen == edge_listen && listen.port() != 0 {
+            return Err(ConfigError::invalid(
+                "api.listen",
+                "must differ from edge.listen: the providers' listener never serves the API",
+            ));
+        }
+        let keys_raw = a.keys.unwrap_or_default();
+        if keys_raw.is_empty() {
+            return Err(ConfigError::invalid(
+                "api.keys",
+                "at least one key is required",
+            ));
+        }
+        let mut keys: Vec<SecretString> = Vec::with_capacity(keys_raw.len());
+        for (i, k) in keys_raw.into_iter().enumerate() {
+            let f = format!("api.keys[{i}]");
+            let value = match k.strip_prefix("env:") {
+                Some(var) => env.var(var).ok_or_else(|| {
+                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
+                })?,
+                None => k,
+            };
+            // A Bearer token: visible ASCII only, so it travels in a header unchanged.
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(ConfigError::invalid(
+                    &f,
+                    "must be a non-empty token of visible ASCII characters (no spaces)",
+                ));
+            }
+            if keys.iter().any(|seen| seen.expose_secret() == value) {
+                return Err(ConfigError::invalid(
+                    &f,
+                    "repeats an earlier key (each key is its own client)",
+                ));
+            }
+            keys.push(SecretString::from(value));
+        }
+        Ok(ApiConfig {
+            listen,
+            keys,
+            idempotency_window: Duration::from_secs(positive(
+                a.idempotency_window_secs,
+                86_400,
+                "api.idempotency_window_secs",
+            )?),
+        })
+    }
+
     fn sandbox(s: RawSandbox, edge_listen: SocketAddr) -> Result<SandboxConfig, ConfigError> {
         let edge_url = match s.edge_url {
             Some(text) => {
@@ -859,6 +926,36 @@ struct RawSandbox {
     webhook_max_attempts: Option<u32>,
 }
 
+/// `[api]`: the merchant-facing API (payment intents, refunds), served on its own listener.
+#[derive(Clone)]
+pub struct ApiConfig {
+    /// Address of the API listener (never the providers' `edge.listen`).
+    pub listen: SocketAddr,
+    /// Accepted Bearer tokens (`env:VAR` allowed); a key's index is its client identity. Never logged.
+    pub keys: Vec<SecretString>,
+    /// How long an `Idempotency-Key` and its stored response are kept (default 24 h).
+    pub idempotency_window: Duration,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    // Written by hand so the number of keys is visible but never their values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("listen", &self.listen)
+            .field("keys", &format_args!("[{} redacted]", self.keys.len()))
+            .field("idempotency_window", &self.idempotency_window)
+            .finish()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    listen: Option<String>,
+    keys: Option<Vec<String>>,
+    idempotency_window_secs: Option<u64>,
+}
+
 /// A positive number or its default; zero is refused with the field's name.
 fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, ConfigError> {
     match value {
@@ -927,6 +1024,49 @@ mod tests {
         let message =
             err("[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_token = \"t\"\n");
         assert!(message.contains("required when api_token"), "{message}");
+    }
+
+    #[test]
+    fn api_section_is_optional_validated_and_its_keys_redacted() {
+        assert!(Config::from_toml_str("", "t", &NO_ENV)
+            .unwrap()
+            .api
+            .is_none());
+        let env = [("API_KEY_2", "sk_hl_second_SUPERSECRET")];
+        let c = Config::from_toml_str(
+            "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"sk_hl_first_SUPERSECRET\", \"env:API_KEY_2\"]\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let api = c.api.as_ref().unwrap();
+        assert_eq!(api.listen.to_string(), "127.0.0.1:8081");
+        assert_eq!(api.keys[1].expose_secret(), "sk_hl_second_SUPERSECRET");
+        assert_eq!(api.idempotency_window, Duration::from_secs(86_400));
+        assert!(!format!("{c:?}").contains("SUPERSECRET"));
+        assert_eq!(
+            err("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = []"),
+            "api.keys: at least one key is required"
+        );
+        assert!(err("[api]\nkeys = [\"k\"]").starts_with("api.listen:"));
+        assert!(
+            err("[api]\nlisten = \"127.0.0.1:8080\"\nkeys = [\"k\"]").starts_with("api.listen:")
+        );
+        assert!(
+            err("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"a b\"]").starts_with("api.keys[0]:")
+        );
+        assert!(
+            err("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"k\", \"k\"]")
+                .starts_with("api.keys[1]:")
+        );
+        assert!(
+            err("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"env:NOPE_NOT_SET\"]")
+                .starts_with("api.keys[0]: environment variable")
+        );
+        assert!(err(
+            "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"k\"]\nidempotency_window_secs = 0"
+        )
+        .starts_with("api.idempotency_window_secs:"));
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! provider's signature over those exact bytes, stores the event in PostgreSQL where a UNIQUE constraint decides
 //! duplicates, and answers: 200 once the row is committed (also for duplicates), 400 for input that retrying will
 //! not fix, 503 when the database is unavailable so the provider retries.
+//!
+//! With an `[api]` section it also serves the merchant-facing API ([`api`]) on a second listener.
 
+pub mod api;
 mod error;
 mod routes;
 mod startup;

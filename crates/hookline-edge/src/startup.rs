@@ -43,6 +43,8 @@ pub struct Application {
     relay: Option<(CancellationToken, std::thread::JoinHandle<()>)>,
     liveness: Liveness,
     server_handle: actix_web::dev::ServerHandle,
+    /// The merchant API's server, when `[api]` is configured (its own listener).
+    api: Option<crate::api::ApiServer>,
 }
 
 impl Application {
@@ -99,13 +101,25 @@ impl Application {
             } else {
                 (None, None)
             };
+        let providers: HashMap<String, ProviderConfig> = config
+            .providers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // The merchant API: a second listener with its own routes; the providers' listener never serves it.
+        let api = match &config.api {
+            Some(api) => Some(crate::api::start(
+                api,
+                &config.edge,
+                &config.database_url,
+                providers.clone(),
+                &supervisor,
+            )?),
+            None => None,
+        };
         let state = web::Data::new(AppState {
             pool: pool.clone(),
-            providers: config
-                .providers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            providers,
             edge: config.edge.clone(),
             metrics,
             relay: relay_handle,
@@ -135,10 +149,11 @@ impl Application {
         }
         let server = server.run();
         let handle = server.handle();
+        let api_handle = api.as_ref().map(|a| a.handle.clone());
         tokio::spawn(async move {
             hookline_core::supervisor::wait_for_shutdown_signal().await;
             tracing::info!("shutdown requested; finishing in-flight requests");
-            handle.stop(true).await;
+            futures::future::join(handle.stop(true), stop_api(api_handle)).await;
         });
         tracing::info!(
             listen = %config.edge.listen,
@@ -153,12 +168,18 @@ impl Application {
             pool,
             relay,
             liveness,
+            api,
         })
     }
 
     /// The bound port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The merchant API's bound port, when `[api]` is configured.
+    pub fn api_port(&self) -> Option<u16> {
+        self.api.as_ref().map(|a| a.port)
     }
 
     /// Serves until SIGTERM/SIGINT (actix stops accepting, then lets in-flight requests finish within
@@ -169,12 +190,33 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let liveness = self.liveness.clone();
         let handle = self.server_handle.clone();
+        let api_handle = self.api.as_ref().map(|a| a.handle.clone());
+        let watchdog_api = api_handle.clone();
         let watchdog = tokio::spawn(async move {
             liveness.fatal().await;
             tracing::error!(dead_tasks = ?liveness.dead_tasks(), "a supervised task is dead; stopping the edge");
-            handle.stop(true).await;
+            futures::future::join(handle.stop(true), stop_api(watchdog_api)).await;
         });
-        let mut result = self.server.await.context("HTTP server failed");
+        // Both listeners live and stop together: when one server ends, the other is stopped the same way.
+        let main_handle = self.server_handle.clone();
+        let main = async {
+            let r = self.server.await.context("HTTP server failed");
+            stop_api(api_handle).await;
+            r
+        };
+        let api = async {
+            match self.api {
+                Some(api) => {
+                    let r = api.server.await.context("API server failed");
+                    api.prune.cancel();
+                    main_handle.stop(true).await;
+                    r
+                }
+                None => Ok(()),
+            }
+        };
+        let (main_result, api_result) = futures::future::join(main, api).await;
+        let mut result = main_result.and(api_result);
         watchdog.abort();
         let dead = self.liveness.dead_tasks();
         if result.is_ok() && !dead.is_empty() {
@@ -194,5 +236,12 @@ impl Application {
         self.pool.close().await;
         tracing::info!("edge stopped");
         result
+    }
+}
+
+/// Stops the API server gracefully, if there is one.
+async fn stop_api(handle: Option<actix_web::dev::ServerHandle>) {
+    if let Some(handle) = handle {
+        handle.stop(true).await;
     }
 }
