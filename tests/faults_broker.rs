@@ -30,6 +30,23 @@ fn assert_edge_always_2xx(report: &LoadReport) {
     );
 }
 
+/// Waits until the worker and the relay have each connected `n` times (the first start included).
+async fn reconnected(c: &Cluster, n: usize) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let sessions = c.log_messages("worker", "worker consuming").len();
+        let relay = c.log_messages("edge", "relay connected").len();
+        if sessions >= n && relay >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reconnected {n} times within {WAIT:?}: worker {sessions}, relay {relay}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `rabbitmqctl close_all_connections`, twice during load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn connections_closed_twice_during_load() {
@@ -41,8 +58,12 @@ async fn connections_closed_twice_during_load() {
     let run = Load::new("cc", 240).rate(60.0).start(&c.base);
     run.progress.wait_acked(60, WAIT).await;
     rabbitmqctl(&["close_all_connections", "fault test: connection loss 1"]).await;
+    // The second loss only counts once both have come back from the first (on a loaded machine the relay may
+    // still be reconnecting, and one reconnection would then cover both losses).
+    reconnected(&c, 2).await;
     run.progress.wait_acked(140, WAIT).await;
     rabbitmqctl(&["close_all_connections", "fault test: connection loss 2"]).await;
+    reconnected(&c, 3).await;
     let report = run.finish().await;
     assert_edge_always_2xx(&report);
     c.check(&[&report]).await;

@@ -38,7 +38,16 @@ pub struct Report {
     providers: Vec<ProviderStatus>,
     totals: ProviderStatus,
     queues: Queues,
+    outbound: Outbound,
     attention: Vec<String>,
+}
+
+/// Requests to the gateway (the outbox of charges and refunds).
+#[derive(Debug, Serialize)]
+pub struct Outbound {
+    pending: i64,
+    failed: i64,
+    oldest_pending_secs: Option<f64>,
 }
 
 /// Runs `hookline status`.
@@ -89,7 +98,24 @@ pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode>
     if let Some(e) = &queues.error {
         attention.push(format!("RabbitMQ: {e}"));
     }
+    let (pending, failed, oldest_pending_secs) = hookline_core::outbox::summary(&pool).await?;
+    let outbound = Outbound {
+        pending,
+        failed,
+        oldest_pending_secs,
+    };
+    if failed > 0 {
+        attention.push(format!(
+            "{failed} request(s) to the gateway failed for good: see outbound_requests.last_error"
+        ));
+    }
+    if let Some(age) = oldest_pending_secs.filter(|a| *a > 300.0) {
+        attention.push(format!(
+            "{pending} request(s) to the gateway pending, oldest {age:.0}s: is a dispatcher running and the gateway up?"
+        ));
+    }
     let report = Report {
+        outbound,
         providers,
         totals,
         queues,
@@ -175,6 +201,15 @@ fn print_table(r: &Report) {
         "queues: payments ready {}, dead-letter ready {}",
         show(r.queues.payments_ready),
         show(r.queues.dead_letter_ready)
+    );
+    println!(
+        "outbound: {} pending{}, {} failed",
+        r.outbound.pending,
+        r.outbound
+            .oldest_pending_secs
+            .map(|s| format!(" (oldest {s:.0}s)"))
+            .unwrap_or_default(),
+        r.outbound.failed
     );
     if r.attention.is_empty() {
         println!("status: OK");
