@@ -6,6 +6,7 @@
 
 mod dlq;
 mod ops;
+mod outbound;
 mod purge;
 mod reconcile;
 mod replay;
@@ -64,6 +65,17 @@ enum Command {
     Sandbox(sandbox::SandboxArgs),
     /// Compare the provider's record (its API) with what was stored, and store what never arrived.
     Reconcile(reconcile::ReconcileArgs),
+    /// Manage the subscriptions billed through hookline.
+    #[command(subcommand)]
+    Subscriptions(outbound::SubscriptionsCommand),
+    /// Billing runs: charge every active subscription once per cycle.
+    #[command(subcommand)]
+    Billing(outbound::BillingCommand),
+    /// Request a refund of a payment intent (sent to the gateway by the dispatcher).
+    Refund(outbound::RefundArgs),
+    /// Run the outbound dispatcher on its own (it also runs inside hookline-worker): send queued charges and
+    /// refunds to the gateways, with the same idempotency key on every attempt, until SIGTERM/SIGINT.
+    Dispatch(outbound::DispatchArgs),
 }
 
 /// Parses the arguments, runs the command and maps the result to an exit code.
@@ -103,6 +115,10 @@ pub fn main() -> ExitCode {
             Command::Simulate(args) => simulate::run(&config, &args).await,
             Command::Sandbox(args) => sandbox::run(&config, &args).await,
             Command::Reconcile(args) => reconcile::run(&config, &args).await,
+            Command::Subscriptions(cmd) => outbound::subscriptions(&config, &cmd).await,
+            Command::Billing(cmd) => outbound::billing(&config, &cmd).await,
+            Command::Refund(args) => outbound::refund(&config, &args).await,
+            Command::Dispatch(args) => outbound::dispatch(&config, &args).await,
         }
     });
     match result {

@@ -237,6 +237,38 @@ pub async fn request_refund(
     Ok(refund_id)
 }
 
+/// What the dispatcher needs of a refund: `(intent_id, amount, status)`.
+pub async fn get_refund(
+    conn: &mut PgConnection,
+    refund_id: i64,
+) -> Result<Option<(i64, i64, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT intent_id, amount, status FROM outbound_refunds WHERE id = $1")
+        .bind(refund_id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Records the gateway's answer to a refund: its refund id (kept once known) and the refund's status
+/// (`succeeded`, `failed` or `needs_attention`).
+pub async fn record_refund_answer(
+    conn: &mut PgConnection,
+    refund_id: i64,
+    provider_refund_id: Option<&str>,
+    status: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outbound_refunds
+            SET provider_refund_id = coalesce(provider_refund_id, $2), status = $3, updated_at = now()
+          WHERE id = $1",
+    )
+    .bind(refund_id)
+    .bind(provider_refund_id)
+    .bind(status)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// What [`claim_idempotency_key`] found for `(client, key)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyClaim {

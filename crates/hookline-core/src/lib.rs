@@ -6,6 +6,7 @@ pub mod consumers;
 pub mod db;
 pub mod dead_letters;
 pub mod events;
+pub mod billing;
 pub mod intents;
 pub mod markers;
 pub mod outbox;

@@ -5,6 +5,7 @@
 //! after the commit. A redelivery finds the marker and changes nothing.
 
 pub mod consumer;
+pub mod dispatch;
 pub mod handler;
 pub mod health;
 pub mod payments;
@@ -86,6 +87,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 .await
         })
     };
+    // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
+    // HOOKLINE_DISPATCHER=off.
+    let dispatcher = dispatch_enabled().then(|| {
+        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
+        let dispatcher = dispatch::Dispatcher::from_config(
+            worker.pool().clone(),
+            &config,
+            dispatch::DispatchSettings::from_env(),
+        );
+        tokio::spawn(async move {
+            supervisor
+                .run("dispatcher", cancel.clone(), |_| {
+                    let (dispatcher, cancel) = (dispatcher.clone(), cancel.clone());
+                    async move { dispatcher.run(cancel).await }
+                })
+                .await
+        })
+    });
     let server = match config.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
@@ -108,8 +127,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     cancel.cancel();
     purge.await.ok();
     reconcile.await.ok();
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.await.ok();
+    }
     if let Some(server) = server {
         server.stop(true).await;
     }
     result
+}
+
+/// Whether the worker runs the outbound dispatcher (`HOOKLINE_DISPATCHER` unset, or anything but
+/// `off`/`0`/`false`).
+fn dispatch_enabled() -> bool {
+    !std::env::var("HOOKLINE_DISPATCHER").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "off" | "0" | "false"
+        )
+    })
 }

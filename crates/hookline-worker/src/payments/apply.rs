@@ -459,6 +459,16 @@ async fn apply_payment(
     .bind(current.as_str())
     .execute(&mut *tx)
     .await?;
+    // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
+    let intent_status = match status {
+        PaymentStatus::Succeeded => Some("succeeded"),
+        PaymentStatus::Failed | PaymentStatus::Canceled => Some("failed"),
+        _ => None,
+    };
+    if let Some(intent_status) = intent_status {
+        hookline_core::intents::complete_from_payment(tx, provider, payment_ref, intent_status)
+            .await?;
+    }
     if status != PaymentStatus::Succeeded {
         return Ok((OutcomeKind::Applied, None));
     }

@@ -1,0 +1,304 @@
+//! The outbound direction from the command line: `hookline subscriptions …`, `hookline billing run`,
+//! `hookline refund` and `hookline dispatch` (the dispatcher on its own; it also runs inside `hookline-worker`).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use hookline_core::billing::{self, RunSummary};
+use hookline_core::intents::{self, RefundError};
+use hookline_core::Config;
+use hookline_signature::Scheme;
+use hookline_worker::dispatch::{DispatchSettings, Dispatcher};
+
+use crate::ops;
+
+/// `hookline subscriptions …`.
+#[derive(Subcommand, Debug)]
+pub enum SubscriptionsCommand {
+    /// Create an active subscription; prints its id.
+    Add {
+        /// Configured provider (stripe or mercadopago scheme)
+        #[arg(long)]
+        provider: String,
+        /// The merchant's customer reference (an e-mail for Mercado Pago)
+        #[arg(long)]
+        customer: String,
+        /// Amount charged per cycle, in minor units (cents)
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000_000_000))]
+        amount: i64,
+        /// ISO 4217 currency (e.g. brl)
+        #[arg(long)]
+        currency: String,
+    },
+    /// List the subscriptions.
+    List {
+        /// JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a subscription: later cycles do not charge it.
+    Cancel {
+        /// Subscription id
+        id: i64,
+    },
+}
+
+/// `hookline billing …`.
+#[derive(Subcommand, Debug)]
+pub enum BillingCommand {
+    /// Charge every active subscription for one cycle, exactly once however often (or however many at once)
+    /// it runs: each charge claims (subscription, cycle) in the transaction that creates its payment intent.
+    /// The dispatcher sends the charges. Exit codes: 0 ok, 1 some subscription needs attention, 2 usage.
+    Run(BillingRunArgs),
+}
+
+/// Arguments of `hookline billing run`.
+#[derive(Args, Debug)]
+pub struct BillingRunArgs {
+    /// The billing cycle, YYYY-MM
+    #[arg(long)]
+    cycle: String,
+    /// Report what would be charged; change nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the summary as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `hookline refund`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Records the refund and queues it for the dispatcher in one transaction. Refunds never exceed what was \
+captured, also when requested concurrently. Exit codes: 0 requested (prints the refund id), 1 refused (not \
+captured, above what is left, unknown payment), 2 usage.")]
+pub struct RefundArgs {
+    /// The payment intent's public id (pi_hl_…)
+    payment: String,
+    /// Amount to refund, in minor units (cents)
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000_000_000))]
+    amount: i64,
+    /// Why (kept with the refund)
+    #[arg(long)]
+    reason: String,
+}
+
+/// Arguments of `hookline dispatch`.
+#[derive(Args, Debug)]
+pub struct DispatchArgs {
+    /// Send what is due now and exit instead of running until stopped
+    #[arg(long)]
+    once: bool,
+    /// Timeout of one gateway request, seconds
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    request_timeout_secs: u64,
+}
+
+fn chargeable(config: &Config, provider: &str) -> Result<(), String> {
+    match config.providers.get(provider) {
+        None => Err(format!("no provider named {provider:?} is configured")),
+        Some(p) if !matches!(p.scheme, Scheme::Stripe | Scheme::MercadoPago) => Err(format!(
+            "provider {provider:?} is not a stripe or mercadopago provider"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Runs `hookline subscriptions …`.
+pub async fn subscriptions(
+    config: &Config,
+    cmd: &SubscriptionsCommand,
+) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SubscriptionsCommand::Add {
+            provider,
+            customer,
+            amount,
+            currency,
+        } => {
+            if let Err(why) = chargeable(config, provider) {
+                eprintln!("error: {why}");
+                return Ok(ExitCode::from(2));
+            }
+            let currency = currency.trim().to_ascii_lowercase();
+            if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
+                eprintln!(
+                    "error: --currency must be a three-letter ISO 4217 code, not {currency:?}"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            let customer = customer.trim();
+            if customer.is_empty() || customer.chars().count() > 200 {
+                eprintln!("error: --customer must be 1 to 200 characters");
+                return Ok(ExitCode::from(2));
+            }
+            let pool = ops::pool(config).await?;
+            let mut conn = pool.acquire().await?;
+            let id = billing::add(&mut conn, provider, customer, *amount, &currency).await?;
+            println!("{id}");
+            Ok(ExitCode::SUCCESS)
+        }
+        SubscriptionsCommand::List { json } => {
+            let pool = ops::pool(config).await?;
+            let mut conn = pool.acquire().await?;
+            let subs = billing::list(&mut conn).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&subs)?);
+            } else {
+                println!(
+                    "{:>6}  {:<12}  {:<30}  {:>14}  {:<3}  {:<8}",
+                    "ID", "PROVIDER", "CUSTOMER", "AMOUNT", "CUR", "STATUS"
+                );
+                for s in subs {
+                    println!(
+                        "{:>6}  {:<12}  {:<30}  {:>14}  {:<3}  {:<8}",
+                        s.id, s.provider, s.customer, s.amount, s.currency, s.status
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SubscriptionsCommand::Cancel { id } => {
+            let pool = ops::pool(config).await?;
+            let mut conn = pool.acquire().await?;
+            match billing::cancel(&mut conn, *id).await? {
+                Some(true) => println!("subscription {id} canceled"),
+                Some(false) => println!("subscription {id} was already canceled"),
+                None => {
+                    eprintln!("error: no subscription {id}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Runs `hookline billing …`.
+pub async fn billing(config: &Config, cmd: &BillingCommand) -> anyhow::Result<ExitCode> {
+    let BillingCommand::Run(args) = cmd;
+    if !billing::valid_cycle(&args.cycle) {
+        eprintln!(
+            "error: --cycle must be YYYY-MM (month 01-12), not {:?}",
+            args.cycle
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let pool = ops::pool(config).await?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} subscriptions  {per_sec}  eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let provider_ok = |p: &str| {
+        chargeable(config, p).is_ok()
+            && config
+                .providers
+                .get(p)
+                .is_some_and(|c| c.api_base.is_some())
+    };
+    let summary = billing::run_cycle(
+        &pool,
+        &args.cycle,
+        args.dry_run,
+        provider_ok,
+        |done, total| {
+            if let Some(pb) = &bar {
+                pb.set_length(total);
+                pb.set_position(done);
+            }
+        },
+    )
+    .await?;
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    print_summary(&summary, args.json)?;
+    Ok(if summary.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_summary(summary: &RunSummary, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(summary)?);
+        return Ok(());
+    }
+    let verb = if summary.dry_run {
+        "would charge"
+    } else {
+        "charged"
+    };
+    println!(
+        "cycle {}: {verb} {}, already claimed {}, canceled skipped {}, needs attention {}",
+        summary.cycle,
+        summary.charged,
+        summary.already_claimed,
+        summary.canceled_skipped,
+        summary.errors.len()
+    );
+    for e in &summary.errors {
+        println!("  needs attention: {e}");
+    }
+    Ok(())
+}
+
+/// Runs `hookline refund`.
+pub async fn refund(config: &Config, args: &RefundArgs) -> anyhow::Result<ExitCode> {
+    let reason = args.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 500 {
+        eprintln!("error: --reason must be 1 to 500 characters");
+        return Ok(ExitCode::from(2));
+    }
+    let pool = ops::pool(config).await?;
+    let mut tx = pool.begin().await?;
+    match intents::request_refund(&mut tx, &args.payment, args.amount, reason).await {
+        Ok(id) => {
+            tx.commit().await?;
+            println!("{id}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(RefundError::Database(e)) => Err(e.into()),
+        Err(refused) => {
+            tx.rollback().await.ok();
+            eprintln!("refused: {refused}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// Runs `hookline dispatch`.
+pub async fn dispatch(config: &Config, args: &DispatchArgs) -> anyhow::Result<ExitCode> {
+    let pool = ops::pool(config).await?;
+    let settings = DispatchSettings {
+        request_timeout: Duration::from_secs(args.request_timeout_secs),
+        ..DispatchSettings::default()
+    };
+    let dispatcher = Dispatcher::from_config(pool, config, settings);
+    if args.once {
+        let mut total = 0;
+        loop {
+            let n = dispatcher.dispatch_once().await?;
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        println!("sent {total} requests");
+        return Ok(ExitCode::SUCCESS);
+    }
+    dispatcher
+        .run(hookline_core::supervisor::shutdown_signal())
+        .await?;
+    Ok(ExitCode::SUCCESS)
+}

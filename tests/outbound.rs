@@ -1,0 +1,646 @@
+//! The outbound direction end to end: payment intents and refunds sent to the provider sandbox by the real
+//! dispatcher (`hookline_worker::dispatch`), billing runs, and the webhook that completes the intent through the
+//! real pipeline (edge + relay + worker on PostgreSQL and RabbitMQ). Charges are counted at the gateway
+//! (`sandbox.control().charges()`), postings in the ledger.
+//!
+//! The dispatcher crash between sending and recording is emulated in-process (fail points are process-global
+//! and these tests run in parallel): the request is claimed with a 1 s lease and sent with
+//! [`Dispatcher::send`] but never recorded; once the lease has expired the real dispatcher claims it again.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use hookline_core::billing::{self, Billed};
+use hookline_core::intents::{self, Intent, NewIntent, RefundError};
+use hookline_core::outbox;
+use hookline_sandbox::{
+    FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme,
+};
+use hookline_tests::*;
+use hookline_worker::dispatch::{Answer, DispatchSettings, Dispatcher};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(90);
+const MP_TOKEN: &str = "TEST-mp-access-token";
+const STRIPE_KEY: &str = "sk_test_sandbox_key";
+
+/// A pipeline whose `mp` and `st` providers call the sandbox, and the sandbox sending their webhooks to it
+/// (as `tests/provider_api.rs` starts it).
+async fn start() -> (TestPipeline, RunningSandbox) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let sandbox_port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let api = format!("http://127.0.0.1:{sandbox_port}");
+    let tail = format!(
+        "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
+         api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
+         [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
+         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
+    );
+    let p = TestPipeline::start_with(&tail).await;
+    let mut settings = SandboxSettings::new(
+        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
+        p.edge.base.parse().expect("edge url"),
+        vec![
+            SandboxProvider {
+                name: "mp".into(),
+                scheme: Scheme::MercadoPago,
+                webhook_secret: b"mp_sandbox_secret".to_vec(),
+                api_token: Some(MP_TOKEN.into()),
+            },
+            SandboxProvider {
+                name: "st".into(),
+                scheme: Scheme::Stripe,
+                webhook_secret: b"whsec_sandbox".to_vec(),
+                api_token: Some(STRIPE_KEY.into()),
+            },
+        ],
+    );
+    settings.seed = 11;
+    settings.webhook_backoff = Duration::from_millis(100);
+    settings.webhook_max_backoff = Duration::from_millis(500);
+    let sandbox = Sandbox::start(settings).await.expect("sandbox");
+    (p, sandbox)
+}
+
+/// The real dispatcher with fast retries (the production schedule is 1 s … 5 min).
+fn dispatcher(p: &TestPipeline) -> Dispatcher {
+    Dispatcher::from_config(
+        p.pool().clone(),
+        &p.config,
+        DispatchSettings {
+            idle_interval: Duration::from_millis(50),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(10),
+            ..DispatchSettings::default()
+        },
+    )
+}
+
+/// Runs a dispatcher in the background until the returned token is cancelled.
+fn spawn_dispatcher(p: &TestPipeline) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let cancel = CancellationToken::new();
+    let d = dispatcher(p);
+    let token = cancel.clone();
+    let task = tokio::spawn(async move {
+        d.run(token).await.expect("dispatcher");
+    });
+    (cancel, task)
+}
+
+async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: &str) -> Intent {
+    let mut tx = p.pool().begin().await.unwrap();
+    let intent = intents::create_intent(
+        &mut tx,
+        &NewIntent {
+            provider,
+            amount,
+            currency: "brl",
+            customer: Some(customer),
+            description: Some("pedido 42"),
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    intent
+}
+
+async fn intent(p: &TestPipeline, id: i64) -> Intent {
+    let mut conn = p.pool().acquire().await.unwrap();
+    intents::get(&mut conn, id).await.unwrap().expect("intent")
+}
+
+async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(p.pool())
+        .await
+        .expect(sql)
+}
+
+async fn settle(p: &TestPipeline, what: &str, sql: &str, want: i64) {
+    let pool = p.pool().clone();
+    wait_until(WAIT, what, || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n == want)
+        }
+    })
+    .await;
+}
+
+async fn outbox_drained(p: &TestPipeline) {
+    settle(
+        p,
+        "every outbound request sent",
+        "SELECT count(*) FROM outbound_requests WHERE status = 'pending'",
+        0,
+    )
+    .await;
+}
+
+fn gateway_charges(sandbox: &RunningSandbox, provider: &str) -> usize {
+    sandbox
+        .control()
+        .charges()
+        .provider(provider)
+        .expect("provider")
+        .charges
+}
+
+/// The gateway charges but its answer is lost: the dispatcher retries with the same key, the gateway replays
+/// its first answer, and there is ONE charge; the intent gets the gateway's payment id, the webhook completes
+/// it, and the ledger holds one posting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_answer_is_retried_with_the_same_key_and_charges_once() {
+    let (p, sandbox) = start().await;
+    let worker = p.spawn_worker();
+    sandbox
+        .control()
+        .arm_fault(FaultSpec {
+            method: Some("POST".into()),
+            ..FaultSpec::next("/v1/payment_intents", 1, FaultAction::DropResponse)
+        })
+        .expect("arm");
+    let st = create_intent(&p, "st", 2500, "cliente-1").await;
+    let mp_before = gateway_charges(&sandbox, "mp");
+    sandbox
+        .control()
+        .arm_fault(FaultSpec {
+            method: Some("POST".into()),
+            ..FaultSpec::next("/v1/payments", 1, FaultAction::DropResponse)
+        })
+        .expect("arm");
+    let mp = create_intent(&p, "mp", 4250, "cliente@example.com.br").await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+
+    for (provider, i, key_charges) in [("st", &st, 1u32), ("mp", &mp, 1u32)] {
+        let now = intent(&p, i.id).await;
+        let payment = now
+            .provider_payment_id
+            .clone()
+            .expect("the gateway's payment id");
+        assert_eq!(now.status, "succeeded", "{now:?}");
+        let report = sandbox.control().charges();
+        let key = report
+            .key(provider, &intents::charge_key(i.id))
+            .expect("key stats")
+            .clone();
+        assert!(key.requests >= 2, "{provider}: retried: {key:?}");
+        assert_eq!(key.executed, 1, "{provider}: {key:?}");
+        assert_eq!(key.charges, key_charges, "{provider}: {key:?}");
+        let attempts: i32 =
+            sqlx::query_scalar("SELECT attempts FROM outbound_requests WHERE intent_id = $1")
+                .bind(i.id)
+                .fetch_one(p.pool())
+                .await
+                .unwrap();
+        assert!(attempts >= 2, "{attempts}");
+        // The webhook reaches the worker: one payment posting, referencing the gateway's id.
+        let pool = p.pool().clone();
+        wait_until(WAIT, "the payment posted", || {
+            let (pool, payment) = (pool.clone(), payment.clone());
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM ledger_transactions
+                      WHERE provider = $1 AND kind = 'payment' AND reference = $2",
+                )
+                .bind(provider)
+                .bind(&payment)
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n == 1)
+            }
+        })
+        .await;
+    }
+    assert_eq!(gateway_charges(&sandbox, "st"), 1);
+    assert_eq!(gateway_charges(&sandbox, "mp"), mp_before + 1);
+    p.drain(WAIT).await;
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM ledger_transactions WHERE kind = 'payment'"
+        )
+        .await,
+        2
+    );
+    assert_ledger_balanced(p.pool()).await;
+    cancel.cancel();
+    task.await.unwrap();
+    worker.stop().await;
+    sandbox.stop().await;
+}
+
+/// The dispatcher dies between the gateway's answer and recording it (emulated: claimed with a 1 s lease,
+/// sent, never recorded). After the lease expires the real dispatcher sends it again with the same key: ONE
+/// charge at the gateway, and the intent is recorded from the replayed answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dispatcher_killed_between_send_and_record_charges_once() {
+    let (p, sandbox) = start().await;
+    let worker = p.spawn_worker();
+    let st = create_intent(&p, "st", 1990, "cliente-2").await;
+    let mp = create_intent(&p, "mp", 5000, "c@example.com").await;
+    let d = dispatcher(&p);
+    let claimed = outbox::claim_due(p.pool(), 16, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    for c in &claimed {
+        let answer = d.send(c).await.unwrap();
+        assert!(matches!(answer, Answer::Accepted { .. }), "{answer:?}");
+        // The "crash": nothing recorded.
+    }
+    assert_eq!(intent(&p, st.id).await.status, "requires_dispatch");
+    assert_eq!(intent(&p, mp.id).await.provider_payment_id, None);
+    assert_eq!(gateway_charges(&sandbox, "st"), 1);
+    assert_eq!(gateway_charges(&sandbox, "mp"), 1);
+    // A dispatcher running now does not take the leased requests.
+    assert_eq!(d.dispatch_once().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    for (provider, i) in [("st", &st), ("mp", &mp)] {
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "succeeded", "{now:?}");
+        assert!(now.provider_payment_id.is_some());
+        let report = sandbox.control().charges();
+        let key = report.key(provider, &intents::charge_key(i.id)).unwrap();
+        assert_eq!(
+            (key.requests, key.executed, key.charges),
+            (2, 1, 1),
+            "{key:?}"
+        );
+        assert!(key.replays >= 1, "{key:?}");
+    }
+    assert_eq!(gateway_charges(&sandbox, "st"), 1);
+    assert_eq!(gateway_charges(&sandbox, "mp"), 1);
+    settle(
+        &p,
+        "both payments posted",
+        "SELECT count(*) FROM ledger_transactions WHERE kind = 'payment'",
+        2,
+    )
+    .await;
+    cancel.cancel();
+    task.await.unwrap();
+    worker.stop().await;
+    sandbox.stop().await;
+}
+
+/// Billing runs: killed midway (a subset billed) then run 15 times, then 3 at once: exactly one charge per
+/// active subscription and cycle at the gateway; canceled subscriptions are skipped; the next cycle charges
+/// again. The CLI's usage errors exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn billing_runs_charge_each_subscription_once_per_cycle() {
+    let (p, sandbox) = start().await;
+    let mut ids = Vec::new();
+    {
+        let mut conn = p.pool().acquire().await.unwrap();
+        for (i, provider) in ["st", "st", "st", "st", "mp", "mp", "st"]
+            .iter()
+            .enumerate()
+        {
+            let customer = format!("cliente{i}@example.com");
+            let id = billing::add(&mut conn, provider, &customer, 1000 + i as i64 * 100, "brl")
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        assert_eq!(
+            billing::cancel(&mut conn, ids[6]).await.unwrap(),
+            Some(true)
+        );
+        assert_eq!(
+            billing::cancel(&mut conn, ids[6]).await.unwrap(),
+            Some(false)
+        );
+    }
+    let active = 6i64;
+    let ok = |_: &str| true;
+    let cycle = "2026-11";
+
+    // A run killed midway: the first two subscriptions billed, then the process died.
+    for id in &ids[..2] {
+        assert!(matches!(
+            billing::bill(p.pool(), *id, cycle).await.unwrap(),
+            Billed::Charged(_)
+        ));
+    }
+    // The dry run writes nothing.
+    let dry = billing::run_cycle(p.pool(), cycle, true, ok, |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (dry.charged, dry.already_claimed, dry.canceled_skipped),
+        (4, 2, 1)
+    );
+    assert_eq!(scalar(&p, "SELECT count(*) FROM billing_claims").await, 2);
+    // The full run, then 14 more.
+    let first = billing::run_cycle(p.pool(), cycle, false, ok, |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.charged, first.already_claimed, first.canceled_skipped),
+        (4, 2, 1),
+        "{first:?}"
+    );
+    for _ in 0..14 {
+        let again = billing::run_cycle(p.pool(), cycle, false, ok, |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!((again.charged, again.already_claimed), (0, 6), "{again:?}");
+    }
+    // The next cycle, three runs at once: each subscription claimed by exactly one of them.
+    let next = "2026-12";
+    let runs =
+        join_all((0..3).map(|_| billing::run_cycle(p.pool(), next, false, ok, |_, _| {}))).await;
+    let charged: u64 = runs.iter().map(|r| r.as_ref().unwrap().charged).sum();
+    assert_eq!(charged, active as u64, "{runs:?}");
+    // Many concurrent bills of one subscription for a new cycle: one wins.
+    let won = join_all((0..8).map(|_| billing::bill(p.pool(), ids[0], "2027-01"))).await;
+    assert_eq!(
+        won.iter()
+            .filter(|b| matches!(b, Ok(Billed::Charged(_))))
+            .count(),
+        1,
+        "{won:?}"
+    );
+    assert!(won.iter().all(|b| b.is_ok()), "{won:?}");
+
+    let claims = active * 2 + 1;
+    assert_eq!(
+        scalar(&p, "SELECT count(*) FROM billing_claims").await,
+        claims
+    );
+    // No intent without its claim (the losers' intents were rolled back), one outbound request each.
+    assert_eq!(
+        scalar(&p, "SELECT count(*) FROM payment_intents").await,
+        claims
+    );
+    assert_eq!(
+        scalar(&p, "SELECT count(*) FROM outbound_requests").await,
+        claims
+    );
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM billing_claims WHERE subscription_id = (SELECT max(id) FROM subscriptions)"
+        )
+        .await,
+        0,
+        "the canceled subscription is never charged"
+    );
+
+    // The CLI: usage errors exit 2, a re-run exits 0 and charges nothing.
+    let config = p.config_file();
+    let cli = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(binary("hookline"));
+        cmd.arg("--config")
+            .arg(&config)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL");
+        cmd.output().expect("run hookline")
+    };
+    assert_eq!(
+        cli(&["billing", "run", "--cycle", "2026-13"]).status.code(),
+        Some(2)
+    );
+    let out = cli(&["billing", "run", "--cycle", cycle, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(summary["charged"], 0);
+    assert_eq!(summary["already_claimed"], 6);
+    assert_eq!(summary["canceled_skipped"], 1);
+    let out = cli(&[
+        "subscriptions",
+        "add",
+        "--provider",
+        "nope",
+        "--customer",
+        "x",
+        "--amount",
+        "1",
+        "--currency",
+        "brl",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // Everything sent by `hookline dispatch --once`: exactly one charge per (subscription, cycle) at the
+    // gateway.
+    let out = cli(&["dispatch", "--once"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("sent {claims} requests")
+    );
+    outbox_drained(&p).await;
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM outbound_requests WHERE status = 'succeeded'"
+        )
+        .await,
+        claims
+    );
+    let report = sandbox.control().charges();
+    assert_eq!(report.total_charges as i64, claims, "{report:?}");
+    let per_claim: Vec<i64> = sqlx::query_scalar("SELECT intent_id FROM billing_claims")
+        .fetch_all(p.pool())
+        .await
+        .unwrap();
+    for intent_id in per_claim {
+        let key = intents::charge_key(intent_id);
+        let stats = report
+            .key("st", &key)
+            .or_else(|| report.key("mp", &key))
+            .unwrap_or_else(|| panic!("{key} reached the gateway"));
+        assert_eq!(stats.charges, 1, "{key}: {stats:?}");
+    }
+    assert_eq!(report.provider("st").unwrap().charges, 4 * 2 + 1);
+    assert_eq!(report.provider("mp").unwrap().charges, 2 * 2);
+    sandbox.stop().await;
+}
+
+/// Concurrent refunds never exceed the captured amount (the database decides), and each accepted refund is
+/// exactly one refund at the gateway; a payment not captured refuses refunds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_refunds_never_exceed_the_capture() {
+    let (p, sandbox) = start().await;
+    let st = create_intent(&p, "st", 10_000, "cliente-3").await;
+    let mp = create_intent(&p, "mp", 5_000, "d@example.com").await;
+    // Not captured yet: refused.
+    {
+        let mut tx = p.pool().begin().await.unwrap();
+        let refused = intents::request_refund(&mut tx, &st.public_id, 100, "x").await;
+        assert!(
+            matches!(refused, Err(RefundError::NotCaptured(_))),
+            "{refused:?}"
+        );
+    }
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    assert_eq!(intent(&p, st.id).await.status, "succeeded");
+    assert_eq!(intent(&p, mp.id).await.status, "succeeded");
+
+    async fn refund(p: &TestPipeline, public_id: &str, amount: i64) -> Result<i64, RefundError> {
+        let mut tx = p.pool().begin().await?;
+        let r = intents::request_refund(&mut tx, public_id, amount, "cliente desistiu").await;
+        if r.is_ok() {
+            tx.commit().await?;
+        }
+        r
+    }
+    let st_results = join_all((0..10).map(|_| refund(&p, &st.public_id, 3_000))).await;
+    let mp_results = join_all((0..6).map(|_| refund(&p, &mp.public_id, 2_000))).await;
+    let accepted = |rs: &[Result<i64, RefundError>]| rs.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(accepted(&st_results), 3, "{st_results:?}");
+    assert_eq!(accepted(&mp_results), 2, "{mp_results:?}");
+    for r in st_results.iter().chain(&mp_results) {
+        if let Err(e) = r {
+            assert!(matches!(e, RefundError::AboveCaptured { .. }), "{e:?}");
+        }
+    }
+    assert_eq!(intent(&p, st.id).await.refunded, 9_000);
+    assert_eq!(intent(&p, mp.id).await.refunded, 4_000);
+
+    // The CLI: a refund beyond what is left exits 1 with the reason; one within it prints the refund id.
+    let config = p.config_file();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(binary("hookline"))
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL")
+            .output()
+            .expect("run hookline")
+    };
+    let out = cli(&[
+        "refund",
+        &st.public_id,
+        "--amount",
+        "1001",
+        "--reason",
+        "demais",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("exceed"),
+        "{out:?}"
+    );
+    let out = cli(&[
+        "refund",
+        &st.public_id,
+        "--amount",
+        "1000",
+        "--reason",
+        "resto",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let refund_id: i64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("refund id");
+
+    outbox_drained(&p).await;
+    cancel.cancel();
+    task.await.unwrap();
+    let report = sandbox.control().charges();
+    let (st_report, mp_report) = (
+        report.provider("st").unwrap(),
+        report.provider("mp").unwrap(),
+    );
+    assert_eq!((st_report.refunds, st_report.refunded_amount), (4, 10_000));
+    assert_eq!((mp_report.refunds, mp_report.refunded_amount), (2, 4_000));
+    assert_eq!(st_report.charges + mp_report.charges, 2);
+    let refunds: Vec<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT id, status, provider_refund_id FROM outbound_refunds ORDER BY id")
+            .fetch_all(p.pool())
+            .await
+            .unwrap();
+    assert_eq!(refunds.len(), 6);
+    assert!(refunds.iter().any(|(id, _, _)| *id == refund_id));
+    for (id, status, provider_refund_id) in &refunds {
+        assert_eq!(status, "succeeded", "refund {id}");
+        assert!(provider_refund_id.is_some(), "refund {id}");
+    }
+    sandbox.stop().await;
+}
+
+/// A payment the gateway leaves pending (`in_process`) makes the intent `processing`; the provider's webhook
+/// when it is approved, applied by the worker, completes the intent (linked by the gateway's payment id) in
+/// the payment's transaction, with one posting. A declined charge (a final 4xx) fails its request with the
+/// reason and leaves the intent `needs_attention`, without retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
+    let (p, sandbox) = start().await;
+    let worker = p.spawn_worker();
+    let control = sandbox.control();
+    let pending = hookline_sandbox::Outcome {
+        status: "in_process".into(),
+        status_detail: None,
+    };
+    control.push_outcome("mp", pending, 1).expect("outcome");
+    let declined = hookline_sandbox::Outcome {
+        status: "declined".into(),
+        status_detail: Some("card_declined".into()),
+    };
+    control.push_outcome("st", declined, 1).expect("outcome");
+    let mp = create_intent(&p, "mp", 3_300, "e@example.com").await;
+    let st = create_intent(&p, "st", 700, "cliente-5").await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+
+    let now = intent(&p, mp.id).await;
+    assert_eq!(now.status, "processing", "{now:?}");
+    let payment = now.provider_payment_id.expect("payment id");
+    control
+        .set_payment_status("mp", &payment, "approved", None)
+        .expect("approve");
+    let pool = p.pool().clone();
+    wait_until(WAIT, "the webhook completed the intent", || {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            intents::get(&mut conn, mp.id)
+                .await
+                .unwrap()
+                .is_some_and(|i| i.status == "succeeded")
+        }
+    })
+    .await;
+    settle(
+        &p,
+        "one payment posting",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'payment'",
+        1,
+    )
+    .await;
+
+    let declined = intent(&p, st.id).await;
+    assert_eq!(declined.status, "needs_attention", "{declined:?}");
+    let (status, attempts, last_status, last_error): (String, i32, Option<i16>, Option<String>) =
+        sqlx::query_as(
+            "SELECT status, attempts, last_status, last_error FROM outbound_requests WHERE intent_id = $1",
+        )
+        .bind(st.id)
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.as_str(), attempts, last_status),
+        ("failed", 1, Some(402))
+    );
+    assert!(last_error.unwrap_or_default().contains("card_declined"));
+    cancel.cancel();
+    task.await.unwrap();
+    worker.stop().await;
+    sandbox.stop().await;
+}
