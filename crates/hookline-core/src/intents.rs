@@ -110,10 +110,12 @@ pub async fn get_by_public_id(
 
 /// An intent by its internal id.
 pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM payment_intents WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
 }
 
 /// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
@@ -201,11 +203,12 @@ pub async fn request_refund(
     .fetch_optional(&mut *tx)
     .await?;
     let Some((intent_id, provider, _)) = row else {
-        let intent: Option<(String, i64, i64)> =
-            sqlx::query_as("SELECT status, amount, refunded FROM payment_intents WHERE public_id = $1")
-                .bind(public_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let intent: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT status, amount, refunded FROM payment_intents WHERE public_id = $1",
+        )
+        .bind(public_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         return Err(match intent {
             None => RefundError::UnknownIntent(public_id.to_owned()),
             Some((status, _, _)) if status != "succeeded" => {

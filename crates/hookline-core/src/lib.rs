@@ -1,12 +1,12 @@
 //! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations, the
 //! stored-event model and telemetry.
 
+pub mod billing;
 pub mod config;
 pub mod consumers;
 pub mod db;
 pub mod dead_letters;
 pub mod events;
-pub mod billing;
 pub mod intents;
 pub mod markers;
 pub mod outbox;

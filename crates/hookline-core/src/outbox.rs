@@ -153,7 +153,9 @@ pub async fn fail(
 }
 
 /// Pending and failed requests, for `hookline status`: `(pending, failed, oldest pending age in seconds)`.
-pub async fn summary<'c>(conn: impl PgExecutor<'c>) -> Result<(i64, i64, Option<f64>), sqlx::Error> {
+pub async fn summary<'c>(
+    conn: impl PgExecutor<'c>,
+) -> Result<(i64, i64, Option<f64>), sqlx::Error> {
     sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status = 'pending'),
                 count(*) FILTER (WHERE status = 'failed'),
