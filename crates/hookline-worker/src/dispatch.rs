@@ -75,7 +75,8 @@ impl Default for DispatchSettings {
 }
 
 impl DispatchSettings {
-    /// The defaults, with `HOOKLINE_DISPATCH_TIMEOUT_SECS` (the request timeout) applied when set.
+    /// The defaults, with `HOOKLINE_DISPATCH_TIMEOUT_SECS` (the request timeout) and
+    /// `HOOKLINE_DISPATCH_LEASE_SECS` (the lease, 60 s) applied when set.
     pub fn from_env() -> DispatchSettings {
         let mut s = DispatchSettings::default();
         if let Some(secs) = std::env::var("HOOKLINE_DISPATCH_TIMEOUT_SECS")
@@ -84,6 +85,14 @@ impl DispatchSettings {
             .filter(|s| *s > 0)
         {
             s.request_timeout = Duration::from_secs(secs);
+        }
+        // How long a claimed request stays leased to a dispatcher that may have died (fault tests shorten it).
+        if let Some(secs) = std::env::var("HOOKLINE_DISPATCH_LEASE_SECS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|s| *s > 0)
+        {
+            s.lease = Duration::from_secs(secs);
         }
         s
     }

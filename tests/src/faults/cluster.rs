@@ -41,6 +41,8 @@ pub struct ClusterOptions {
     /// The edge logs in the default human-readable format (as `deploy/up.sh` runs it) instead of JSON lines,
     /// where an unescaped control character would land raw in the log file.
     pub edge_text_logs: bool,
+    /// Whole TOML tables appended to the configuration (e.g. a provider with an `api_base`).
+    pub tail: String,
 }
 
 impl Default for ClusterOptions {
@@ -52,6 +54,7 @@ impl Default for ClusterOptions {
             worker_db_max_connections: 6,
             amqp_url: None,
             edge_text_logs: false,
+            tail: String::new(),
         }
     }
 }
@@ -100,8 +103,8 @@ impl Cluster {
         let port = free_port();
         let tail = format!(
             "[relay]\nsweep_interval_ms = 200\nsweep_min_age_ms = 300\n\
-             [worker]\nprefetch = {}\nconcurrency = {}\ndb_max_connections = {}",
-            opts.prefetch, opts.concurrency, opts.worker_db_max_connections
+             [worker]\nprefetch = {}\nconcurrency = {}\ndb_max_connections = {}\n{}",
+            opts.prefetch, opts.concurrency, opts.worker_db_max_connections, opts.tail
         );
         let toml = test_config_toml(&db.url, &opts.extra_edge, &tail);
         let default_listen = "listen = \"127.0.0.1:0\"";
