@@ -13,54 +13,15 @@ use futures::future::join_all;
 use hookline_core::billing::{self, Billed};
 use hookline_core::intents::{self, Intent, NewIntent, RefundError};
 use hookline_core::outbox;
-use hookline_sandbox::{
-    FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme,
-};
+use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
 use hookline_worker::dispatch::{Answer, DispatchSettings, Dispatcher};
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
-const MP_TOKEN: &str = "TEST-mp-access-token";
-const STRIPE_KEY: &str = "sk_test_sandbox_key";
 
-/// A pipeline whose `mp` and `st` providers call the sandbox, and the sandbox sending their webhooks to it
-/// (as `tests/provider_api.rs` starts it).
 async fn start() -> (TestPipeline, RunningSandbox) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let sandbox_port = listener.local_addr().expect("addr").port();
-    drop(listener);
-    let api = format!("http://127.0.0.1:{sandbox_port}");
-    let tail = format!(
-        "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
-         api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
-         [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
-         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
-    );
-    let p = TestPipeline::start_with(&tail).await;
-    let mut settings = SandboxSettings::new(
-        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
-        p.edge.base.parse().expect("edge url"),
-        vec![
-            SandboxProvider {
-                name: "mp".into(),
-                scheme: Scheme::MercadoPago,
-                webhook_secret: b"mp_sandbox_secret".to_vec(),
-                api_token: Some(MP_TOKEN.into()),
-            },
-            SandboxProvider {
-                name: "st".into(),
-                scheme: Scheme::Stripe,
-                webhook_secret: b"whsec_sandbox".to_vec(),
-                api_token: Some(STRIPE_KEY.into()),
-            },
-        ],
-    );
-    settings.seed = 11;
-    settings.webhook_backoff = Duration::from_millis(100);
-    settings.webhook_max_backoff = Duration::from_millis(500);
-    let sandbox = Sandbox::start(settings).await.expect("sandbox");
-    (p, sandbox)
+    hookline_tests::sandboxed::start(11).await
 }
 
 /// The real dispatcher with fast retries (the production schedule is 1 s … 5 min).

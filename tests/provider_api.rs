@@ -5,54 +5,16 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use hookline_sandbox::{
-    DeliveryBehaviour, FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider,
-    SandboxSettings, Scheme,
-};
+use hookline_sandbox::{DeliveryBehaviour, FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(90);
-const MP_TOKEN: &str = "TEST-mp-access-token";
-const STRIPE_KEY: &str = "sk_test_sandbox_key";
+use hookline_tests::sandboxed::{MP_TOKEN, STRIPE_KEY};
 
-/// A pipeline whose `mp` and `st` providers call the sandbox, and the sandbox sending their webhooks to it.
+/// The pipeline and the sandbox (`hookline_tests::sandboxed`), and an HTTP client for the sandbox's API.
 async fn start() -> (TestPipeline, RunningSandbox, reqwest::Client) {
-    // The sandbox first (its address goes into the pipeline's configuration), with a placeholder edge URL that
-    // is replaced once the edge is bound: webhooks are only sent after the first API call.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let sandbox_port = listener.local_addr().expect("addr").port();
-    drop(listener);
-    let api = format!("http://127.0.0.1:{sandbox_port}");
-    let tail = format!(
-        "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
-         api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
-         [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
-         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
-    );
-    let p = TestPipeline::start_with(&tail).await;
-    let mut settings = SandboxSettings::new(
-        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
-        p.edge.base.parse().expect("edge url"),
-        vec![
-            SandboxProvider {
-                name: "mp".into(),
-                scheme: Scheme::MercadoPago,
-                webhook_secret: b"mp_sandbox_secret".to_vec(),
-                api_token: Some(MP_TOKEN.into()),
-            },
-            SandboxProvider {
-                name: "st".into(),
-                scheme: Scheme::Stripe,
-                webhook_secret: b"whsec_sandbox".to_vec(),
-                api_token: Some(STRIPE_KEY.into()),
-            },
-        ],
-    );
-    settings.seed = 7;
-    settings.webhook_backoff = Duration::from_millis(100);
-    settings.webhook_max_backoff = Duration::from_millis(500);
-    let sandbox = Sandbox::start(settings).await.expect("sandbox");
+    let (p, sandbox) = hookline_tests::sandboxed::start(7).await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()

@@ -8,6 +8,7 @@
 //! With an `[api]` section it also serves the merchant-facing API ([`api`]) on a second listener.
 
 pub mod api;
+mod body;
 mod error;
 mod routes;
 mod startup;

@@ -18,11 +18,10 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::{Server, ServerHandle};
-use actix_web::http::{header, StatusCode};
+use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use anyhow::Context;
 use bytes::BytesMut;
-use futures::StreamExt;
 use hookline_core::config::{ApiConfig, EdgeConfig, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::Supervisor;
@@ -30,6 +29,7 @@ use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::body::BodyError;
 pub use error::ApiError;
 
 /// Metric names (fixed).
@@ -166,33 +166,16 @@ async fn not_found(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse
 /// Reads the body, refusing to buffer past [`MAX_BODY_BYTES`] and to wait past `edge.body_read_timeout`.
 async fn read_body(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
     state: &ApiState,
 ) -> Result<BytesMut, ApiError> {
-    let limit = MAX_BODY_BYTES;
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(1024).min(limit));
-    let read = async {
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(ApiError::BodyRead)?;
-            if body.len() + chunk.len() > limit {
-                return Err(ApiError::PayloadTooLarge { limit });
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(())
-    };
-    tokio::time::timeout(state.body_read_timeout, read)
+    crate::body::read_bounded(req, payload, MAX_BODY_BYTES, state.body_read_timeout)
         .await
-        .map_err(|_| ApiError::BodyTimeout(state.body_read_timeout))??;
-    Ok(body)
+        .map_err(|e| match e {
+            BodyError::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
+            BodyError::Timeout(t) => ApiError::BodyTimeout(t),
+            BodyError::Read(e) => ApiError::BodyRead(e),
+        })
 }
 
 /// Request-derived text as it may appear in a log line: bounded, and recorded with `?` so control characters

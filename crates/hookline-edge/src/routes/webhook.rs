@@ -2,15 +2,14 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use anyhow::Context;
 use bytes::BytesMut;
-use futures::StreamExt;
 use hookline_bus::EventMessage;
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
 use hookline_signature::{Request, Verified, Verifier};
 
+use crate::body::BodyError;
 use crate::writer::WriteError;
 use crate::{AppState, IngestError};
 
@@ -194,33 +193,21 @@ async fn handle(
 /// Reads the body, refusing to buffer past `max_body_bytes` and to wait past `body_read_timeout`.
 async fn read_body(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
     state: &AppState,
 ) -> Result<BytesMut, IngestError> {
-    let limit = state.edge.max_body_bytes;
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(IngestError::PayloadTooLarge { limit });
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(8 * 1024).min(limit));
-    let read = async {
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(IngestError::BodyRead)?;
-            if body.len() + chunk.len() > limit {
-                return Err(IngestError::PayloadTooLarge { limit });
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(())
-    };
-    tokio::time::timeout(state.edge.body_read_timeout, read)
-        .await
-        .map_err(|_| IngestError::BodyTimeout(state.edge.body_read_timeout))??;
-    Ok(body)
+    crate::body::read_bounded(
+        req,
+        payload,
+        state.edge.max_body_bytes,
+        state.edge.body_read_timeout,
+    )
+    .await
+    .map_err(|e| match e {
+        BodyError::TooLarge { limit } => IngestError::PayloadTooLarge { limit },
+        BodyError::Timeout(t) => IngestError::BodyTimeout(t),
+        BodyError::Read(e) => IngestError::BodyRead(e),
+    })
 }
 
 /// Request-derived text as it may appear in a log line: at most [`LOG_TEXT_CHARS`] characters, recorded with

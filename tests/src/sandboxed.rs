@@ -1,0 +1,54 @@
+//! A pipeline whose providers `mp` (Mercado Pago) and `st` (Stripe) call the provider sandbox (a real HTTP server
+//! playing their APIs), and the sandbox sending their webhooks to the pipeline's edge. Used by the provider-API,
+//! reconciliation and outbound suites.
+
+use std::time::Duration;
+
+use hookline_sandbox::{RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme};
+
+use crate::TestPipeline;
+
+/// The Mercado Pago access token the sandbox requires from `mp`.
+pub const MP_TOKEN: &str = "TEST-mp-access-token";
+/// The Stripe secret key the sandbox requires from `st`.
+pub const STRIPE_KEY: &str = "sk_test_sandbox_key";
+
+/// Starts the pipeline (edge + relay; workers separately) and the sandbox, seeded with `seed`, with fast webhook
+/// retries.
+pub async fn start(seed: u64) -> (TestPipeline, RunningSandbox) {
+    // The sandbox's port goes into the pipeline's configuration, the edge's address into the sandbox's.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let sandbox_port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let api = format!("http://127.0.0.1:{sandbox_port}");
+    let tail = format!(
+        "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
+         api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
+         [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
+         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
+    );
+    let p = TestPipeline::start_with(&tail).await;
+    let mut settings = SandboxSettings::new(
+        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
+        p.edge.base.parse().expect("edge url"),
+        vec![
+            SandboxProvider {
+                name: "mp".into(),
+                scheme: Scheme::MercadoPago,
+                webhook_secret: b"mp_sandbox_secret".to_vec(),
+                api_token: Some(MP_TOKEN.into()),
+            },
+            SandboxProvider {
+                name: "st".into(),
+                scheme: Scheme::Stripe,
+                webhook_secret: b"whsec_sandbox".to_vec(),
+                api_token: Some(STRIPE_KEY.into()),
+            },
+        ],
+    );
+    settings.seed = seed;
+    settings.webhook_backoff = Duration::from_millis(100);
+    settings.webhook_max_backoff = Duration::from_millis(500);
+    let sandbox = Sandbox::start(settings).await.expect("sandbox");
+    (p, sandbox)
+}
