@@ -326,16 +326,17 @@ async fn poison_message_reaches_dlq_after_delivery_limit() {
 async fn unroutable_publish_stays_in_outbox_until_routable() {
     let p = TestPipeline::start().await;
     let t = p.topology();
-    // Declare the topology by starting (and stopping) a worker, then remove the binding.
+    // Declare the topology by starting (and stopping) a worker, and make sure the relay's publisher is open
+    // BEFORE the binding is removed: opening it declares the topology, binding included, which would route the
+    // message this test wants returned. A first event through the whole pipeline proves both.
     let warmup = p.spawn_worker();
     let conn = hookline_bus::connect(&p.config.amqp_url, "hookline-test")
         .await
         .unwrap();
     let ch = conn.create_channel().await.unwrap();
-    wait_until(DRAIN, "topology declared", || async {
-        p.queue_depth(&t.payments_queue).await == 0
-    })
-    .await;
+    let first = stripe::payment_intent("evt_routable", "succeeded", "pi_routable", 100);
+    assert_eq!(p.edge.post_stripe(&first).await.status(), 200);
+    p.drain(DRAIN).await;
     warmup.stop().await;
     ch.queue_unbind(
         t.payments_queue.as_str().into(),
@@ -375,7 +376,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
     // Starting a worker re-declares the topology (binding included); the sweeper then publishes the row.
     let worker = p.spawn_worker();
     p.drain(DRAIN).await;
-    assert_eq!(assert_ledger_balanced(p.pool()).await, 1);
+    assert_eq!(assert_ledger_balanced(p.pool()).await, 2);
     assert_eq!(
         scalar(
             p.pool(),
