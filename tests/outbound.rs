@@ -81,17 +81,7 @@ async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
 }
 
 async fn settle(p: &TestPipeline, what: &str, sql: &str, want: i64) {
-    let pool = p.pool().clone();
-    wait_until(WAIT, what, || {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .is_ok_and(|n| n == want)
-        }
-    })
-    .await;
+    wait_for_count(p.pool(), WAIT, what, sql, want).await;
 }
 
 async fn outbox_drained(p: &TestPipeline) {

@@ -55,17 +55,7 @@ async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
 }
 
 async fn settle(p: &TestPipeline, what: &str, sql: &'static str, want: i64) {
-    let pool = p.pool().clone();
-    wait_until(WAIT, what, || {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .is_ok_and(|n| n == want)
-        }
-    })
-    .await;
+    wait_for_count(p.pool(), WAIT, what, sql, want).await;
 }
 
 /// Payments created at the provider, notified (with duplicates, in parallel, shuffled), fetched by the worker:

@@ -37,6 +37,20 @@ where
     }
 }
 
+/// Waits until `sql` (a `count(*)`-like scalar) equals `want`, or panics with `what` after `timeout`.
+pub async fn wait_for_count(pool: &PgPool, timeout: Duration, what: &str, sql: &str, want: i64) {
+    wait_until(timeout, what, || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n == want)
+        }
+    })
+    .await;
+}
+
 /// A running worker inside the test process.
 pub struct WorkerGuard {
     cancel: CancellationToken,
