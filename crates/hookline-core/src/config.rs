@@ -19,6 +19,9 @@ use hookline_signature::Scheme;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+mod delivery;
+pub use delivery::{DeliveryConfig, DestinationConfig, MAX_DESTINATIONS, MAX_SECRETS};
+
 /// Environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "HOOKLINE_CONFIG";
 /// Default database: the local cluster, database `hookline`.
@@ -90,6 +93,10 @@ pub struct Config {
     pub api: Option<ApiConfig>,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `[[destinations]]`: the merchant's HTTP endpoints that receive domain events.
+    pub destinations: Vec<DestinationConfig>,
+    /// `[delivery]`: how domain events are delivered.
+    pub delivery: DeliveryConfig,
 }
 
 /// `[amqp]`: RabbitMQ naming and queue policy.
@@ -259,6 +266,10 @@ struct RawConfig {
     api: Option<RawApi>,
     #[serde(default)]
     providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    destinations: Vec<delivery::RawDestination>,
+    #[serde(default)]
+    delivery: delivery::RawDelivery,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -448,6 +459,8 @@ impl Config {
             sandbox,
             api,
             providers,
+            destinations: delivery::destinations(raw.destinations, env)?,
+            delivery: delivery::delivery(raw.delivery)?,
         })
     }
 

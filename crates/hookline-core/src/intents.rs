@@ -8,6 +8,8 @@
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
+use crate::domain_events::{self, EventType, RecordError};
+
 /// A payment intent as the API shows it.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct Intent {
@@ -119,47 +121,119 @@ pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sql
 }
 
 /// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
-/// `succeeded` intent is never moved back by a late `processing` answer).
+/// `succeeded` intent is never moved back by a late `processing` answer). When this moves the intent to a final
+/// status, its domain event is written in the same transaction.
 pub async fn record_gateway_answer(
     conn: &mut PgConnection,
     intent_id: i64,
     provider_payment_id: Option<&str>,
     status: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE payment_intents
-            SET provider_payment_id = coalesce(provider_payment_id, $2),
-                status = CASE WHEN status IN ('succeeded', 'failed') THEN status ELSE $3 END,
+) -> Result<(), RecordError> {
+    let moved: Option<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p
+            SET provider_payment_id = coalesce(p.provider_payment_id, $2),
+                status = CASE WHEN p.status IN ('succeeded', 'failed') THEN p.status ELSE $3 END,
                 updated_at = now()
-          WHERE id = $1",
-    )
+           FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
     .bind(intent_id)
     .bind(provider_payment_id)
     .bind(status)
-    .execute(conn)
+    .fetch_optional(&mut *conn)
     .await?;
+    if let Some(m) = moved {
+        announce_if_completed(conn, &m).await?;
+    }
     Ok(())
 }
 
 /// A provider's webhook completed the payment: the intent linked to it follows (called by the worker in the
-/// payment's transaction). Returns whether an intent was linked.
+/// payment's transaction), and its domain event is written. Returns whether an intent was linked.
 pub async fn complete_from_payment(
     conn: &mut PgConnection,
     provider: &str,
     provider_payment_id: &str,
     status: &str,
-) -> Result<bool, sqlx::Error> {
-    let n = sqlx::query(
-        "UPDATE payment_intents SET status = $3, updated_at = now()
-          WHERE provider = $1 AND provider_payment_id = $2 AND status NOT IN ('succeeded', 'failed')",
-    )
+) -> Result<bool, RecordError> {
+    let moved: Option<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p SET status = $3, updated_at = now()
+           FROM (SELECT id, status AS previous FROM payment_intents
+                  WHERE provider = $1 AND provider_payment_id = $2
+                    AND status NOT IN ('succeeded', 'failed')
+                  FOR UPDATE) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
     .bind(provider)
     .bind(provider_payment_id)
     .bind(status)
-    .execute(conn)
-    .await?
-    .rows_affected();
-    Ok(n > 0)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match moved {
+        Some(m) => {
+            announce_if_completed(conn, &m).await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Columns returned by the updates above (`p` is the updated row).
+const RETURNED: &str =
+    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, \
+                        p.status, p.provider_payment_id, p.refunded, p.created_at";
+
+/// An intent after an update, and its status before.
+#[derive(Debug, sqlx::FromRow)]
+struct Moved {
+    #[sqlx(flatten)]
+    intent: Intent,
+    previous: String,
+}
+
+/// What `payment_intent.succeeded` / `payment_intent.failed` carry.
+#[derive(Debug, serde::Serialize)]
+struct IntentFact<'a> {
+    intent_id: &'a str,
+    provider: &'a str,
+    provider_payment_id: Option<&'a str>,
+    status: &'a str,
+    amount: i64,
+    currency: &'a str,
+    customer: Option<&'a str>,
+}
+
+/// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
+/// status never leaves a final value, and the fact's id is derived from the intent).
+async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(), RecordError> {
+    let final_status = |s: &str| s == "succeeded" || s == "failed";
+    if final_status(&m.previous) || !final_status(&m.intent.status) {
+        return Ok(());
+    }
+    let ty = if m.intent.status == "succeeded" {
+        EventType::PaymentIntentSucceeded
+    } else {
+        EventType::PaymentIntentFailed
+    };
+    let i = &m.intent;
+    domain_events::record(
+        conn,
+        ty,
+        &i.public_id,
+        &IntentFact {
+            intent_id: &i.public_id,
+            provider: &i.provider,
+            provider_payment_id: i.provider_payment_id.as_deref(),
+            status: &i.status,
+            amount: i.amount,
+            currency: &i.currency,
+            customer: i.customer.as_deref(),
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// Why a refund cannot be requested.

@@ -6,6 +6,8 @@ pub mod config;
 pub mod consumers;
 pub mod db;
 pub mod dead_letters;
+pub mod destinations;
+pub mod domain_events;
 pub mod events;
 pub mod intents;
 pub mod markers;

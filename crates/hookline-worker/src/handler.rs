@@ -122,6 +122,17 @@ impl From<sqlx::Error> for HandleError {
     }
 }
 
+impl From<hookline_core::domain_events::RecordError> for HandleError {
+    /// A fact that cannot be written fails its effect's transaction the way the database error (or the encoding
+    /// bug) would: the effect and its fact commit together or not at all.
+    fn from(e: hookline_core::domain_events::RecordError) -> Self {
+        match e {
+            hookline_core::domain_events::RecordError::Database(e) => e.into(),
+            other => HandleError::Permanent(anyhow::Error::new(other)),
+        }
+    }
+}
+
 impl HandleError {
     /// A permanent failure with this message and no further cause.
     pub fn permanent(message: impl std::fmt::Display) -> HandleError {

@@ -8,6 +8,9 @@
 //! one after the other. Statuses only move up their rank, postings are unique by constraint, and refunds or
 //! disputes that arrive before their payment succeeded are parked and applied by the transaction that makes it
 //! succeed — so the final state and ledger do not depend on arrival order.
+//!
+//! Each change that the merchant's systems care about also writes its domain event here, in the same
+//! transaction ([`super::facts`]), and moves the payment's `version` up.
 
 use std::collections::HashMap;
 
@@ -15,11 +18,13 @@ use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
 use sqlx::PgConnection;
 
+use super::facts;
 use super::fetch::ApiClient;
 use super::ledger::{self, account, Posting, PostingKind};
 use super::model::{DisputeStatus, Money, PaymentFact, PaymentStatus};
 use super::normalize::{normalize, payment_resource};
 use crate::handler::{EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent};
+use hookline_core::domain_events::EventType;
 
 /// Per-provider settings the payments effect needs.
 #[derive(Debug, Clone)]
@@ -282,7 +287,8 @@ async fn apply_fact(
                 ));
             };
             if payment.status() == PaymentStatus::Succeeded {
-                let detail = apply_refund(tx, provider, payment.id, refund_id).await?;
+                let detail =
+                    apply_refund(tx, provider, &payment_ref, payment.id, refund_id).await?;
                 Ok((OutcomeKind::Applied, detail))
             } else {
                 Ok((
@@ -300,7 +306,7 @@ async fn apply_fact(
             status,
         } => {
             let (payment, _) = lock_payment(tx, provider, &payment_ref).await?;
-            sqlx::query(
+            let opened = sqlx::query(
                 "INSERT INTO disputes (provider, provider_dispute_id, payment_id, amount, currency, status, event_id)
                  VALUES ($1, $2, $3, $4, $5, 'open', $6)
                  ON CONFLICT ON CONSTRAINT disputes_provider_dispute_id_key DO NOTHING",
@@ -312,9 +318,17 @@ async fn apply_fact(
             .bind(&amount.currency)
             .bind(event_id)
             .execute(&mut *tx)
-            .await?;
-            let (dispute_id, current, posted): (i64, String, bool) = sqlx::query_as(
-                "SELECT id, status, posted FROM disputes
+            .await?
+            .rows_affected()
+                > 0;
+            let (dispute_id, current, posted, disputed, currency): (
+                i64,
+                String,
+                bool,
+                i64,
+                String,
+            ) = sqlx::query_as(
+                "SELECT id, status, posted, amount, currency FROM disputes
                  WHERE provider = $1 AND provider_dispute_id = $2 FOR UPDATE",
             )
             .bind(provider)
@@ -333,6 +347,39 @@ async fn apply_fact(
                     .bind(new.as_str())
                     .execute(&mut *tx)
                     .await?;
+            }
+            // The facts: opened when the dispute became known, then its final word (each once per dispute).
+            let mut announce = Vec::new();
+            if opened {
+                announce.push((EventType::DisputeOpened, "open"));
+            }
+            match new {
+                _ if new == current => {}
+                DisputeStatus::Won => announce.push((EventType::DisputeWon, "won")),
+                DisputeStatus::Lost => announce.push((EventType::DisputeLost, "lost")),
+                DisputeStatus::Open => {}
+            }
+            if !announce.is_empty() {
+                let payment_version = bump_version(tx, payment.id).await?;
+                for (ty, status) in announce {
+                    facts::dispute(
+                        tx,
+                        ty,
+                        &facts::DisputeFact {
+                            dispute_id,
+                            provider,
+                            provider_dispute_id: &dispute_ref,
+                            payment_id: payment.id,
+                            provider_payment_id: &payment_ref,
+                            status,
+                            amount: disputed,
+                            currency: &currency,
+                            payment_version,
+                            webhook_event_id: event_id,
+                        },
+                    )
+                    .await?;
+                }
             }
             if new == DisputeStatus::Lost && !posted {
                 if payment.status() == PaymentStatus::Succeeded {
@@ -370,6 +417,21 @@ async fn apply_fact(
             .execute(&mut *tx)
             .await?
             .rows_affected();
+            if inserted > 0 {
+                facts::subscription_charged(
+                    tx,
+                    &facts::SubscriptionFact {
+                        provider,
+                        subscription_id: &subscription_id,
+                        billing_cycle: &billing_cycle,
+                        invoice_id: &invoice_ref,
+                        amount: amount.amount,
+                        currency: &amount.currency,
+                        webhook_event_id: event_id,
+                    },
+                )
+                .await?;
+            }
             let detail = (inserted == 0).then(|| {
                 format!("subscription {subscription_id} cycle {billing_cycle} already charged")
             });
@@ -442,23 +504,51 @@ async fn apply_payment(
         (_, Some(m), None) => Some(m.clone()),
         _ => None,
     };
-    // One statement: the transition and its audit row.
-    sqlx::query(
-        "WITH moved AS (
+    // One statement: the transition, its audit row and the new version.
+    let (payment_version, amount_now, currency_now): (i64, Option<i64>, Option<String>) =
+        sqlx::query_as(
+            "WITH moved AS (
              UPDATE payments SET status = $2, amount = coalesce($3, amount),
-                                 currency = coalesce($4, currency), updated_at = now()
-             WHERE id = $1 RETURNING id)
-         INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
-         SELECT id, $5, $6, $2 FROM moved",
-    )
-    .bind(payment.id)
-    .bind(status.as_str())
-    .bind(new_amount.as_ref().map(|m| m.amount))
-    .bind(new_amount.as_ref().map(|m| m.currency.as_str()))
-    .bind(event_id)
-    .bind(current.as_str())
-    .execute(&mut *tx)
-    .await?;
+                                 currency = coalesce($4, currency), version = version + 1,
+                                 updated_at = now()
+             WHERE id = $1 RETURNING id, version, amount, currency),
+         audit AS (
+             INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
+             SELECT id, $5, $6, $2 FROM moved)
+         SELECT version, amount, currency FROM moved",
+        )
+        .bind(payment.id)
+        .bind(status.as_str())
+        .bind(new_amount.as_ref().map(|m| m.amount))
+        .bind(new_amount.as_ref().map(|m| m.currency.as_str()))
+        .bind(event_id)
+        .bind(current.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    let announced = match status {
+        PaymentStatus::Succeeded => Some(EventType::PaymentSucceeded),
+        PaymentStatus::Failed => Some(EventType::PaymentFailed),
+        PaymentStatus::Canceled => Some(EventType::PaymentCanceled),
+        _ => None,
+    };
+    if let Some(ty) = announced {
+        facts::payment(
+            tx,
+            ty,
+            &facts::PaymentFact {
+                payment_id: payment.id,
+                provider,
+                provider_payment_id: payment_ref,
+                status: status.as_str(),
+                amount: amount_now,
+                currency: currency_now.as_deref(),
+                amount_refunded: payment.amount_refunded,
+                payment_version,
+                webhook_event_id: event_id,
+            },
+        )
+        .await?;
+    }
     // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
     let intent_status = match status {
         PaymentStatus::Succeeded => Some("succeeded"),
@@ -522,7 +612,7 @@ async fn apply_payment(
     let mut details = Vec::new();
     for (kind, id) in waiting {
         if kind == "refund" {
-            details.extend(apply_refund(tx, provider, payment.id, id).await?);
+            details.extend(apply_refund(tx, provider, payment_ref, payment.id, id).await?);
         } else {
             post_dispute_loss(tx, provider, payment.id, id).await?;
         }
@@ -548,6 +638,7 @@ async fn set_amount(tx: &mut PgConnection, payment_id: i64, m: &Money) -> Result
 async fn apply_refund(
     tx: &mut PgConnection,
     provider: &str,
+    payment_ref: &str,
     payment_id: i64,
     refund_id: i64,
 ) -> Result<Option<String>, HandleError> {
@@ -604,14 +695,42 @@ async fn apply_refund(
         .bind(refund_id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
-        "UPDATE payments SET amount_refunded = amount_refunded + $2, updated_at = now() WHERE id = $1",
+    let (payment_amount_refunded, payment_version): (i64, i64) = sqlx::query_as(
+        "UPDATE payments SET amount_refunded = amount_refunded + $2, version = version + 1,
+                             updated_at = now()
+          WHERE id = $1 RETURNING amount_refunded, version",
     )
     .bind(payment.id)
     .bind(amount)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
+    .await?;
+    facts::refund(
+        tx,
+        &facts::RefundFact {
+            refund_id,
+            provider,
+            provider_refund_id: &refund_ref,
+            payment_id: payment.id,
+            provider_payment_id: payment_ref,
+            amount,
+            currency: &currency,
+            payment_amount_refunded,
+            payment_version,
+            webhook_event_id: event_id,
+        },
+    )
     .await?;
     Ok(None)
+}
+
+/// Moves a payment's version up for a change that does not touch its own columns (a dispute) and returns it.
+async fn bump_version(tx: &mut PgConnection, payment_id: i64) -> Result<i64, HandleError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE payments SET version = version + 1, updated_at = now() WHERE id = $1 RETURNING version",
+    )
+    .bind(payment_id)
+    .fetch_one(&mut *tx)
+    .await?)
 }
 
 async fn post_dispute_loss(

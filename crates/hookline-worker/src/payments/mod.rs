@@ -1,6 +1,7 @@
 //! The payments effect: provider events → payment state machine and double-entry ledger.
 
 pub mod apply;
+pub mod facts;
 pub mod fetch;
 pub mod ledger;
 pub mod model;

@@ -1,0 +1,272 @@
+//! `domain_events`: the facts hookline committed, as the merchant's systems receive them. This module owns the
+//! table's SQL.
+//!
+//! A fact is written by [`record`] in the transaction that commits the effect (the worker's payment transaction,
+//! the dispatcher's intent update), never afterwards: if the effect commits, the fact exists; if it rolls back,
+//! so does the fact. Its id is derived from the fact itself ([`fact_id`]: its type and the business ids it is
+//! about), and `domain_events_id_key` keeps one row per id — a replay, a redelivery or a second worker deriving
+//! the same fact writes nothing new. The same statement fans the fact out to every subscribed destination
+//! (`domain_deliveries`, see [`crate::destinations`]), reading the `destinations` table: the database decides,
+//! so two workers with different memories cannot disagree.
+//!
+//! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`, marks
+//! `published_at` on a clean confirm; `hookline-bus`'s `domain` module) and the HTTP delivery loop
+//! (`hookline-worker`'s `deliver` module).
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::{PgConnection, PgExecutor};
+use time::OffsetDateTime;
+
+/// Largest body a fact may have; the table refuses more (`CHECK`). Facts are built from bounded values (ids of
+/// at most 200 bytes, amounts, currencies), so a real one is a few hundred bytes.
+pub const MAX_BODY_BYTES: usize = 65_536;
+
+/// The kinds of facts hookline hands on. The string forms are the event types on the wire (routing keys,
+/// `type` field, subscription filters): they are a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// A payment reached `succeeded` (captured; its ledger posting is committed with it).
+    PaymentSucceeded,
+    /// A payment reached `failed`.
+    PaymentFailed,
+    /// A payment reached `canceled`.
+    PaymentCanceled,
+    /// A refund was applied to a succeeded payment (its ledger posting is committed with it).
+    RefundApplied,
+    /// A dispute was opened on a payment.
+    DisputeOpened,
+    /// A dispute was won.
+    DisputeWon,
+    /// A dispute was lost (its loss is posted once the payment has succeeded).
+    DisputeLost,
+    /// A subscription's billing cycle was charged (once per `(subscription_id, billing_cycle)`).
+    SubscriptionCharged,
+    /// A payment intent created through hookline's API succeeded.
+    PaymentIntentSucceeded,
+    /// A payment intent created through hookline's API failed.
+    PaymentIntentFailed,
+}
+
+impl EventType {
+    /// Every type, for validation of subscriptions and for documentation.
+    pub const ALL: [EventType; 10] = [
+        EventType::PaymentSucceeded,
+        EventType::PaymentFailed,
+        EventType::PaymentCanceled,
+        EventType::RefundApplied,
+        EventType::DisputeOpened,
+        EventType::DisputeWon,
+        EventType::DisputeLost,
+        EventType::SubscriptionCharged,
+        EventType::PaymentIntentSucceeded,
+        EventType::PaymentIntentFailed,
+    ];
+
+    /// The wire name (`payment.succeeded`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::PaymentSucceeded => "payment.succeeded",
+            EventType::PaymentFailed => "payment.failed",
+            EventType::PaymentCanceled => "payment.canceled",
+            EventType::RefundApplied => "refund.applied",
+            EventType::DisputeOpened => "dispute.opened",
+            EventType::DisputeWon => "dispute.won",
+            EventType::DisputeLost => "dispute.lost",
+            EventType::SubscriptionCharged => "subscription.charged",
+            EventType::PaymentIntentSucceeded => "payment_intent.succeeded",
+            EventType::PaymentIntentFailed => "payment_intent.failed",
+        }
+    }
+
+    /// The type named `s`, if it is one.
+    pub fn parse(s: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// The id of the fact of type `ty` about `subject` (the business ids that make it unique, e.g.
+/// `stripe/pi_123` for a payment, `stripe/re_9` for a refund): `evt_` and 32 hex digits of SHA-256. The same
+/// fact always gets the same id — it is what a receiver deduplicates by (`webhook-id`, AMQP `message_id`).
+pub fn fact_id(ty: EventType, subject: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"hookline.domain.v1\0");
+    h.update(ty.as_str().as_bytes());
+    h.update(b"\0");
+    h.update(subject.as_bytes());
+    let digest = h.finalize();
+    format!("evt_{}", &hex::encode(digest)[..32])
+}
+
+/// The envelope every destination receives: `{"id", "type", "created_at", "data"}`.
+#[derive(Debug, Serialize)]
+struct Envelope<'a, D: Serialize> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    ty: &'static str,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    data: &'a D,
+}
+
+/// Why a fact could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The data could not be serialised, or is larger than [`MAX_BODY_BYTES`] (a bug: facts are built from
+    /// bounded values).
+    #[error("domain event {ty} cannot be encoded: {message}")]
+    Encode {
+        /// The event type.
+        ty: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// The database refused or failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+impl From<RecordError> for sqlx::Error {
+    /// For callers whose boundary speaks `sqlx::Error` (the dispatcher): an encoding failure is an encode error.
+    fn from(e: RecordError) -> Self {
+        match e {
+            RecordError::Database(e) => e,
+            other => sqlx::Error::Encode(Box::new(other)),
+        }
+    }
+}
+
+/// Writes the fact `ty` about `subject` with `data`, in the caller's transaction, and queues it for every
+/// destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created it
+/// (`false`: the same fact was already recorded, nothing changed).
+pub async fn record<D: Serialize>(
+    tx: &mut PgConnection,
+    ty: EventType,
+    subject: &str,
+    data: &D,
+) -> Result<(String, bool), RecordError> {
+    let id = fact_id(ty, subject);
+    let body = serde_json::to_vec(&Envelope {
+        id: &id,
+        ty: ty.as_str(),
+        created_at: OffsetDateTime::now_utc(),
+        data,
+    })
+    .map_err(|e| RecordError::Encode {
+        ty: ty.as_str(),
+        message: e.to_string(),
+    })?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(RecordError::Encode {
+            ty: ty.as_str(),
+            message: format!("{} bytes is above {MAX_BODY_BYTES}", body.len()),
+        });
+    }
+    let created: Option<i64> = sqlx::query_scalar(
+        "WITH ev AS (
+             INSERT INTO domain_events (id, type, body) VALUES ($1, $2, $3)
+             ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
+             RETURNING seq),
+         fanout AS (
+             INSERT INTO domain_deliveries (destination, event_seq)
+             SELECT d.name, ev.seq FROM ev, destinations d
+              WHERE d.removed_at IS NULL AND ($2 = ANY (d.events) OR '*' = ANY (d.events)))
+         SELECT seq FROM ev",
+    )
+    .bind(&id)
+    .bind(ty.as_str())
+    .bind(&body)
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok((id, created.is_some()))
+}
+
+/// A fact not yet confirmed by RabbitMQ.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Unpublished {
+    /// `domain_events.seq`.
+    pub seq: i64,
+    /// The fact's id (`evt_…`), sent as the AMQP `message_id`.
+    pub id: String,
+    /// The event type, the routing key.
+    #[sqlx(rename = "type")]
+    pub ty: String,
+    /// The exact JSON body.
+    pub body: Vec<u8>,
+}
+
+/// Locks up to `limit` unpublished facts in `seq` order (`FOR UPDATE SKIP LOCKED`: several relays share the
+/// work without publishing one fact twice at the same time). Mark them with [`mark_published`] in the same
+/// transaction once confirmed.
+pub async fn claim_unpublished(
+    tx: &mut PgConnection,
+    limit: i64,
+) -> Result<Vec<Unpublished>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT seq, id, type, body FROM domain_events WHERE published_at IS NULL
+          ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await
+}
+
+/// Marks facts confirmed by RabbitMQ.
+pub async fn mark_published<'c>(
+    conn: impl PgExecutor<'c>,
+    seqs: &[i64],
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE domain_events SET published_at = now() WHERE seq = ANY ($1) AND published_at IS NULL",
+    )
+    .bind(seqs)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Facts not yet published to RabbitMQ and the age in seconds of the oldest (0 when none): read at scrape
+/// time for `/metrics` and by `hookline destinations status`.
+pub async fn unpublished_backlog<'c>(conn: impl PgExecutor<'c>) -> Result<(i64, f64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
+           FROM domain_events WHERE published_at IS NULL",
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Number of facts recorded (all time); the replay tests compare it before and after.
+pub async fn count<'c>(conn: impl PgExecutor<'c>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM domain_events")
+        .fetch_one(conn)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fact_ids_are_deterministic_and_distinguish_type_and_subject() {
+        let a = fact_id(EventType::PaymentSucceeded, "stripe/pi_1");
+        assert_eq!(a, fact_id(EventType::PaymentSucceeded, "stripe/pi_1"));
+        assert_ne!(a, fact_id(EventType::PaymentFailed, "stripe/pi_1"));
+        assert_ne!(a, fact_id(EventType::PaymentSucceeded, "stripe/pi_2"));
+        assert!(a.starts_with("evt_") && a.len() == 36, "{a}");
+        assert!(a[4..].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn every_type_parses_back_and_matches_the_database_check() {
+        for t in EventType::ALL {
+            assert_eq!(EventType::parse(t.as_str()), Some(t));
+            let (a, b) = t.as_str().split_once('.').expect("dotted");
+            assert!(a
+                .bytes()
+                .chain(b.bytes())
+                .all(|c| c.is_ascii_lowercase() || c == b'_'));
+        }
+        assert_eq!(EventType::parse("payment.refunded"), None);
+    }
+}
