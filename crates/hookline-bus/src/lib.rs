@@ -5,6 +5,7 @@
 //! (edge, worker, `hookline relay`) share one implementation.
 
 pub mod dead_letters;
+pub mod domain;
 pub mod inspect;
 pub mod message;
 pub mod relay;

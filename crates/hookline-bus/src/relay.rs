@@ -308,8 +308,8 @@ async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> any
 /// One connection and one confirm-mode channel, publishing event references with confirms and `mandatory`.
 /// Used by the relay and by operator commands (replay, dead-letter redrive).
 pub struct Publisher {
-    connection: Connection,
-    channel: Channel,
+    pub(crate) connection: Connection,
+    pub(crate) channel: Channel,
 }
 
 impl Publisher {

@@ -3,7 +3,12 @@
 //! ```text
 //! {p}.events (topic) --#--> {p}.payments (quorum, delivery-limit, DLX {p}.dlx)
 //! {p}.dlx (fanout) -------> {p}.payments.dlq (quorum, durable)
+//! {p}.domain (topic, routing key = fact type; the merchant's own queues bind here)
+//!     └─ alternate-exchange {p}.domain.unrouted (fanout) --> {p}.domain.unrouted (quorum)
 //! ```
+//! The domain exchange's alternate exchange keeps a fact no queue is bound for (yet) instead of returning it: the
+//! domain relay publishes with `mandatory` and marks a fact published only on a clean confirm, so without it one
+//! unbound type would hold the domain outbox forever. Facts stay in `domain_events` either way (redeliverable).
 //! The same topology is in `deploy/rabbitmq-definitions.json` for operators who provision the broker up front.
 
 use anyhow::Context;
@@ -24,6 +29,10 @@ pub struct Topology {
     pub dead_letter_queue: String,
     /// Deliveries before a message is dead-lettered.
     pub delivery_limit: u32,
+    /// Topic exchange the domain events (facts) are published to, routing key = type.
+    pub domain_exchange: String,
+    /// Alternate exchange and queue of the domain exchange: facts no binding routes.
+    pub domain_unrouted: String,
 }
 
 impl Topology {
@@ -35,6 +44,8 @@ impl Topology {
             dead_letter_exchange: format!("{prefix}.dlx"),
             dead_letter_queue: format!("{prefix}.payments.dlq"),
             delivery_limit,
+            domain_exchange: format!("{prefix}.domain"),
+            domain_unrouted: format!("{prefix}.domain.unrouted"),
         }
     }
 
@@ -103,6 +114,58 @@ impl Topology {
             )
             .await
             .context("bind payments queue")?;
+        self.declare_domain(channel).await
+    }
+
+    /// The domain exchange and its alternate exchange and queue.
+    async fn declare_domain(&self, channel: &Channel) -> anyhow::Result<()> {
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(
+                self.domain_unrouted.as_str().into(),
+                ExchangeKind::Fanout,
+                durable,
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("declare exchange {}", self.domain_unrouted))?;
+        let mut args = FieldTable::default();
+        args.insert(short("x-queue-type"), long("quorum"));
+        channel
+            .queue_declare(
+                self.domain_unrouted.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                args,
+            )
+            .await
+            .with_context(|| format!("declare queue {}", self.domain_unrouted))?;
+        channel
+            .queue_bind(
+                self.domain_unrouted.as_str().into(),
+                self.domain_unrouted.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .context("bind the domain exchange's unrouted queue")?;
+        let mut args = FieldTable::default();
+        args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
+        channel
+            .exchange_declare(
+                self.domain_exchange.as_str().into(),
+                ExchangeKind::Topic,
+                durable,
+                args,
+            )
+            .await
+            .with_context(|| format!("declare exchange {}", self.domain_exchange))?;
         Ok(())
     }
 

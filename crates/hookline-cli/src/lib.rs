@@ -4,6 +4,7 @@
 //! signature, something needing attention), 2 a usage error (clap's convention), 3 an operational failure
 //! (database or broker unreachable, …).
 
+mod destinations;
 mod dlq;
 mod ops;
 mod outbound;
@@ -76,6 +77,15 @@ enum Command {
     /// Run the outbound dispatcher on its own (it also runs inside hookline-worker): send queued charges and
     /// refunds to the gateways, with the same idempotency key on every attempt, until SIGTERM/SIGINT.
     Dispatch(outbound::DispatchArgs),
+    /// Domain events' HTTP destinations: list, status, add (generates the secret), rotate-secret, enable.
+    #[command(subcommand)]
+    Destinations(destinations::DestinationsCommand),
+    /// Domain events (the facts hookline hands on): list, redeliver.
+    #[command(subcommand)]
+    Events(destinations::EventsCommand),
+    /// Run the delivery of domain events on its own (it also runs inside hookline-worker): publish them to
+    /// RabbitMQ `{prefix}.domain` and POST them to the destinations, until SIGTERM/SIGINT.
+    Deliver(destinations::DeliverArgs),
 }
 
 /// Parses the arguments, runs the command and maps the result to an exit code.
@@ -99,6 +109,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    let config_path = cli.config.clone();
     let result = rt.block_on(async {
         match cli.command {
             Command::Verify(args) => Ok(verify::run(&args)),
@@ -119,6 +130,11 @@ pub fn main() -> ExitCode {
             Command::Billing(cmd) => outbound::billing(&config, &cmd).await,
             Command::Refund(args) => outbound::refund(&config, &args).await,
             Command::Dispatch(args) => outbound::dispatch(&config, &args).await,
+            Command::Destinations(cmd) => {
+                destinations::destinations(&config, config_path.as_deref(), &cmd).await
+            }
+            Command::Events(cmd) => destinations::events(&config, &cmd).await,
+            Command::Deliver(args) => destinations::deliver(&config, &args).await,
         }
     });
     match result {

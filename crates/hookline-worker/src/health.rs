@@ -72,7 +72,39 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
         Ok(Err(e)) => tracing::warn!(error.message = %e, "cannot count dead letters for /metrics"),
         Err(_) => tracing::warn!("counting dead letters for /metrics timed out"),
     }
+    match tokio::time::timeout(SCRAPE_DB_BUDGET, delivery_gauges(&state.pool)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error.message = %e, "cannot read delivery figures for /metrics")
+        }
+        Err(_) => tracing::warn!("reading delivery figures for /metrics timed out"),
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render())
+}
+
+/// Per-destination backlog, oldest pending age, dead deliveries and disabled state, and the domain relay's
+/// backlog, read from the database at scrape time.
+async fn delivery_gauges(pool: &PgPool) -> Result<(), sqlx::Error> {
+    use crate::deliver::metric;
+    for d in hookline_core::destinations::status(pool).await? {
+        if d.removed_at.is_some() {
+            continue;
+        }
+        let name = d.name;
+        metrics::gauge!(metric::BACKLOG, "destination" => name.clone()).set(d.pending as f64);
+        metrics::gauge!(metric::OLDEST_SECONDS, "destination" => name.clone())
+            .set(d.oldest_pending_secs);
+        metrics::gauge!(metric::DEAD, "destination" => name.clone()).set(d.dead as f64);
+        metrics::gauge!(metric::DISABLED, "destination" => name).set(if d.disabled_at.is_some() {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    let (unpublished, oldest) = hookline_core::domain_events::unpublished_backlog(pool).await?;
+    metrics::gauge!(metric::DOMAIN_UNPUBLISHED).set(unpublished as f64);
+    metrics::gauge!(metric::DOMAIN_OLDEST_SECONDS).set(oldest);
+    Ok(())
 }

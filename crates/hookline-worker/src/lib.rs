@@ -5,6 +5,7 @@
 //! after the commit. A redelivery finds the marker and changes nothing.
 
 pub mod consumer;
+pub mod deliver;
 pub mod dispatch;
 pub mod handler;
 pub mod health;
@@ -105,6 +106,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 .await
         })
     });
+    // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
+    let delivery = if config.delivery.enabled {
+        spawn_delivery(&config, worker.pool().clone(), &supervisor, &cancel)?
+    } else {
+        Vec::new()
+    };
     let server = match config.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
@@ -130,10 +137,55 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(dispatcher) = dispatcher {
         dispatcher.await.ok();
     }
+    for task in delivery {
+        task.await.ok();
+    }
     if let Some(server) = server {
         server.stop(true).await;
     }
     result
+}
+
+/// Starts, under `supervisor`, the two ways domain events leave: the domain relay (RabbitMQ `{prefix}.domain`,
+/// task `domain_relay`) and the HTTP delivery to `[[destinations]]` (task `delivery`). Used by the worker and by
+/// `hookline deliver`; stop them with `cancel` and await the handles.
+pub fn spawn_delivery(
+    config: &Config,
+    pool: sqlx::PgPool,
+    supervisor: &Supervisor,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let relay = std::sync::Arc::new(hookline_bus::domain::DomainRelay::new(
+        pool.clone(),
+        config.amqp_url.clone(),
+        hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+        config.delivery.poll_interval,
+        "hookline-domain-relay",
+    ));
+    let delivery = deliver::Delivery::from_config(pool, config)?;
+    let relay_task = {
+        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
+        tokio::spawn(async move {
+            supervisor
+                .run(hookline_bus::domain::TASK, cancel.clone(), |_| {
+                    let (relay, cancel) = (relay.clone(), cancel.clone());
+                    async move { relay.run(cancel).await }
+                })
+                .await
+        })
+    };
+    let delivery_task = {
+        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
+        tokio::spawn(async move {
+            supervisor
+                .run(deliver::TASK, cancel.clone(), |_| {
+                    let (delivery, cancel) = (delivery.clone(), cancel.clone());
+                    async move { delivery.run(cancel).await }
+                })
+                .await
+        })
+    };
+    Ok(vec![relay_task, delivery_task])
 }
 
 /// Whether the worker runs the outbound dispatcher (`HOOKLINE_DISPATCHER` unset, or anything but

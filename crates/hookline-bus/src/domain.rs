@@ -1,0 +1,179 @@
+//! The domain relay: publishes the facts of `domain_events` to the `{prefix}.domain` topic exchange (routing
+//! key = fact type, AMQP `message_id` = the fact's id) for the merchant's internal consumers.
+//!
+//! Same guarantees as the webhook relay ([`crate::relay`]): facts are locked in `seq` order with
+//! `FOR UPDATE SKIP LOCKED` (several relays share the work), published as one pipelined batch with `mandatory`
+//! and publisher confirms, and marked `published_at` in the same transaction only when RabbitMQ acked them
+//! without returning them. Anything else leaves them unpublished for the next round: at least once, and a
+//! consumer deduplicates by `message_id`. Nothing here runs inside the effect's transaction — the fact was
+//! committed with the effect; this only hands it on.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::future::join_all;
+use hookline_core::domain_events::{self, Unpublished};
+use lapin::options::BasicPublishOptions;
+use lapin::BasicProperties;
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Publisher, Topology};
+
+/// Metric names of the domain relay.
+pub mod metric {
+    /// Counter: facts confirmed by RabbitMQ and marked published.
+    pub const PUBLISHED: &str = "hookline_domain_published_total";
+    /// Counter: facts not confirmed (nack, returned, timeout, channel error), by `reason`.
+    pub const NOT_CONFIRMED: &str = "hookline_domain_not_confirmed_total";
+}
+
+/// Name of the loop for the supervisor (metrics label `task`).
+pub const TASK: &str = "domain_relay";
+
+/// Most facts published in one batch (one transaction).
+const BATCH: i64 = 256;
+/// How long a batch waits for its confirms.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The domain relay's settings and broker connection.
+pub struct DomainRelay {
+    pool: PgPool,
+    amqp_url: SecretString,
+    topology: Topology,
+    poll_interval: Duration,
+    connection_name: String,
+}
+
+impl DomainRelay {
+    /// A relay reading `domain_events` through `pool` and publishing to `topology.domain_exchange`.
+    pub fn new(
+        pool: PgPool,
+        amqp_url: SecretString,
+        topology: Topology,
+        poll_interval: Duration,
+        connection_name: &str,
+    ) -> DomainRelay {
+        DomainRelay {
+            pool,
+            amqp_url,
+            topology,
+            poll_interval,
+            connection_name: connection_name.to_owned(),
+        }
+    }
+
+    /// Publishes until `cancel`. Returns an error when the broker or the database fails, so that the supervisor
+    /// counts it and restarts the loop with a fresh connection (after its backoff).
+    pub async fn run(&self, cancel: CancellationToken) -> anyhow::Result<()> {
+        let publisher = tokio::select! {
+            p = Publisher::open(&self.amqp_url, &self.topology, &self.connection_name) => p?,
+            _ = cancel.cancelled() => return Ok(()),
+        };
+        let result = self.publish_loop(&publisher, &cancel).await;
+        publisher.close().await;
+        result
+    }
+
+    async fn publish_loop(
+        &self,
+        publisher: &Publisher,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        while !cancel.is_cancelled() {
+            let published = self.publish_batch(publisher).await?;
+            if published < BATCH as usize {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.poll_interval) => {}
+                    _ = cancel.cancelled() => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: lock a batch, publish it, mark what was confirmed. Returns how many facts were claimed.
+    pub async fn publish_batch(&self, publisher: &Publisher) -> anyhow::Result<usize> {
+        let mut tx = self.pool.begin().await.context("begin")?;
+        let facts = domain_events::claim_unpublished(&mut tx, BATCH)
+            .await
+            .context("claim unpublished domain events")?;
+        if facts.is_empty() {
+            return Ok(0);
+        }
+        let confirmed = publish(publisher, &self.topology, &facts).await?;
+        domain_events::mark_published(&mut *tx, &confirmed)
+            .await
+            .context("mark domain events published")?;
+        tx.commit().await.context("commit")?;
+        metrics::counter!(metric::PUBLISHED).increment(confirmed.len() as u64);
+        Ok(facts.len())
+    }
+}
+
+/// Publishes `facts` pipelined and returns the `seq`s RabbitMQ acked without returning them.
+async fn publish(
+    publisher: &Publisher,
+    topology: &Topology,
+    facts: &[Unpublished],
+) -> anyhow::Result<Vec<i64>> {
+    let mut pending = Vec::with_capacity(facts.len());
+    for f in facts {
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_message_id(f.id.as_str().into())
+            .with_type(f.ty.as_str().into());
+        let confirm = publisher
+            .channel
+            .basic_publish(
+                topology.domain_exchange.as_str().into(),
+                f.ty.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                &f.body,
+                props,
+            )
+            .await
+            .context("basic.publish")?;
+        pending.push((f.seq, confirm));
+    }
+    let confirms = tokio::time::timeout(
+        CONFIRM_TIMEOUT,
+        join_all(
+            pending
+                .into_iter()
+                .map(|(seq, c)| async move { (seq, c.await) }),
+        ),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no publisher confirm within {CONFIRM_TIMEOUT:?}"))?;
+    let mut acked = Vec::with_capacity(confirms.len());
+    for (seq, confirm) in confirms {
+        match confirm {
+            Ok(c) if c.is_ack() => match c.take_message() {
+                None => acked.push(seq),
+                Some(_) => {
+                    metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned").increment(1);
+                    tracing::error!(
+                        domain_event_seq = seq,
+                        "RabbitMQ returned the domain event as unroutable; it stays unpublished (check {}'s alternate exchange)",
+                        topology.domain_exchange
+                    );
+                }
+            },
+            Ok(_) => {
+                metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
+                tracing::warn!(
+                    domain_event_seq = seq,
+                    "RabbitMQ nacked the domain event; it stays unpublished"
+                );
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
+        }
+    }
+    Ok(acked)
+}
