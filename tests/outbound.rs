@@ -182,6 +182,31 @@ async fn lost_answer_is_retried_with_the_same_key_and_charges_once() {
         2
     );
     assert_ledger_balanced(p.pool()).await;
+    // Each intent's completion and its payment's success are facts, once each, whichever of the gateway's
+    // answer and the webhook completed the intent first.
+    for i in [&st, &mp] {
+        let facts: Vec<String> = sqlx::query_scalar(
+            "SELECT type FROM domain_events WHERE convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = $1",
+        )
+        .bind(&i.public_id)
+        .fetch_all(p.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            facts,
+            vec!["payment_intent.succeeded".to_string()],
+            "{}",
+            i.public_id
+        );
+    }
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM domain_events WHERE type = 'payment.succeeded'"
+        )
+        .await,
+        2
+    );
     cancel.cancel();
     task.await.unwrap();
     worker.stop().await;

@@ -265,6 +265,7 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
 pub mod faults;
 pub mod pipeline;
 pub mod proxy;
+pub mod receiver;
 pub mod sandboxed;
 pub use pipeline::*;
 

@@ -1,0 +1,134 @@
+//! Domain events out under process death, with the real `hookline-worker` binary:
+//! 1. a worker SIGKILLed after the effects (and their facts) committed but before anything was sent: a fresh worker
+//!    sends every fact — nothing was lost with the process;
+//! 2. a worker SIGKILLed after sending a batch but before recording the answers: after the lease the facts are
+//!    sent again with the same `webhook-id`, and the receiver, deduplicating by it, acts on each once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hookline_tests::faults::*;
+use hookline_tests::receiver::{Behaviour, Receiver};
+use hookline_tests::{secrets, stripe, stripe_headers};
+
+const WAIT: Duration = Duration::from_secs(90);
+const FACTS: usize = 24;
+
+async fn fact_ids(c: &Cluster) -> HashSet<String> {
+    sqlx::query_scalar::<_, String>("SELECT id FROM domain_events")
+        .fetch_all(c.pool())
+        .await
+        .expect("facts")
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_before_or_after_sending_loses_and_doubles_nothing() {
+    let receiver = Receiver::start();
+    receiver.configure("erp", Behaviour::Ok, &[secrets::STANDARD]);
+    let mut c = Cluster::new(
+        "delivery_killed",
+        ClusterOptions {
+            tail: format!(
+                "[delivery]\ntimeout_ms = 1000\nbackoff_base_ms = 50\nbackoff_max_secs = 1\npoll_interval_ms = 50\n\
+                 [[destinations]]\nname = \"erp\"\nurl = \"{}\"\nsecrets = [\"{}\"]\nevents = [\"*\"]\n",
+                receiver.url("erp"),
+                secrets::STANDARD
+            ),
+            ..ClusterOptions::default()
+        },
+    )
+    .await;
+    c.start_edge(None).await;
+
+    // 1. Effects and facts commit; this worker never sends (its delivery loop claims nothing); SIGKILL.
+    let slot = c.start_worker(Some("deliver.before_claim=return")).await;
+    let http = reqwest::Client::new();
+    for i in 0..FACTS {
+        let body = stripe::payment_intent(
+            &format!("evt_k{i}"),
+            "succeeded",
+            &format!("pi_k{i}"),
+            1000 + i as i64,
+        );
+        let mut req = http
+            .post(format!("{}/webhooks/stripe", c.base))
+            .body(body.clone());
+        for (name, value) in stripe_headers(secrets::STRIPE, hookline_tests::now(), &body) {
+            req = req.header(name, value);
+        }
+        assert_eq!(req.send().await.expect("post").status().as_u16(), 200);
+    }
+    let pool = c.pool().clone();
+    hookline_tests::wait_for_count(
+        &pool,
+        WAIT,
+        "every fact committed",
+        "SELECT count(*) FROM domain_events",
+        FACTS as i64,
+    )
+    .await;
+    c.kill_worker(slot);
+    assert!(
+        receiver.received().is_empty(),
+        "nothing was sent before the kill"
+    );
+
+    // 2. A worker that sends a batch and hangs before recording the answers; SIGKILL once the receiver saw it.
+    c.restart_worker(slot, Some("deliver.after_send=sleep(600000)"))
+        .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while receiver.received().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hung worker never sent"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.kill_worker(slot);
+    let sent_before_kill: HashSet<String> = receiver
+        .received()
+        .into_iter()
+        .map(|r| r.webhook_id)
+        .collect();
+    let unrecorded: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM domain_deliveries WHERE status = 'pending' AND lease_until IS NOT NULL",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(unrecorded > 0, "the killed worker recorded nothing it sent");
+
+    // 3. A healthy worker: after the lease, everything arrives; the re-sent ones carry the same id.
+    c.restart_worker(slot, None).await;
+    let everything = fact_ids(&c).await;
+    hookline_tests::wait_until(WAIT, "every fact reached the receiver", || {
+        let done = receiver.acted("erp") == everything;
+        async move { done }
+    })
+    .await;
+    hookline_tests::wait_for_count(
+        &pool,
+        WAIT,
+        "every delivery recorded as delivered",
+        "SELECT count(*) FROM domain_deliveries WHERE status = 'delivered'",
+        FACTS as i64,
+    )
+    .await;
+    let received = receiver.received();
+    assert!(received.iter().all(|r| r.signature_valid));
+    for id in &sent_before_kill {
+        let n = received.iter().filter(|r| &r.webhook_id == id).count();
+        assert!(
+            n >= 2,
+            "{id} was sent again after the kill, with the same webhook-id"
+        );
+    }
+    let distinct: HashSet<&str> = received.iter().map(|r| r.webhook_id.as_str()).collect();
+    assert_eq!(distinct.len(), FACTS, "no new id for a re-sent fact");
+    assert_eq!(receiver.max_acted_per_id(), 1, "each fact acted on once");
+    assert_eq!(fact_ids(&c).await.len(), FACTS, "no fact doubled");
+    c.teardown().await;
+    receiver.stop().await;
+}
