@@ -641,3 +641,92 @@ async fn destinations_add_and_rotate_edit_the_configuration_and_print_the_secret
     assert_eq!(hookline(&["destinations", "status"]).status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
+    let receiver = Receiver::start();
+    let never = Behaviour::Flaky {
+        fail_first: u32::MAX,
+        timeout_after: Duration::ZERO,
+        slow: Duration::ZERO,
+    };
+    receiver.configure("down", never, &[OLD_SECRET]);
+    let db = hookline_tests::TestDb::new().await;
+    let config = hookline_tests::parse_config(&hookline_tests::test_config_toml(
+        &db.url,
+        "",
+        &format!(
+            "[delivery]\nretry_window_secs = 1\nbackoff_base_ms = 100\nbackoff_max_secs = 1\npoll_interval_ms = 50\nbreaker_threshold = 3\nbreaker_cooldown_ms = 300\n\
+             [[destinations]]\nname = \"down\"\nurl = \"{}\"\nsecrets = [\"{OLD_SECRET}\"]\nevents = [\"*\"]\n",
+            receiver.url("down")
+        ),
+    ));
+    let pool = db.pool.clone();
+    let delivery = hookline_worker::deliver::Delivery::from_config(pool.clone(), &config).unwrap();
+    delivery.sync().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let (id, _) = hookline_core::domain_events::record(
+        &mut tx,
+        hookline_core::domain_events::EventType::PaymentSucceeded,
+        "stripe/pi_dead",
+        &serde_json::json!({"amount": 1}),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (delivery, cancel) = (delivery.clone(), cancel.clone());
+        async move { delivery.run(cancel).await }
+    });
+    hookline_tests::wait_for_count(
+        &pool,
+        WAIT,
+        "the delivery is dead",
+        "SELECT count(*) FROM domain_deliveries WHERE status = 'dead'",
+        1,
+    )
+    .await;
+    let (reason, attempts): (String, i32) =
+        sqlx::query_as("SELECT dead_reason, attempts FROM domain_deliveries")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        reason.contains("retry window") && reason.contains("HTTP 503"),
+        "{reason}"
+    );
+    assert!(attempts >= 2, "retried before giving up: {attempts}");
+    let status = hookline_core::destinations::status(&pool).await.unwrap();
+    assert_eq!(
+        (status[0].dead, status[0].last_failure_status),
+        (1, Some(503))
+    );
+    let sent = receiver.received().len();
+    assert_eq!(sent, attempts as usize, "one request per recorded attempt");
+
+    // Fixed receiver, an operator's redelivery: delivered with the same id.
+    receiver.configure("down", Behaviour::Ok, &[OLD_SECRET]);
+    let mut tx = pool.begin().await.unwrap();
+    let (_, queued) = hookline_core::destinations::redeliver(
+        &mut tx,
+        &hookline_core::destinations::RedeliverFilter {
+            destination: Some("down".into()),
+            ..Default::default()
+        },
+        "ops",
+        "test: receiver fixed",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(queued, 1);
+    wait_until(WAIT, "the redelivered fact arrived", || {
+        let done = receiver.acted("down").contains(&id);
+        async move { done }
+    })
+    .await;
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    receiver.stop().await;
+}
