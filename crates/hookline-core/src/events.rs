@@ -389,6 +389,17 @@ pub async fn exists<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<bool, sqlx
         .await
 }
 
+/// Which of `ids` are stored events (one statement, for a batch).
+pub async fn existing_among<'c>(
+    conn: impl PgExecutor<'c>,
+    ids: &[i64],
+) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM webhook_events WHERE id = ANY ($1)")
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
 /// A stored event as operators see it (`dlq show`, the console).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredRow {

@@ -47,6 +47,69 @@ pub async fn begin(
     .await
 }
 
+/// A new marker of a batch, with its stored event.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedMany {
+    /// `webhook_events.id`.
+    pub event_id: i64,
+    /// The stored event.
+    #[sqlx(flatten)]
+    pub event: Claimed,
+}
+
+/// [`begin`] for a whole batch in ONE statement: inserts the markers of `(consumer, id)` for every id (in id
+/// order, so concurrent batches take the key locks in the same order and cannot deadlock on them), resolves
+/// the dead letters of the new ones and reads their stored events. Returns only the ids whose marker is new and
+/// whose event exists; an id given twice is claimed once.
+pub async fn begin_many(
+    tx: &mut PgConnection,
+    consumer: &str,
+    event_ids: &[i64],
+) -> Result<Vec<ClaimedMany>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH marker AS (
+             INSERT INTO processed_events (consumer, event_id)
+             SELECT $1, id FROM (SELECT DISTINCT unnest($2::bigint[]) AS id) ids ORDER BY id
+             ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
+             RETURNING event_id),
+         resolved AS (
+             UPDATE dead_letters SET resolved_at = now(), resolution = 'applied'
+             WHERE consumer = $1 AND event_id IN (SELECT event_id FROM marker) AND resolved_at IS NULL)
+         SELECT marker.event_id, e.provider, e.provider_event_id, e.event_type, e.body
+         FROM marker JOIN webhook_events e ON e.id = marker.event_id",
+    )
+    .bind(consumer)
+    .bind(event_ids)
+    .fetch_all(&mut *tx)
+    .await
+}
+
+/// Records several non-`applied` outcomes in one statement (`(event_id, outcome, detail)`).
+pub async fn record_outcomes<'c>(
+    conn: impl PgExecutor<'c>,
+    consumer: &str,
+    outcomes: &[(i64, &str, Option<&str>)],
+) -> Result<(), sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = outcomes.iter().map(|o| o.0).collect();
+    let kinds: Vec<&str> = outcomes.iter().map(|o| o.1).collect();
+    let details: Vec<Option<&str>> = outcomes.iter().map(|o| o.2).collect();
+    sqlx::query(
+        "UPDATE processed_events p SET outcome = o.outcome, detail = o.detail
+           FROM unnest($2::bigint[], $3::text[], $4::text[]) AS o(event_id, outcome, detail)
+          WHERE p.consumer = $1 AND p.event_id = o.event_id",
+    )
+    .bind(consumer)
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&details)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Records a non-`applied` outcome (ignored, parked, needs_fetch) and its detail on the marker.
 pub async fn record_outcome<'c>(
     conn: impl PgExecutor<'c>,

@@ -149,6 +149,29 @@ pub fn reason_text(e: &anyhow::Error) -> String {
         .join("\n")
 }
 
+/// Why [`Handler::handle_many`] could not apply a batch: the event to blame (its index in the slice), when one
+/// event is the cause, and the failure. The transaction is rolled back; the worker then isolates the failure.
+#[derive(Debug)]
+pub struct BatchError {
+    /// Index of the failing event, `None` when no single event is to blame (a database error of a set-based
+    /// statement).
+    pub index: Option<usize>,
+    /// The failure.
+    pub error: HandleError,
+}
+
+impl From<HandleError> for BatchError {
+    fn from(error: HandleError) -> Self {
+        BatchError { index: None, error }
+    }
+}
+
+impl From<sqlx::Error> for BatchError {
+    fn from(e: sqlx::Error) -> Self {
+        HandleError::from(e).into()
+    }
+}
+
 /// A business effect applied once per stored event.
 pub trait Handler: Send + Sync + 'static {
     /// Consumer name: the first half of the processed marker `(consumer, event_id)`.
@@ -163,6 +186,19 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Prepared>, HandleError>> + Send + 'a {
         let _ = event;
         async { Ok(None) }
+    }
+
+    /// Applies several events at once, set-based (a constant number of statements for the whole batch), using
+    /// `tx`, the open transaction in which their markers were just inserted. The result must be the one applying
+    /// them one by one in this order would give. `None` (the default): not a batch this handler applies
+    /// set-based; the worker then calls [`Handler::handle`] for each, in order, in the same transaction.
+    fn handle_many<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        events: &'a [StoredEvent],
+    ) -> impl Future<Output = Option<Result<Vec<Outcome>, BatchError>>> + Send + 'a {
+        let _ = (tx, events);
+        async { None }
     }
 
     /// Applies the event's effects using `tx`, the open transaction in which the marker was just inserted.

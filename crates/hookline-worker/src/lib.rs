@@ -16,7 +16,8 @@ pub mod retention;
 
 pub use consumer::{Worker, WorkerSettings};
 pub use handler::{
-    reason_text, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent,
+    reason_text, BatchError, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared,
+    StoredEvent,
 };
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;

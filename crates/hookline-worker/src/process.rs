@@ -7,6 +7,7 @@
 //! worker processing the same event blocks on the marker's primary key until the first commits, then inserts
 //! nothing and applies nothing. If the first rolls back, the second proceeds.
 
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 
 use anyhow::Context;
@@ -129,59 +130,150 @@ pub async fn process_batch_prepared<H: Handler>(
         .await
         .map_err(db_error("begin transaction"))
         .map_err(whole)?;
-    let mut results = Vec::with_capacity(items.len());
-    for (index, (id, prepared)) in items.into_iter().enumerate() {
-        match apply_in_tx(&mut tx, handler, id, prepared).await {
-            Ok(p) => results.push(p),
-            Err(error) => {
-                tx.rollback().await.ok();
-                return Err(BatchFailed {
-                    index: Some(index),
-                    error,
-                });
-            }
+    match apply_batch_in_tx(&mut tx, handler, items).await {
+        Ok(results) => {
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("worker.before_commit");
+            tx.commit()
+                .await
+                .map_err(db_error("commit"))
+                .map_err(whole)?;
+            Ok(results)
+        }
+        Err(failed) => {
+            tx.rollback().await.ok();
+            Err(failed)
         }
     }
-    #[cfg(feature = "failpoints")]
-    fail::fail_point!("worker.before_commit");
-    tx.commit()
-        .await
-        .map_err(db_error("commit"))
-        .map_err(whole)?;
-    Ok(results)
 }
 
-/// Marker first, then the effects, inside the caller's transaction (which the caller commits or rolls back).
-async fn apply_in_tx<H: Handler>(
+/// The batch inside the caller's transaction, with a constant number of statements around the handler: the
+/// markers of every event (and their stored events) in one statement, the handler's set-based
+/// [`Handler::handle_many`] (or its one-by-one [`Handler::handle`] when it declines), the non-`applied`
+/// outcomes in one statement.
+async fn apply_batch_in_tx<H: Handler>(
     tx: &mut PgConnection,
     handler: &H,
+    items: Vec<(i64, Option<Prepared>)>,
+) -> Result<Vec<Processed>, BatchFailed> {
+    let whole = |error| BatchFailed { index: None, error };
+    let at = |index: usize, error| BatchFailed {
+        index: Some(index),
+        error,
+    };
+    let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
+    // Marker first, for the whole batch: a concurrent duplicate blocks on its key until the other ends.
+    let mut claimed: HashMap<i64, markers::Claimed> =
+        markers::begin_many(tx, handler.consumer(), &ids)
+            .await
+            .map_err(db_error("insert processed markers"))
+            .map_err(whole)?
+            .into_iter()
+            .map(|c| (c.event_id, c.event))
+            .collect();
+    let unclaimed: Vec<i64> = ids
+        .iter()
+        .filter(|id| !claimed.contains_key(id))
+        .copied()
+        .collect();
+    let existing: HashSet<i64> = if unclaimed.is_empty() {
+        HashSet::new()
+    } else {
+        events::existing_among(&mut *tx, &unclaimed)
+            .await
+            .map_err(db_error("look up stored events"))
+            .map_err(whole)?
+            .into_iter()
+            .collect()
+    };
+    let mut results: Vec<Option<Processed>> = vec![None; items.len()];
+    let mut stored = Vec::with_capacity(items.len());
+    let mut positions = Vec::with_capacity(items.len());
+    let mut taken = HashSet::new();
+    for (index, (event_id, prepared)) in items.into_iter().enumerate() {
+        let Some(c) = claimed.remove(&event_id) else {
+            if taken.contains(&event_id) || existing.contains(&event_id) {
+                // The marker existed (or an earlier delivery in this batch claimed it): change nothing.
+                results[index] = Some(Processed::Duplicate);
+                continue;
+            }
+            return Err(at(
+                index,
+                ProcessError::Permanent(anyhow::anyhow!(
+                    "stored event {event_id} does not exist (purged, or published from another database)"
+                )),
+            ));
+        };
+        taken.insert(event_id);
+        let event = checked_event(event_id, c, prepared).map_err(|e| at(index, e))?;
+        stored.push(event);
+        positions.push(index);
+    }
+    if !stored.is_empty() {
+        let outcomes = match AssertUnwindSafe(handler.handle_many(&mut *tx, &stored))
+            .catch_unwind()
+            .await
+        {
+            Ok(Some(Ok(outcomes))) if outcomes.len() == stored.len() => outcomes,
+            Ok(Some(Ok(outcomes))) => {
+                return Err(whole(ProcessError::Permanent(anyhow::anyhow!(
+                    "handler returned {} outcomes for {} events",
+                    outcomes.len(),
+                    stored.len()
+                ))))
+            }
+            Ok(Some(Err(e))) => {
+                return Err(BatchFailed {
+                    index: e.index.and_then(|i| positions.get(i).copied()),
+                    error: e.error.into(),
+                })
+            }
+            // A panic in a set-based batch blames no single event: the worker retries them one by one.
+            Err(panic) => return Err(whole(ProcessError::Panicked(panic_message(panic)))),
+            Ok(None) => {
+                let mut outcomes = Vec::with_capacity(stored.len());
+                for (k, event) in stored.iter().enumerate() {
+                    let outcome = handle_one(tx, handler, event)
+                        .await
+                        .map_err(|e| at(positions[k], e))?;
+                    outcomes.push(outcome);
+                }
+                outcomes
+            }
+        };
+        let notable: Vec<(i64, &str, Option<&str>)> = stored
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| **o != Outcome::applied())
+            .map(|(e, o)| (e.id, o.kind.as_str(), o.detail.as_deref()))
+            .collect();
+        markers::record_outcomes(&mut *tx, handler.consumer(), &notable)
+            .await
+            .map_err(db_error("record outcomes"))
+            .map_err(whole)?;
+        for (k, outcome) in outcomes.into_iter().enumerate() {
+            results[positions[k]] = Some(Processed::Applied(outcome));
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or(Processed::Duplicate))
+        .collect())
+}
+
+/// The stored event as the handler sees it, after the checks every event passes (storage bounds, the
+/// prepared data's key).
+fn checked_event(
     event_id: i64,
+    claimed: markers::Claimed,
     prepared: Option<Prepared>,
-) -> Result<Processed, ProcessError> {
-    // Marker first (one round trip: marker, dead-letter resolution, event read). A concurrent duplicate blocks
-    // on the marker's key here until the other transaction ends.
-    let claimed = markers::begin(tx, handler.consumer(), event_id)
-        .await
-        .map_err(db_error("insert processed marker"))?;
-    let Some(markers::Claimed {
+) -> Result<StoredEvent, ProcessError> {
+    let markers::Claimed {
         provider,
         provider_event_id,
         event_type,
         body,
-    }) = claimed
-    else {
-        // Either the marker already existed (a duplicate: change nothing) or the event is gone.
-        let exists = events::exists(&mut *tx, event_id)
-            .await
-            .map_err(db_error("look up stored event"))?;
-        return if exists {
-            Ok(Processed::Duplicate)
-        } else {
-            Err(ProcessError::Permanent(anyhow::anyhow!(
-                "stored event {event_id} does not exist (purged, or published from another database)"
-            )))
-        };
-    };
+    } = claimed;
     // The edge bounds these before storing; a row written by an older version or by hand may not respect the
     // bounds. It stops here, dead-lettered with the reason, instead of travelling into keys and logs.
     if let Err(e) = events::check_event_fields(&provider_event_id, event_type.as_deref()) {
@@ -199,29 +291,66 @@ async fn apply_in_tx<H: Handler>(
             )));
         }
     }
-    let event = StoredEvent {
+    Ok(StoredEvent {
         id: event_id,
         provider,
         provider_event_id,
         event_type,
         body,
         prepared,
-    };
-    // A panic is contained to this event.
-    let outcome = match AssertUnwindSafe(handler.handle(&mut *tx, &event))
+    })
+}
+
+/// One event's effects with a panic contained to it.
+async fn handle_one<H: Handler>(
+    tx: &mut PgConnection,
+    handler: &H,
+    event: &StoredEvent,
+) -> Result<Outcome, ProcessError> {
+    match AssertUnwindSafe(handler.handle(&mut *tx, event))
         .catch_unwind()
         .await
     {
-        Ok(result) => result?,
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_string());
-            return Err(ProcessError::Panicked(msg));
-        }
+        Ok(result) => Ok(result?),
+        Err(panic) => Err(ProcessError::Panicked(panic_message(panic))),
+    }
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+/// Marker first, then the effects, inside the caller's transaction (which the caller commits or rolls back).
+async fn apply_in_tx<H: Handler>(
+    tx: &mut PgConnection,
+    handler: &H,
+    event_id: i64,
+    prepared: Option<Prepared>,
+) -> Result<Processed, ProcessError> {
+    // Marker first (one round trip: marker, dead-letter resolution, event read). A concurrent duplicate blocks
+    // on the marker's key here until the other transaction ends.
+    let claimed = markers::begin(tx, handler.consumer(), event_id)
+        .await
+        .map_err(db_error("insert processed marker"))?;
+    let Some(claimed) = claimed else {
+        // Either the marker already existed (a duplicate: change nothing) or the event is gone.
+        let exists = events::exists(&mut *tx, event_id)
+            .await
+            .map_err(db_error("look up stored event"))?;
+        return if exists {
+            Ok(Processed::Duplicate)
+        } else {
+            Err(ProcessError::Permanent(anyhow::anyhow!(
+                "stored event {event_id} does not exist (purged, or published from another database)"
+            )))
+        };
     };
+    let event = checked_event(event_id, claimed, prepared)?;
+    let outcome = handle_one(tx, handler, &event).await?;
     if outcome != Outcome::applied() {
         markers::record_outcome(
             &mut *tx,
