@@ -145,23 +145,7 @@ pub async fn record<D: Serialize>(
     subject: &str,
     data: &D,
 ) -> Result<(String, bool), RecordError> {
-    let id = fact_id(ty, subject);
-    let body = serde_json::to_vec(&Envelope {
-        id: &id,
-        ty: ty.as_str(),
-        created_at: OffsetDateTime::now_utc(),
-        data,
-    })
-    .map_err(|e| RecordError::Encode {
-        ty: ty.as_str(),
-        message: e.to_string(),
-    })?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(RecordError::Encode {
-            ty: ty.as_str(),
-            message: format!("{} bytes is above {MAX_BODY_BYTES}", body.len()),
-        });
-    }
+    let (id, body) = encode(ty, subject, data)?;
     let created: Option<i64> = sqlx::query_scalar(
         "WITH ev AS (
              INSERT INTO domain_events (id, type, body) VALUES ($1, $2, $3)
@@ -179,6 +163,70 @@ pub async fn record<D: Serialize>(
     .fetch_optional(&mut *tx)
     .await?;
     Ok((id, created.is_some()))
+}
+
+/// A fact's id and the exact bytes of its body.
+fn encode<D: Serialize>(
+    ty: EventType,
+    subject: &str,
+    data: &D,
+) -> Result<(String, Vec<u8>), RecordError> {
+    let id = fact_id(ty, subject);
+    let body = serde_json::to_vec(&Envelope {
+        id: &id,
+        ty: ty.as_str(),
+        created_at: OffsetDateTime::now_utc(),
+        data,
+    })
+    .map_err(|e| RecordError::Encode {
+        ty: ty.as_str(),
+        message: e.to_string(),
+    })?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(RecordError::Encode {
+            ty: ty.as_str(),
+            message: format!("{} bytes is above {MAX_BODY_BYTES}", body.len()),
+        });
+    }
+    Ok((id, body))
+}
+
+/// [`record`] for several facts in ONE statement (the set-based worker path): `(type, subject, data)` each.
+/// Returns how many were new.
+pub async fn record_many<D: Serialize>(
+    tx: &mut PgConnection,
+    facts: &[(EventType, String, D)],
+) -> Result<u64, RecordError> {
+    if facts.is_empty() {
+        return Ok(0);
+    }
+    let mut ids = Vec::with_capacity(facts.len());
+    let mut types = Vec::with_capacity(facts.len());
+    let mut bodies = Vec::with_capacity(facts.len());
+    for (ty, subject, data) in facts {
+        let (id, body) = encode(*ty, subject, data)?;
+        ids.push(id);
+        types.push(ty.as_str());
+        bodies.push(body);
+    }
+    let created: i64 = sqlx::query_scalar(
+        "WITH ev AS (
+             INSERT INTO domain_events (id, type, body)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+             ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
+             RETURNING seq, type),
+         fanout AS (
+             INSERT INTO domain_deliveries (destination, event_seq)
+             SELECT d.name, ev.seq FROM ev JOIN destinations d
+                 ON d.removed_at IS NULL AND (ev.type = ANY (d.events) OR '*' = ANY (d.events)))
+         SELECT count(*) FROM ev",
+    )
+    .bind(&ids)
+    .bind(&types)
+    .bind(&bodies)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(created as u64)
 }
 
 /// A fact not yet confirmed by RabbitMQ.

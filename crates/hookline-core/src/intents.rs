@@ -180,6 +180,41 @@ pub async fn complete_from_payment(
     }
 }
 
+/// [`complete_from_payment`] for several payments in one statement (the set-based worker path):
+/// `(provider, provider_payment_id, status)` each. Returns how many intents were completed.
+pub async fn complete_from_payments(
+    conn: &mut PgConnection,
+    completed: &[(&str, &str, &str)],
+) -> Result<usize, RecordError> {
+    if completed.is_empty() {
+        return Ok(0);
+    }
+    let providers: Vec<&str> = completed.iter().map(|c| c.0).collect();
+    let refs: Vec<&str> = completed.iter().map(|c| c.1).collect();
+    let statuses: Vec<&str> = completed.iter().map(|c| c.2).collect();
+    let moved: Vec<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p SET status = old.new_status, updated_at = now()
+           FROM (SELECT i.id, i.status AS previous, u.status AS new_status
+                   FROM payment_intents i
+                   JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(provider, ref, status)
+                     ON i.provider = u.provider AND i.provider_payment_id = u.ref
+                  WHERE i.status NOT IN ('succeeded', 'failed')
+                  ORDER BY i.id
+                  FOR UPDATE OF i) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
+    .bind(&providers)
+    .bind(&refs)
+    .bind(&statuses)
+    .fetch_all(&mut *conn)
+    .await?;
+    for m in &moved {
+        announce_if_completed(conn, m).await?;
+    }
+    Ok(moved.len())
+}
+
 /// Columns returned by the updates above (`p` is the updated row).
 const RETURNED: &str =
     "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, \

@@ -12,7 +12,7 @@
 //! Each change that the merchant's systems care about also writes its domain event here, in the same
 //! transaction ([`super::facts`]), and moves the payment's `version` up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
@@ -23,7 +23,9 @@ use super::fetch::ApiClient;
 use super::ledger::{self, account, Posting, PostingKind};
 use super::model::{DisputeStatus, Money, PaymentFact, PaymentStatus};
 use super::normalize::{normalize, payment_resource};
-use crate::handler::{EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent};
+use crate::handler::{
+    BatchError, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent,
+};
 use hookline_core::domain_events::EventType;
 
 /// Per-provider settings the payments effect needs.
@@ -98,6 +100,56 @@ impl Handler for PaymentsHandler {
             key: event.provider_event_id.to_owned(),
             body,
         }))
+    }
+
+    /// The set-based path: a batch whose every event is a payment status fact (or ignored) — the common case by
+    /// far — is applied with a constant number of statements (see [`apply_payment_batch`]). Anything else
+    /// (refunds, disputes, invoices, Mercado Pago fetches) declines, and the worker applies the batch one
+    /// event at a time.
+    async fn handle_many(
+        &self,
+        tx: &mut PgConnection,
+        events: &[StoredEvent],
+    ) -> Option<Result<Vec<Outcome>, BatchError>> {
+        let mut items = Vec::with_capacity(events.len());
+        let mut ignored: Vec<Vec<String>> = vec![Vec::new(); events.len()];
+        for (index, event) in events.iter().enumerate() {
+            let rule = self.providers.get(&event.provider)?;
+            if event.prepared.is_some() || rule.scheme == Scheme::MercadoPago {
+                return None;
+            }
+            let facts = match normalize(rule.scheme, event.event_type.as_deref(), &event.body) {
+                Ok(f) => f,
+                Err(e) => {
+                    return Some(Err(BatchError {
+                        index: Some(index),
+                        error: HandleError::Permanent(
+                            anyhow::Error::new(e).context("invalid payload"),
+                        ),
+                    }))
+                }
+            };
+            for fact in facts {
+                match fact {
+                    PaymentFact::Payment {
+                        payment_ref,
+                        status,
+                        amount,
+                    } => items.push(BatchItem {
+                        index,
+                        event_id: event.id,
+                        provider: &event.provider,
+                        rule,
+                        payment_ref,
+                        status,
+                        amount,
+                    }),
+                    PaymentFact::Ignored { reason } => ignored[index].push(reason),
+                    _ => return None,
+                }
+            }
+        }
+        Some(apply_payment_batch(tx, events.len(), items, ignored).await)
     }
 
     async fn handle(
@@ -621,6 +673,345 @@ async fn apply_payment(
         OutcomeKind::Applied,
         (!details.is_empty()).then(|| details.join("; ")),
     ))
+}
+
+/// One payment status fact of a batch.
+struct BatchItem<'a> {
+    /// Index of its event in the batch.
+    index: usize,
+    event_id: i64,
+    provider: &'a str,
+    rule: &'a ProviderRule,
+    payment_ref: String,
+    status: PaymentStatus,
+    amount: Option<Money>,
+}
+
+/// A payment of a batch, locked, as the batch moves it in memory.
+#[derive(Debug, sqlx::FromRow)]
+struct BatchPayment {
+    id: i64,
+    provider: String,
+    provider_payment_id: String,
+    status: String,
+    amount: Option<i64>,
+    currency: Option<String>,
+    amount_refunded: i64,
+    version: i64,
+    #[sqlx(skip)]
+    created: bool,
+    #[sqlx(skip)]
+    dirty: bool,
+}
+
+/// Applies a batch of payment status facts with a constant number of statements, with exactly the result of
+/// [`apply_payment`] called for each fact in order:
+///
+/// 1. unknown payments created (one `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING`, keys sorted);
+/// 2. every payment of the batch locked (one `SELECT … ORDER BY id FOR UPDATE`: concurrent batches lock in the
+///    same order, so they cannot deadlock);
+/// 3. the facts applied in memory, in event order (several events of one payment move it step by step);
+/// 4. the changes written: payments (one `UPDATE … FROM unnest`), transitions (one `INSERT`), postings and
+///    their entries (one statement), completed intents (one), domain events and their deliveries (one);
+/// 5. what was parked on a payment that succeeded now (refunds, lost disputes; rare) applied as usual.
+async fn apply_payment_batch(
+    tx: &mut PgConnection,
+    events: usize,
+    items: Vec<BatchItem<'_>>,
+    ignored: Vec<Vec<String>>,
+) -> Result<Vec<Outcome>, BatchError> {
+    let mut details: Vec<Vec<String>> = vec![Vec::new(); events];
+    let mut applied = vec![false; events];
+    if !items.is_empty() {
+        let mut keys: Vec<(&str, &str)> = items
+            .iter()
+            .map(|i| (i.provider, i.payment_ref.as_str()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let (providers, refs): (Vec<&str>, Vec<&str>) = keys.into_iter().unzip();
+        let created: HashSet<i64> = sqlx::query_scalar(
+            "INSERT INTO payments (provider, provider_payment_id, status)
+             SELECT p, r, 'created' FROM unnest($1::text[], $2::text[]) AS t(p, r) ORDER BY p, r
+             ON CONFLICT ON CONSTRAINT payments_provider_payment_id_key DO NOTHING
+             RETURNING id",
+        )
+        .bind(&providers)
+        .bind(&refs)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        let locked: Vec<BatchPayment> = sqlx::query_as(
+            "SELECT id, provider, provider_payment_id, status, amount, currency, amount_refunded, version
+               FROM payments
+              WHERE (provider, provider_payment_id) IN
+                    (SELECT p, r FROM unnest($1::text[], $2::text[]) AS t(p, r))
+              ORDER BY id FOR UPDATE",
+        )
+        .bind(&providers)
+        .bind(&refs)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut payments: HashMap<(String, String), BatchPayment> = locked
+            .into_iter()
+            .map(|mut p| {
+                p.created = created.contains(&p.id);
+                ((p.provider.clone(), p.provider_payment_id.clone()), p)
+            })
+            .collect();
+
+        let mut transitions: (Vec<i64>, Vec<i64>, Vec<&str>, Vec<&str>) = Default::default();
+        let mut postings: Vec<(BatchPosting, usize)> = Vec::new();
+        let mut completed: Vec<(&str, &str, &str)> = Vec::new();
+        let mut facts_out: Vec<(EventType, String, serde_json::Value)> = Vec::new();
+        let mut newly_succeeded: Vec<(i64, usize, String, String)> = Vec::new();
+        for item in &items {
+            applied[item.index] = true;
+            let key = (item.provider.to_owned(), item.payment_ref.clone());
+            let Some(p) = payments.get_mut(&key) else {
+                return Err(BatchError {
+                    index: None,
+                    error: HandleError::Transient(anyhow::anyhow!(
+                        "payment {} was not locked by its batch",
+                        item.payment_ref
+                    )),
+                });
+            };
+            let blame = |message: String| BatchError {
+                index: Some(item.index),
+                error: HandleError::permanent(message),
+            };
+            let current = PaymentStatus::parse(&p.status).unwrap_or(PaymentStatus::Created);
+            if let (Some(m), Some(cur)) = (&item.amount, &p.currency) {
+                if &m.currency != cur {
+                    return Err(blame(format!(
+                        "payment {}: currency {} differs from the recorded {cur}",
+                        item.payment_ref, m.currency
+                    )));
+                }
+            }
+            if item.status <= current {
+                if p.amount.is_none() && current != PaymentStatus::Succeeded {
+                    if let Some(m) = &item.amount {
+                        p.amount = Some(m.amount);
+                        p.currency = Some(m.currency.clone());
+                        p.dirty = true;
+                    }
+                }
+                if item.status < current {
+                    details[item.index].push(format!(
+                        "payment {} already {}; {} changes nothing",
+                        item.payment_ref,
+                        current.as_str(),
+                        item.status.as_str()
+                    ));
+                }
+                continue;
+            }
+            let new_amount = match (item.status, &item.amount, p.amount) {
+                (PaymentStatus::Succeeded, Some(m), _) => Some(m.clone()),
+                (_, Some(m), None) => Some(m.clone()),
+                _ => None,
+            };
+            if let Some(m) = &new_amount {
+                p.amount = Some(m.amount);
+                p.currency = Some(m.currency.clone());
+            }
+            p.status = item.status.as_str().to_owned();
+            p.version += 1;
+            p.dirty = true;
+            transitions.0.push(p.id);
+            transitions.1.push(item.event_id);
+            transitions.2.push(current.as_str());
+            transitions.3.push(item.status.as_str());
+            let announced = match item.status {
+                PaymentStatus::Succeeded => Some((EventType::PaymentSucceeded, "succeeded")),
+                PaymentStatus::Failed => Some((EventType::PaymentFailed, "failed")),
+                PaymentStatus::Canceled => Some((EventType::PaymentCanceled, "failed")),
+                _ => None,
+            };
+            if let Some((ty, intent_status)) = announced {
+                completed.push((item.provider, &item.payment_ref, intent_status));
+                let data = facts::PaymentFact {
+                    payment_id: p.id,
+                    provider: item.provider,
+                    provider_payment_id: &item.payment_ref,
+                    status: item.status.as_str(),
+                    amount: p.amount,
+                    currency: p.currency.as_deref(),
+                    amount_refunded: p.amount_refunded,
+                    payment_version: p.version,
+                    webhook_event_id: item.event_id,
+                };
+                let data = serde_json::to_value(&data).map_err(|e| BatchError {
+                    index: Some(item.index),
+                    error: HandleError::Permanent(anyhow::Error::new(e)),
+                })?;
+                facts_out.push((ty, format!("{}/{}", item.provider, item.payment_ref), data));
+            }
+            if item.status != PaymentStatus::Succeeded {
+                continue;
+            }
+            let (Some(amount), Some(currency)) = (p.amount, p.currency.clone()) else {
+                return Err(blame(format!(
+                    "payment {} succeeded but no amount is known",
+                    item.payment_ref
+                )));
+            };
+            let fee = ledger::fee(amount, item.rule.fee_bps, item.rule.fee_fixed);
+            postings.push((
+                BatchPosting {
+                    provider: item.provider.to_owned(),
+                    reference: item.payment_ref.clone(),
+                    payment_id: p.id,
+                    event_id: item.event_id,
+                    currency,
+                    legs: [
+                        (account::RECEIVABLE, amount - fee),
+                        (account::FEES, fee),
+                        (account::REVENUE, -amount),
+                    ],
+                },
+                item.index,
+            ));
+            if !p.created {
+                newly_succeeded.push((
+                    p.id,
+                    item.index,
+                    item.provider.to_owned(),
+                    item.payment_ref.clone(),
+                ));
+            }
+        }
+
+        let dirty: Vec<&BatchPayment> = payments.values().filter(|p| p.dirty).collect();
+        if !dirty.is_empty() {
+            let ids: Vec<i64> = dirty.iter().map(|p| p.id).collect();
+            let statuses: Vec<&str> = dirty.iter().map(|p| p.status.as_str()).collect();
+            let amounts: Vec<Option<i64>> = dirty.iter().map(|p| p.amount).collect();
+            let currencies: Vec<Option<&str>> =
+                dirty.iter().map(|p| p.currency.as_deref()).collect();
+            let versions: Vec<i64> = dirty.iter().map(|p| p.version).collect();
+            sqlx::query(
+                "UPDATE payments p
+                    SET status = u.status, amount = u.amount, currency = u.currency, version = u.version,
+                        updated_at = now()
+                   FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::bigint[])
+                        AS u(id, status, amount, currency, version)
+                  WHERE p.id = u.id",
+            )
+            .bind(&ids)
+            .bind(&statuses)
+            .bind(&amounts)
+            .bind(&currencies)
+            .bind(&versions)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !transitions.0.is_empty() {
+            sqlx::query(
+                "INSERT INTO payment_transitions (payment_id, event_id, from_status, to_status)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[])",
+            )
+            .bind(&transitions.0)
+            .bind(&transitions.1)
+            .bind(&transitions.2)
+            .bind(&transitions.3)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let as_postings: Vec<Posting<'_>> = postings
+            .iter()
+            .map(|(p, _)| Posting {
+                provider: &p.provider,
+                kind: PostingKind::Payment,
+                reference: &p.reference,
+                payment_id: p.payment_id,
+                event_id: p.event_id,
+                currency: &p.currency,
+                legs: &p.legs,
+            })
+            .collect();
+        ledger::post_many(tx, &as_postings).await?;
+        hookline_core::intents::complete_from_payments(tx, &completed)
+            .await
+            .map_err(HandleError::from)?;
+        hookline_core::domain_events::record_many(tx, &facts_out)
+            .await
+            .map_err(HandleError::from)?;
+        if !newly_succeeded.is_empty() {
+            apply_waiting_many(tx, &newly_succeeded, &mut details).await?;
+        }
+    }
+    Ok((0..events)
+        .map(|i| {
+            let mut d = std::mem::take(&mut details[i]);
+            let kind = if applied[i] {
+                OutcomeKind::Applied
+            } else {
+                d.extend(ignored[i].iter().cloned());
+                OutcomeKind::Ignored
+            };
+            Outcome {
+                kind,
+                detail: (!d.is_empty()).then(|| d.join("; ")),
+            }
+        })
+        .collect())
+}
+
+/// A payment posting of a batch (owned, so the batch can borrow it for [`ledger::post_many`]).
+struct BatchPosting {
+    provider: String,
+    reference: String,
+    payment_id: i64,
+    event_id: i64,
+    currency: String,
+    legs: [(&'static str, i64); 3],
+}
+
+/// Applies what was parked on payments that succeeded in this batch (refunds, lost disputes), in the same
+/// deterministic order as [`apply_payment`]: one query finds them all (usually none).
+async fn apply_waiting_many(
+    tx: &mut PgConnection,
+    succeeded: &[(i64, usize, String, String)],
+    details: &mut [Vec<String>],
+) -> Result<(), BatchError> {
+    let ids: Vec<i64> = succeeded.iter().map(|s| s.0).collect();
+    let waiting: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT payment_id, kind, id FROM (
+             SELECT 'refund' AS kind, id, payment_id, provider_refund_id AS reference FROM refunds
+             WHERE payment_id = ANY ($1) AND status = 'parked'
+             UNION ALL
+             SELECT 'dispute', id, payment_id, provider_dispute_id FROM disputes
+             WHERE payment_id = ANY ($1) AND status = 'lost' AND NOT posted) w
+         ORDER BY payment_id, kind DESC, reference",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (payment_id, kind, id) in waiting {
+        let Some((_, index, provider, payment_ref)) = succeeded.iter().find(|s| s.0 == payment_id)
+        else {
+            continue;
+        };
+        let blame = |error: HandleError| BatchError {
+            index: Some(*index),
+            error,
+        };
+        if kind == "refund" {
+            let detail = apply_refund(tx, provider, payment_ref, payment_id, id)
+                .await
+                .map_err(blame)?;
+            details[*index].extend(detail);
+        } else {
+            post_dispute_loss(tx, provider, payment_id, id)
+                .await
+                .map_err(blame)?;
+        }
+    }
+    Ok(())
 }
 
 async fn set_amount(tx: &mut PgConnection, payment_id: i64, m: &Money) -> Result<(), HandleError> {

@@ -111,6 +111,66 @@ pub(crate) async fn post(
     Ok(entries > 0)
 }
 
+/// Posts several balanced ledger transactions in ONE statement (the set-based worker path); each is skipped
+/// when the constraint says it exists, exactly like [`post`]. Returns how many entries were written.
+pub(crate) async fn post_many(
+    tx: &mut PgConnection,
+    postings: &[Posting<'_>],
+) -> Result<u64, sqlx::Error> {
+    if postings.is_empty() {
+        return Ok(0);
+    }
+    let mut providers = Vec::with_capacity(postings.len());
+    let mut kinds = Vec::with_capacity(postings.len());
+    let mut references = Vec::with_capacity(postings.len());
+    let mut payment_ids = Vec::with_capacity(postings.len());
+    let mut event_ids = Vec::with_capacity(postings.len());
+    let mut currencies = Vec::with_capacity(postings.len());
+    let (mut leg_ord, mut leg_account, mut leg_amount) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in postings.iter().enumerate() {
+        debug_assert_eq!(p.legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
+        providers.push(p.provider);
+        kinds.push(p.kind.as_str());
+        references.push(p.reference);
+        payment_ids.push(p.payment_id);
+        event_ids.push(p.event_id);
+        currencies.push(p.currency);
+        for (account, amount) in p.legs.iter().filter(|(_, a)| *a != 0) {
+            leg_ord.push(i as i64 + 1);
+            leg_account.push(*account);
+            leg_amount.push(*amount);
+        }
+    }
+    let entries = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[])
+                      WITH ORDINALITY AS t(provider, kind, reference, payment_id, event_id, currency, ord)),
+         posting AS (
+             INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
+             SELECT provider, kind, reference, payment_id, event_id, currency FROM input ORDER BY ord
+             ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
+             RETURNING id, provider, kind, reference)
+         INSERT INTO ledger_entries (transaction_id, account, amount)
+         SELECT posting.id, l.account, l.amount
+           FROM posting
+           JOIN input i ON i.provider = posting.provider AND i.kind = posting.kind AND i.reference = posting.reference
+           JOIN unnest($7::bigint[], $8::text[], $9::bigint[]) AS l(ord, account, amount) ON l.ord = i.ord",
+    )
+    .bind(&providers)
+    .bind(&kinds)
+    .bind(&references)
+    .bind(&payment_ids)
+    .bind(&event_ids)
+    .bind(&currencies)
+    .bind(&leg_ord)
+    .bind(&leg_account)
+    .bind(&leg_amount)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    Ok(entries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
