@@ -143,6 +143,59 @@ pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> a
     Ok(b_rate)
 }
 
+/// Phases 1b and 2b, **Baselines A and B by pgbench** (see [`crate::pgbench`]): the same two baselines driven by
+/// PostgreSQL's own load generator, printed beside the Rust-driven ones. Skipped (with a note) when pgbench is
+/// not installed; a failure is reported, not fatal.
+pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
+    if !crate::pgbench::available() {
+        progress("pgbench baselines: pgbench not found (PostgreSQL's client package); skipped".to_string());
+        return;
+    }
+    let (opts, env) = (bench.opts, bench.env);
+    let dir = opts.out_dir.join("pgbench");
+    let runs = [
+        ("baseline_insert_pgbench", "A 1 row/commit (pgbench)", "commits", opts.concurrency, Baseline::A),
+        (
+            "baseline_worker_tx_pgbench",
+            "B worker tx (pgbench)",
+            "transactions",
+            env.config.worker.concurrency,
+            Baseline::B,
+        ),
+    ];
+    for (key, label, unit, clients, baseline) in runs {
+        progress(format!("{label}: {clients} clients, {:?}", opts.duration));
+        let cpu0 = bench.monitor.snapshot();
+        let started = std::time::Instant::now();
+        let (url, dur, dir) = (env.baseline_db_url.clone(), opts.duration, dir.clone());
+        let result = tokio::task::spawn_blocking(move || match baseline {
+            Baseline::A => crate::pgbench::baseline_a(&url, clients, dur, &dir),
+            Baseline::B => crate::pgbench::baseline_b(&url, clients, dur, &dir),
+        })
+        .await;
+        let cpu1 = bench.monitor.snapshot();
+        match result {
+            Ok(Ok(r)) => {
+                progress(format!("  {:.0} {unit}/s", r.tps));
+                let m = crate::baseline::Measured {
+                    ops: r.transactions,
+                    elapsed: started.elapsed(),
+                    latency: None,
+                    errors: r.failed,
+                    cpu: bench.monitor.usage(&cpu0, &cpu1),
+                    exhausted: false,
+                    started_unix: 0.0,
+                };
+                let mut row = baseline_phase(key, label.to_string(), unit, &m, baseline);
+                row.throughput_per_s = r.tps;
+                bench.phases.push(row);
+            }
+            Ok(Err(e)) => progress(format!("  {label} failed: {e:#}")),
+            Err(e) => progress(format!("  {label} failed: {e}")),
+        }
+    }
+}
+
 /// Starts the real `hookline-edge` binary, with its embedded relay (the worker is not running: the queue fills up
 /// for phase 5), waits until it is ready, and opens what the edge phases need: the monitoring pool, the relay lag
 /// sampler, the HTTP target and the book of answers.
