@@ -33,6 +33,8 @@ pub mod metric {
     pub const RETRIES: &str = "hookline_worker_transient_retries_total";
     /// Histogram: seconds to process one delivery (transaction included).
     pub const PROCESS_SECONDS: &str = "hookline_worker_process_seconds";
+    /// Histogram (summary): deliveries taken into one transaction.
+    pub const BATCH_SIZE: &str = "hookline_worker_batch_size";
 }
 
 /// How often a worker reconciles the dead-letter queue with the `dead_letters` table.
@@ -215,7 +217,10 @@ impl<H: Handler> Worker<H> {
                 }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
-                        // Take whatever else is already here (up to batch_max): one transaction for all of them.
+                        // Wait for a free slot first, then take whatever else has arrived meanwhile (up to
+                        // batch_max): under load the batch fills while the previous ones commit, so one
+                        // transaction (and, for payment facts, one set of statements) serves many deliveries.
+                        let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
                         let mut batch = vec![delivery];
                         let mut failed = None;
                         while batch.len() < s.batch_max {
@@ -228,7 +233,7 @@ impl<H: Handler> Worker<H> {
                                 _ => break,
                             }
                         }
-                        let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
+                        metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
                         let ctx = ctx.clone();
                         tokio::spawn(async move {
                             handle_batch(&ctx, batch).await;
