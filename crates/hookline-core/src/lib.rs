@@ -1,6 +1,7 @@
 //! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations, the
 //! stored-event model and telemetry.
 
+pub mod audit;
 pub mod billing;
 pub mod config;
 pub mod consumers;
