@@ -11,6 +11,7 @@ pub mod events;
 pub mod intents;
 pub mod markers;
 pub mod outbox;
+pub mod payments_view;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};
