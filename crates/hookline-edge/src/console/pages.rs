@@ -896,15 +896,17 @@ pub async fn replay_set(
 // ---------------------------------------------------------------------------------------------- dead letters
 
 /// Most dead letters listed on one page.
-const MAX_DEAD_LETTERS_SHOWN: usize = 500;
+const MAX_DEAD_LETTERS_SHOWN: i64 = 500;
 
 /// `GET /dead-letters`: unresolved dead letters with their reasons, and the redrive form.
 pub async fn dead_letters(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let rows = dead_letters::list(&state.pool, consumers::ALL, false)
+    let total = dead_letters::unresolved_count(&state.pool)
+        .await
+        .context("count dead letters")?;
+    let rows = dead_letters::oldest_unresolved(&state.pool, consumers::ALL, MAX_DEAD_LETTERS_SHOWN)
         .await
         .context("list dead letters")?;
-    let total = rows.len();
     Ok(html_response(page(
         "Dead letters",
         Some(&s),
@@ -915,7 +917,7 @@ pub async fn dead_letters(req: HttpRequest, state: State) -> Result<HttpResponse
                 input type="hidden" name="csrf" value=(s.csrf);
                 table #dead-letters {
                     tr { th { "redrive" } th { "event" } th { "consumer" } th { "provider" } th { "type" } th { "attempts" } th { "first failed" } th { "last failed" } th { "reason" } }
-                    @for d in rows.iter().take(MAX_DEAD_LETTERS_SHOWN) {
+                    @for d in &rows {
                         tr {
                             td { input type="checkbox" name="id" value=(d.event_id); }
                             td { a href={ "/events/" (d.event_id) } { (d.event_id) } }
