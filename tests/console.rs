@@ -814,7 +814,33 @@ async fn in_a_browser_an_operator_finds_an_event_replays_it_and_sees_the_audit_r
         (kind.as_str(), operator.as_str(), published, finished),
         ("replay", "console:alice", 1, true)
     );
-    // The worker consumes the re-delivered message, and the applied effect is not applied again.
+    // A filtered set, through the dry run and its confirmation: audited, run in the background to the end.
+    let mut http = ConsoleHttp::new(&console);
+    let csrf = http.login().await;
+    let set_reason = "INC-7: replay every stripe event";
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("reason", set_reason),
+        ("selection", "all"),
+        ("provider", "stripe"),
+    ];
+    let dry = http.post("/replay", &form).await;
+    assert_eq!(dry.status, 200, "{}", dry.text);
+    assert!(dry.text.contains("data-count=\"1\""), "{}", dry.text);
+    let mut confirmed = form.to_vec();
+    confirmed.push(("confirm", "1"));
+    let res = http.post("/replay", &confirmed).await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    wait_for_count(
+        &pool,
+        DRAIN,
+        "the set replay finished",
+        "SELECT count(*) FROM replay_runs WHERE reason = 'INC-7: replay every stripe event'
+           AND operator = 'console:alice' AND selected = 1 AND published = 1 AND finished_at IS NOT NULL",
+        1,
+    )
+    .await;
+    // The worker consumes the re-delivered messages, and the applied effect is not applied again.
     let payments_queue = p.topology().payments_queue;
     wait_until(DRAIN, "the replayed message consumed", || {
         let p = &p;
