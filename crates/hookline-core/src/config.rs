@@ -1175,6 +1175,63 @@ mod tests {
     }
 
     #[test]
+    fn console_section_is_optional_validated_and_its_hashes_redacted() {
+        const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$oGPB3w1RZHGHqBCLw06GGA$9TRg8+jFrd4mZMR+dWYoXgG0eNgIA02msXcGYuY56wU";
+        let op = |name: &str, hash: &str| {
+            format!("[[console.operators]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n")
+        };
+        assert!(Config::from_toml_str("", "t", &NO_ENV)
+            .unwrap()
+            .console
+            .is_none());
+        let c = Config::from_toml_str(&format!("[console]\n{}", op("alice", HASH)), "t", &NO_ENV)
+            .unwrap();
+        let console = c.console.as_ref().unwrap();
+        assert_eq!(console.listen.to_string(), DEFAULT_CONSOLE_LISTEN);
+        assert_eq!(console.operators[0].name, "alice");
+        assert_eq!(console.session_ttl, Duration::from_secs(8 * 3600));
+        assert!(!console.secure_cookie);
+        assert!(
+            !format!("{c:?}").contains("oGPB3w1RZHGHqBCLw06GGA"),
+            "the hash is redacted"
+        );
+        assert!(err("[console]\n").starts_with("console.operators:"));
+        assert!(err(&format!("[console]\n{}", op("alice", "plaintext")))
+            .starts_with("console.operators[0].password_hash: is not a PHC string"));
+        assert!(err(&format!(
+            "[console]\n{}",
+            op("alice", &HASH.replace("argon2id", "argon2i"))
+        ))
+        .starts_with("console.operators[0].password_hash: must be an Argon2id hash"));
+        assert!(err(&format!(
+            "[console]\n{}{}",
+            op("alice", HASH),
+            op("alice", HASH)
+        ))
+        .starts_with("console.operators[1].name:"));
+        assert!(err(&format!("[console]\n{}", op("a b", HASH)))
+            .starts_with("console.operators[0].name:"));
+        assert!(
+            err(&format!(
+                "[console]\nlisten = \"127.0.0.1:8080\"\n{}",
+                op("alice", HASH)
+            ))
+            .starts_with("console.listen:"),
+            "never the providers' listener"
+        );
+        assert!(err(&format!(
+            "[console]\nlisten = \"nowhere\"\n{}",
+            op("alice", HASH)
+        ))
+        .starts_with("console.listen:"));
+        assert!(err(&format!(
+            "[console]\nsession_ttl_secs = 0\n{}",
+            op("alice", HASH)
+        ))
+        .starts_with("console.session_ttl_secs:"));
+    }
+
+    #[test]
     fn api_section_is_optional_validated_and_its_keys_redacted() {
         assert!(Config::from_toml_str("", "t", &NO_ENV)
             .unwrap()
