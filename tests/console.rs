@@ -862,3 +862,85 @@ async fn in_a_browser_an_operator_finds_an_event_replays_it_and_sees_the_audit_r
         "one marker: the replay was deduplicated"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_letter_is_redriven_from_the_console_with_the_cli_engine_and_audited() {
+    let hash = hash_password(PASSWORD).await;
+    let p = TestPipeline::start_with(&console_toml(&hash)).await;
+    let pool = p.pool().clone();
+    let console = p.edge.console.clone().expect("the console listens");
+    let worker = p.spawn_worker();
+    let bad = stripe::payment_intent("evt_console_bad", "succeeded", "pi_console_bad", -500);
+    assert_eq!(p.edge.post_stripe(&bad).await.status(), 200);
+    wait_for_count(
+        &pool,
+        DRAIN,
+        "the dead letter",
+        "SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL AND attempts = 1",
+        1,
+    )
+    .await;
+    let event_id: i64 = sqlx::query_scalar("SELECT event_id FROM dead_letters")
+        .fetch_one(&pool)
+        .await
+        .expect("event id");
+
+    let mut http = ConsoleHttp::new(&console);
+    let csrf = http.login().await;
+    let page = http.get("/dead-letters").await;
+    assert_eq!(page.status, 200);
+    assert!(page.text.contains("id=\"dead-letters\""));
+    assert!(
+        page.text.contains(&format!("value=\"{event_id}\"")),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text.contains("amount"),
+        "the reason is shown: {}",
+        page.text
+    );
+    // Nothing chosen: refused, nothing audited.
+    let res = http
+        .post(
+            "/dead-letters/redrive",
+            &[("csrf", &csrf), ("reason", "nothing")],
+        )
+        .await;
+    assert_eq!(res.status, 400);
+    let id = event_id.to_string();
+    let res = http
+        .post(
+            "/dead-letters/redrive",
+            &[("csrf", &csrf), ("reason", "INC-9: redrive"), ("id", &id)],
+        )
+        .await;
+    assert_eq!(res.status, 303, "{}", res.text);
+    // Audited as the CLI's redrive, re-delivered once; the worker processed it again (it still fails: the
+    // cause is not fixed) and never applied it.
+    wait_for_count(
+        &pool,
+        DRAIN,
+        "the redrive run finished",
+        "SELECT count(*) FROM replay_runs WHERE kind = 'dlq_redrive' AND operator = 'console:alice'
+           AND reason = 'INC-9: redrive' AND selected = 1 AND published = 1 AND finished_at IS NOT NULL",
+        1,
+    )
+    .await;
+    wait_for_count(
+        &pool,
+        DRAIN,
+        "the redriven event failed again",
+        "SELECT count(*) FROM dead_letters WHERE resolved_at IS NULL AND attempts = 2",
+        1,
+    )
+    .await;
+    worker.stop().await;
+    assert_eq!(assert_ledger_balanced(&pool).await, 0, "nothing was posted");
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM processed_events").await,
+        0
+    );
+    let audit = http.get("/audit").await;
+    assert!(audit.text.contains("INC-9: redrive") && audit.text.contains("dlq_redrive"));
+}
