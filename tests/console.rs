@@ -944,3 +944,59 @@ async fn a_dead_letter_is_redriven_from_the_console_with_the_cli_engine_and_audi
     let audit = http.get("/audit").await;
     assert!(audit.text.contains("INC-9: redrive") && audit.text.contains("dlq_redrive"));
 }
+
+#[tokio::test]
+async fn a_replay_that_cannot_reach_rabbitmq_is_recorded_resumable_and_says_so() {
+    let hash = hash_password(PASSWORD).await;
+    let db = TestDb::new().await;
+    // Nothing listens on port 1: the publisher cannot connect.
+    let toml = test_config_toml(
+        &db.url,
+        "",
+        &format!("[relay]\nembedded = false\n{}", console_toml(&hash)),
+    )
+    .replacen(
+        "[amqp]",
+        "amqp_url = \"amqp://guest:guest@127.0.0.1:1/%2f\"\n[amqp]",
+        1,
+    );
+    let edge = TestEdge::spawn_on(db, parse_config(&toml)).await;
+    let console = edge.console.clone().expect("the console listens");
+    let stored = hookline_core::events::insert_one(
+        &edge.db.pool,
+        &event(
+            "stripe",
+            "evt_no_broker",
+            r#"{"id":"evt_no_broker"}"#,
+            vec![],
+        ),
+    )
+    .await
+    .expect("store");
+    let hookline_core::events::StoreOutcome::Inserted(id) = stored else {
+        panic!("not inserted: {stored:?}");
+    };
+    let mut http = ConsoleHttp::new(&console);
+    let csrf = http.login().await;
+    let res = http
+        .post(
+            &format!("/events/{id}/replay"),
+            &[("csrf", &csrf), ("reason", "broker down")],
+        )
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text);
+    let (run, finished): (i64, bool) = sqlx::query_as(
+        "SELECT id, finished_at IS NOT NULL FROM replay_runs WHERE reason = 'broker down'",
+    )
+    .fetch_one(&edge.db.pool)
+    .await
+    .expect("the run is recorded");
+    assert!(!finished, "not finished: resumable");
+    assert!(
+        res.text
+            .contains(&format!("hookline replay --resume {run}")),
+        "{}",
+        res.text
+    );
+    assert!(!res.text.contains("guest:guest"), "no URL in the page");
+}

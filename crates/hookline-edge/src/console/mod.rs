@@ -69,6 +69,9 @@ pub enum ConsoleError {
     /// No such thing.
     #[error("not found")]
     NotFound,
+    /// An action was recorded but could not complete (RabbitMQ unreachable, no confirm): 503 with what to do.
+    #[error("{0}")]
+    Unavailable(String),
     /// Anything else (database, broker): 500 with an opaque page.
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
@@ -87,6 +90,7 @@ impl ResponseError for ConsoleError {
             ConsoleError::Csrf => StatusCode::FORBIDDEN,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::NotFound => StatusCode::NOT_FOUND,
+            ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

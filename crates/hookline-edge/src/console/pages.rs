@@ -740,9 +740,11 @@ fn target(state: &ConsoleState) -> Target {
 }
 
 fn unavailable(run: i64, e: &anyhow::Error) -> ConsoleError {
+    // The cause chain goes to the log; the page says what happened and what to do, naming no internals.
     tracing::error!(run, error.cause_chain = ?format!("{e:#}"), "console replay failed");
-    ConsoleError::Internal(anyhow::anyhow!(
-        "run {run} is recorded but could not complete; resume it with `hookline replay --resume {run}`"
+    ConsoleError::Unavailable(format!(
+        "run {run} is recorded but could not complete (is RabbitMQ reachable?); resume it with \
+         `hookline replay --resume {run}`"
     ))
 }
 
