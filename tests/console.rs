@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -563,7 +564,14 @@ struct Browser {
 }
 
 impl Drop for Browser {
+    /// Kills chromedriver's whole process group (its own, made at spawn): Chromium and its helpers included, so
+    /// a failed test leaves no browser behind (killing the driver alone orphans the browser).
     fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        std::process::Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status()
+            .ok();
         self.driver.kill().ok();
         self.driver.wait().ok();
         std::fs::remove_dir_all(&self._profile).ok();
@@ -586,6 +594,8 @@ impl Browser {
             .port();
         let driver = std::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
+            // Its own process group, which Chromium joins: Drop kills them all at once.
+            .process_group(0)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -800,6 +810,7 @@ async fn in_a_browser_an_operator_finds_an_event_replays_it_and_sees_the_audit_r
         .await
         .expect("balances");
     b.screenshot("payments").await;
+    // End the session (Chromium exits); Drop then kills whatever is left of the driver's group.
     b.client.clone().close().await.ok();
 
     // Recorded in the same audit table as the CLI, re-delivered once, finished.
