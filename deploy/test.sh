@@ -39,6 +39,17 @@ cleanup
 # Alert rules: syntax, unit tests (promtool, from Debian's prometheus package, installed when missing).
 bash deploy/prometheus/check.sh
 
+# The console's browser tests (tests/console.rs) drive headless Chromium through chromedriver: Debian's
+# chromium and chromium-driver packages (and a font for readable screenshots), installed when missing.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "test.sh: chromium or chromedriver missing: installing Debian's chromium and chromium-driver" >&2
+  if [ "$(id -u)" -eq 0 ]; then SUDO=(); elif command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+    echo "test.sh: not root and no sudo: install chromium and chromium-driver" >&2; exit 1; fi
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-liberation
+  command -v chromedriver >/dev/null 2>&1 || { echo "test.sh: chromedriver still missing after install" >&2; exit 1; }
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).

@@ -177,6 +177,8 @@ pub struct TestEdge {
     pub db: TestDb,
     /// An HTTP client with a generous pool, for parallel requests.
     pub client: reqwest::Client,
+    /// `http://127.0.0.1:PORT` of the operator console, when `[console]` is configured.
+    pub console: Option<String>,
 }
 
 impl TestEdge {
@@ -203,6 +205,7 @@ impl TestEdge {
             .await
             .expect("build the edge");
         let port = app.port();
+        let console = app.console_port().map(|p| format!("http://127.0.0.1:{p}"));
         tokio::spawn(app.run_until_stopped());
         TestEdge {
             base: format!("http://127.0.0.1:{port}"),
@@ -212,6 +215,7 @@ impl TestEdge {
                 .pool_max_idle_per_host(64)
                 .build()
                 .expect("http client"),
+            console,
         }
     }
 

@@ -17,6 +17,7 @@
 
 pub mod baseline;
 pub mod checks;
+pub mod console;
 pub mod env;
 pub mod gen;
 pub mod load;

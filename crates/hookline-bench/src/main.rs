@@ -14,6 +14,9 @@ use hookline_bench::{report, Options, DEFAULT_AMQP, DEFAULT_PG};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
+    /// Measure something else than the pipeline (default: the pipeline).
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Seconds per measured phase (default 10; 2 with --quick). Sweep points last half of it.
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
@@ -48,6 +51,20 @@ struct Args {
     /// Cap on prepared deliveries per phase.
     #[arg(long, value_name = "N")]
     max_events: Option<usize>,
+}
+
+/// Other measurements.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// The operator console's pages on a large events table (target: every page under 100 ms).
+    Console {
+        /// Events to seed.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: i64,
+        /// Timed requests per page (after 3 warm-up requests).
+        #[arg(long, default_value_t = 20)]
+        requests: usize,
+    },
 }
 
 fn options(args: Args) -> anyhow::Result<Options> {
@@ -92,7 +109,11 @@ fn options(args: Args) -> anyhow::Result<Options> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let opts = match options(Args::parse()) {
+    let mut args = Args::parse();
+    if let Some(Command::Console { events, requests }) = args.command.take() {
+        return console(args, events, requests).await;
+    }
+    let opts = match options(args) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("hookline-bench: {e:#}");
@@ -120,5 +141,47 @@ async fn main() -> ExitCode {
     } else {
         eprintln!("hookline-bench: correctness FAILED");
         ExitCode::FAILURE
+    }
+}
+
+async fn console(args: Args, events: i64, requests: usize) -> ExitCode {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let console_opts = hookline_bench::console::ConsoleOptions {
+        events,
+        requests: requests.max(1),
+        bin_dir: opts.bin_dir.clone(),
+        pg_base_url: opts.pg_base_url.clone(),
+        amqp_url: opts.amqp_url.clone(),
+        out_dir: opts.out_dir.clone(),
+    };
+    match hookline_bench::console::run(&console_opts).await {
+        Ok(report) => {
+            let missed = report.pages.iter().filter(|p| !p.within_target).count();
+            println!(
+                "overview, first request (status aggregate on {} events): {:.0} ms",
+                report.events, report.overview_cold_ms
+            );
+            println!(
+                "{} of {} pages within {} ms at p95",
+                report.pages.len() - missed,
+                report.pages.len(),
+                hookline_bench::console::TARGET_MS
+            );
+            match hookline_bench::console::write_report(&report, &opts.out_dir) {
+                Ok(path) => println!("wrote {}", path.display()),
+                Err(e) => eprintln!("hookline-bench: {e:#}"),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            ExitCode::from(2)
+        }
     }
 }

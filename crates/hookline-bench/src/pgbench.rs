@@ -70,12 +70,22 @@ pub fn available() -> bool {
 }
 
 /// Baseline A with pgbench: `clients` connections for `duration` on the database at `url`.
-pub fn baseline_a(url: &str, clients: usize, duration: Duration, dir: &Path) -> anyhow::Result<PgbenchResult> {
+pub fn baseline_a(
+    url: &str,
+    clients: usize,
+    duration: Duration,
+    dir: &Path,
+) -> anyhow::Result<PgbenchResult> {
     run(url, "a", SCRIPT_A, clients, duration, dir)
 }
 
 /// Baseline B with pgbench: the per-event worker transaction, `clients` connections.
-pub fn baseline_b(url: &str, clients: usize, duration: Duration, dir: &Path) -> anyhow::Result<PgbenchResult> {
+pub fn baseline_b(
+    url: &str,
+    clients: usize,
+    duration: Duration,
+    dir: &Path,
+) -> anyhow::Result<PgbenchResult> {
     run(url, "b", SCRIPT_B, clients, duration, dir)
 }
 
@@ -92,7 +102,11 @@ fn run(
     std::fs::write(&file, script).with_context(|| format!("write {}", file.display()))?;
     // One sequence for both scripts: unique ids across runs on the same database.
     let seq = Command::new("psql")
-        .args([url, "-qAtc", "CREATE SEQUENCE IF NOT EXISTS pgbench_hookline_seq START 1000000000000"])
+        .args([
+            url,
+            "-qAtc",
+            "CREATE SEQUENCE IF NOT EXISTS pgbench_hookline_seq START 1000000000000",
+        ])
         .output()
         .context("run psql (PostgreSQL client) to prepare pgbench")?;
     anyhow::ensure!(
@@ -102,7 +116,18 @@ fn run(
     );
     let secs = duration.as_secs().max(1);
     let out = Command::new("pgbench")
-        .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", &secs.to_string(), "-f"])
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-T",
+            &secs.to_string(),
+            "-f",
+        ])
         .arg(&file)
         .arg(url)
         .output()
@@ -112,7 +137,11 @@ fn run(
         out.status.success(),
         "pgbench failed ({}): {}",
         out.status,
-        String::from_utf8_lossy(&out.stderr).lines().take(5).collect::<Vec<_>>().join(" | ")
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     parse(&stdout).with_context(|| format!("read pgbench's summary: {stdout}"))
 }
@@ -127,12 +156,24 @@ fn parse(stdout: &str) -> anyhow::Result<PgbenchResult> {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("tps = ") {
             if line.contains("without initial connection time") {
-                tps = rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok());
+                tps = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok());
             }
-        } else if let Some(rest) = line.strip_prefix("number of transactions actually processed: ") {
-            transactions = rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        } else if let Some(rest) = line.strip_prefix("number of transactions actually processed: ")
+        {
+            transactions = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
         } else if let Some(rest) = line.strip_prefix("number of failed transactions: ") {
-            failed = rest.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            failed = rest
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
         }
     }
     Ok(PgbenchResult {

@@ -148,13 +148,22 @@ pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> a
 /// not installed; a failure is reported, not fatal.
 pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
     if !crate::pgbench::available() {
-        progress("pgbench baselines: pgbench not found (PostgreSQL's client package); skipped".to_string());
+        progress(
+            "pgbench baselines: pgbench not found (PostgreSQL's client package); skipped"
+                .to_string(),
+        );
         return;
     }
     let (opts, env) = (bench.opts, bench.env);
     let dir = opts.out_dir.join("pgbench");
     let runs = [
-        ("baseline_insert_pgbench", "A 1 row/commit (pgbench)", "commits", opts.concurrency, Baseline::A),
+        (
+            "baseline_insert_pgbench",
+            "A 1 row/commit (pgbench)",
+            "commits",
+            opts.concurrency,
+            Baseline::A,
+        ),
         (
             "baseline_worker_tx_pgbench",
             "B worker tx (pgbench)",

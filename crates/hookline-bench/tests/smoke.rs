@@ -66,3 +66,36 @@ async fn quick_pipeline_run_is_correct() {
     assert_eq!(json["correctness_pass"], true);
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// The console measurement on a few thousand events: every page answers 200 (a failure is an error of the
+/// run) and each is timed; no speed is asserted here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_measurement_runs_every_page() {
+    let out = std::env::temp_dir().join(format!(
+        "hookline-bench-console-smoke-{}",
+        std::process::id()
+    ));
+    let defaults = Options::new(bin_dir());
+    let opts = hookline_bench::console::ConsoleOptions {
+        events: 3_000,
+        requests: 2,
+        bin_dir: bin_dir(),
+        pg_base_url: std::env::var("HOOKLINE_TEST_PG").unwrap_or(defaults.pg_base_url),
+        amqp_url: defaults.amqp_url,
+        out_dir: out.clone(),
+    };
+    let report = hookline_bench::console::run(&opts)
+        .await
+        .expect("console measurement");
+    assert_eq!(report.events, 3_000);
+    assert!(report.pages.len() >= 15, "{:?}", report.pages);
+    assert!(report
+        .pages
+        .iter()
+        .all(|p| p.max_ms > 0.0 && p.p50_ms <= p.max_ms));
+    let path = hookline_bench::console::write_report(&report, &out).expect("write the report");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read json")).expect("json");
+    assert_eq!(json["events"], 3_000);
+    std::fs::remove_dir_all(&out).ok();
+}

@@ -1,6 +1,9 @@
 //! `hookline-bus`: everything hookline does with RabbitMQ except consuming — the topology (declared by every
 //! process that touches the broker) and the transactional-outbox relay that publishes committed events.
 //!
+//! It also holds the operator engines that publish — the replay/redrive engine ([`replay`]) and the pipeline
+//! report ([`status`]) — so that the CLI and the operator console share one implementation of each.
+//!
 //! It is its own crate so that `hookline-core` stays free of AMQP and the three binaries that publish or declare
 //! (edge, worker, `hookline relay`) share one implementation.
 
@@ -9,6 +12,8 @@ pub mod domain;
 pub mod inspect;
 pub mod message;
 pub mod relay;
+pub mod replay;
+pub mod status;
 pub mod topology;
 
 pub use message::EventMessage;

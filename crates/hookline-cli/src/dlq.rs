@@ -2,10 +2,11 @@
 //!
 //! The reason and attempt count of each dead letter live in PostgreSQL (`hookline_core::dead_letters`), the
 //! message itself in the dead-letter queue (`hookline_bus::dead_letters`). A redrive IS a replay of the
-//! dead-lettered selection (`replay::start` + `replay::execute`: same selection, same audit table, same
+//! dead-lettered selection (`hookline_bus::replay::start` + `redrive`: same selection, same audit table, same
 //! resumable cursor, `hookline replay --resume RUN` continues it); the worker resolves each dead letter in the
 //! transaction that finally applies it, and the redriven copies are removed from the DLQ. Every consumer of
-//! `hookline_core::consumers::ALL` is covered.
+//! `hookline_core::consumers::ALL` is covered. The redrive itself is [`hookline_bus::replay::redrive`], shared
+//! with the operator console.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ use hookline_core::{consumers, events, Config};
 use time::OffsetDateTime;
 
 use crate::ops;
-use crate::replay::{self, Filter, RunKind, UsageError};
+use crate::replay::{self, RunKind, UsageError};
 
 /// Dead-letter commands.
 #[derive(Subcommand, Debug)]
@@ -244,14 +245,11 @@ async fn redrive(
         eprintln!("error: {}", UsageError("--reason must say why".into()));
         return Ok(ExitCode::from(2));
     }
-    let filter = Filter {
-        provider: args.provider.clone(),
-        event_type: args.event_type.clone(),
-        since: None,
-        until: None,
-        ids: args.ids.clone(),
-        state: "dead".into(),
-    };
+    let filter = hookline_bus::replay::redrive_filter(
+        args.ids.clone(),
+        args.provider.clone(),
+        args.event_type.clone(),
+    );
     let mut run = replay::start(
         pool,
         RunKind::DlqRedrive,
@@ -260,22 +258,24 @@ async fn redrive(
         args.operator.as_deref(),
     )
     .await?;
-    let (outcome, sent) = replay::execute(config, pool, &mut run, args.rate, 500).await?;
-    if sent.is_empty() && outcome == replay::Outcome::Done {
-        println!("no unresolved dead letter matches");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let topology = ops::topology(config);
-    let removed = hookline_bus::dead_letters::remove(
-        &config.amqp_url,
-        &topology,
-        &sent.iter().copied().collect::<HashSet<i64>>(),
+    let interrupted = hookline_core::supervisor::shutdown_signal();
+    let done = hookline_bus::replay::redrive(
+        pool,
+        &replay::target(config, args.rate, 500),
+        &mut run,
+        &interrupted,
+        |_| {},
     )
     .await?;
+    let Some(removed) = done.removed else {
+        println!("no unresolved dead letter matches");
+        return Ok(ExitCode::SUCCESS);
+    };
     println!(
         "{removed} redriven copies removed from {}",
-        topology.dead_letter_queue
+        ops::topology(config).dead_letter_queue
     );
+    let outcome = done.outcome;
     Ok(replay::report(&run, outcome))
 }
 
@@ -294,16 +294,14 @@ async fn discard(
         .await
         .context("resolve the dead letters as discarded")?;
     let last = discarded.iter().copied().max().unwrap_or(0);
-    let run_id: i64 = sqlx::query_scalar(
-        "INSERT INTO replay_runs (kind, operator, reason, filter, selected, published, last_event_id, finished_at)
-         VALUES ('dlq_discard', $1, $2, $3, $4, 0, $5, now()) RETURNING id",
+    let run_id = hookline_core::audit::insert_discard(
+        &mut *tx,
+        &ops::operator(args.operator.as_deref()),
+        &args.reason,
+        &filter,
+        discarded.len() as i64,
+        last,
     )
-    .bind(ops::operator(args.operator.as_deref()))
-    .bind(&args.reason)
-    .bind(&filter)
-    .bind(discarded.len() as i64)
-    .bind(last)
-    .fetch_one(&mut *tx)
     .await
     .context("write the audit row")?;
     tx.commit().await.context("commit the discard")?;

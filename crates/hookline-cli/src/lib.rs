@@ -4,6 +4,7 @@
 //! signature, something needing attention), 2 a usage error (clap's convention), 3 an operational failure
 //! (database or broker unreachable, …).
 
+mod console;
 mod destinations;
 mod dlq;
 mod ops;
@@ -66,6 +67,9 @@ enum Command {
     Sandbox(sandbox::SandboxArgs),
     /// Compare the provider's record (its API) with what was stored, and store what never arrived.
     Reconcile(reconcile::ReconcileArgs),
+    /// The operator web console (served by hookline-edge when `[console]` is configured).
+    #[command(subcommand)]
+    Console(console::ConsoleCommand),
     /// Manage the subscriptions billed through hookline.
     #[command(subcommand)]
     Subscriptions(outbound::SubscriptionsCommand),
@@ -95,6 +99,10 @@ pub fn main() -> ExitCode {
     if let Command::Verify(args) = &cli.command {
         return verify::run(args);
     }
+    // Needs no configuration: a password hash is made before the config that will hold it exists.
+    if let Command::Console(cmd) = &cli.command {
+        return console::run(cmd);
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -113,6 +121,7 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Verify(args) => Ok(verify::run(&args)),
+            Command::Console(cmd) => Ok(console::run(&cmd)),
             Command::Migrate => {
                 hookline_core::db::migrate(&config.database_url).await?;
                 println!("database migrated");

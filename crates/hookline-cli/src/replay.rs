@@ -1,4 +1,6 @@
-//! `hookline replay`: re-deliver stored events to the workers, safely.
+//! `hookline replay`: re-deliver stored events to the workers, safely. The engine (selection, audit row,
+//! confirmed pages, cursor) is [`hookline_bus::replay`], shared with `hookline dlq redrive` and the operator
+//! console; this module parses the flags and prints.
 //!
 //! A replay RE-DELIVERS event references onto the events exchange. The worker's processed marker makes that
 //! safe: an event whose effect was applied changes nothing, an event never applied is applied once. There is no
@@ -11,12 +13,10 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::{ArgGroup, Args};
-use hookline_bus::{EventMessage, Publisher};
-use hookline_core::{consumers, events, Config};
+use hookline_bus::replay::{Resumed, Target};
+use hookline_core::Config;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
@@ -76,33 +76,16 @@ pub struct ReplayArgs {
     pub operator: Option<String>,
 }
 
-/// Which events a run selects (stored as JSON in the audit row, so a run resumes with the same selection).
-pub use hookline_core::events::Selection as Filter;
-
-/// One selected event.
-pub use hookline_core::events::SelectedEvent as Row;
-
-fn message(r: &Row) -> EventMessage {
-    EventMessage {
-        id: r.id,
-        provider: r.provider.clone(),
-        provider_event_id: r.provider_event_id.clone(),
-        event_type: r.event_type.clone(),
-    }
-}
+pub use hookline_bus::replay::{Filter, Outcome, Row, Run, RunKind};
 
 /// Counts the selection after `cursor`, over every consumer.
 pub async fn count(pool: &PgPool, f: &Filter, cursor: i64) -> anyhow::Result<i64> {
-    events::count_selection(pool, f, consumers::ALL, cursor)
-        .await
-        .context("count the selection")
+    hookline_bus::replay::count(pool, f, cursor).await
 }
 
 /// One page of the selection after `cursor`, in id order.
 pub async fn page(pool: &PgPool, f: &Filter, cursor: i64, limit: u32) -> anyhow::Result<Vec<Row>> {
-    events::select_page(pool, f, consumers::ALL, cursor, limit)
-        .await
-        .context("read a page of the selection")
+    hookline_bus::replay::page(pool, f, cursor, limit).await
 }
 
 fn filter_from_args(args: &ReplayArgs) -> anyhow::Result<Filter> {
@@ -140,47 +123,7 @@ pub async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCode>
     }
 }
 
-/// The kind of an audited run: what `replay_runs.kind` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunKind {
-    /// `hookline replay`.
-    Replay,
-    /// `hookline dlq redrive`: a replay of the dead-lettered events.
-    DlqRedrive,
-}
-
-impl RunKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Replay => "replay",
-            RunKind::DlqRedrive => "dlq_redrive",
-        }
-    }
-}
-
-/// A run in progress: its audit row, selection, cursor and how many it re-delivered so far.
-#[derive(Debug)]
-pub struct Run {
-    /// `replay_runs.id`.
-    pub id: i64,
-    kind: RunKind,
-    filter: Filter,
-    cursor: i64,
-    published: i64,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Every selected event was re-delivered and confirmed.
-    Done,
-    /// Ctrl-C / SIGTERM: resumable.
-    Interrupted,
-    /// RabbitMQ did not confirm this many: resumable.
-    Unconfirmed(usize),
-}
-
-/// Opens an audited run of `kind` over `filter` (the audit row records who, why, what and how many).
+/// Opens an audited run of `kind` over `filter` and says so.
 pub async fn start(
     pool: &PgPool,
     kind: RunKind,
@@ -188,69 +131,52 @@ pub async fn start(
     reason: &str,
     operator: Option<&str>,
 ) -> anyhow::Result<Run> {
-    let selected = count(pool, &filter, 0).await?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO replay_runs (kind, operator, reason, filter, selected)
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
-    )
-    .bind(kind.as_str())
-    .bind(ops::operator(operator))
-    .bind(reason)
-    .bind(sqlx::types::Json(&filter))
-    .bind(selected)
-    .fetch_one(pool)
-    .await
-    .context("write the audit row")?;
+    let run =
+        hookline_bus::replay::start(pool, kind, filter, reason, &ops::operator(operator)).await?;
     println!(
-        "{} run {id}: {selected} events selected ({reason})",
-        kind.as_str()
+        "{} run {}: {} events selected ({reason})",
+        kind.as_str(),
+        run.id,
+        run.selected
     );
-    Ok(Run {
-        id,
-        kind,
-        filter,
-        cursor: 0,
-        published: 0,
-    })
+    Ok(run)
 }
 
 /// Re-opens an interrupted run (replay or redrive) at its cursor; `None` when it already finished.
 pub async fn resume(pool: &PgPool, id: i64) -> anyhow::Result<Option<Run>> {
-    let row: Option<SavedRun> = sqlx::query_as(
-        "SELECT kind, filter, last_event_id, published, finished_at
-         FROM replay_runs WHERE id = $1 AND kind IN ('replay', 'dlq_redrive') AND NOT dry_run",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    let Some((kind, filter, cursor, published, finished)) = row else {
-        anyhow::bail!(UsageError(format!(
+    match hookline_bus::replay::resume(pool, id).await? {
+        Resumed::NotFound => anyhow::bail!(UsageError(format!(
             "no replay or redrive run {id} to resume"
-        )));
-    };
-    if finished.is_some() {
-        println!("run {id} already finished ({published} events published)");
-        return Ok(None);
+        ))),
+        Resumed::Finished { published } => {
+            println!("run {id} already finished ({published} events published)");
+            Ok(None)
+        }
+        Resumed::Open(run) => {
+            println!(
+                "resuming {} run {id} after event {} ({} already re-delivered)",
+                run.kind.as_str(),
+                run.cursor,
+                run.published
+            );
+            Ok(Some(run))
+        }
     }
-    println!("resuming {kind} run {id} after event {cursor} ({published} already re-delivered)");
-    let kind = if kind == "dlq_redrive" {
-        RunKind::DlqRedrive
-    } else {
-        RunKind::Replay
-    };
-    Ok(Some(Run {
-        id,
-        kind,
-        filter: filter.0,
-        cursor,
-        published,
-    }))
 }
 
-/// Re-delivers the rest of `run`'s selection, page by page in id order, at most `rate` events per second
-/// (0 = unlimited). The cursor in the audit row advances only after RabbitMQ confirmed a page, so an
-/// interruption re-sends at most one page (deduplicated by the workers). Returns how it ended and the ids it
-/// re-delivered in this call.
+/// Where the CLI publishes: the configured broker and names, at `rate` events per second.
+pub fn target(config: &Config, rate: u32, page_size: u32) -> Target {
+    Target {
+        amqp_url: config.amqp_url.clone(),
+        topology: ops::topology(config),
+        confirm_timeout: config.relay.confirm_timeout,
+        rate,
+        page_size,
+    }
+}
+
+/// Re-delivers the rest of `run`'s selection ([`hookline_bus::replay::execute`]) with a progress bar on a
+/// terminal; Ctrl-C / SIGTERM interrupt it resumably.
 pub async fn execute(
     config: &Config,
     pool: &PgPool,
@@ -259,69 +185,24 @@ pub async fn execute(
     page_size: u32,
 ) -> anyhow::Result<(Outcome, Vec<i64>)> {
     let remaining = count(pool, &run.filter, run.cursor).await?;
-    let topology = ops::topology(config);
-    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-replay").await?;
     let progress = progress_bar(remaining as u64);
     let interrupted = hookline_core::supervisor::shutdown_signal();
-    let started = Instant::now();
-    let mut sent = Vec::new();
-    let chunk = if rate == 0 {
-        page_size
-    } else {
-        rate.clamp(1, page_size)
-    };
-    let outcome = loop {
-        if interrupted.is_cancelled() {
-            break Outcome::Interrupted;
-        }
-        let rows = page(pool, &run.filter, run.cursor, chunk).await?;
-        if rows.is_empty() {
-            break Outcome::Done;
-        }
-        let msgs: Vec<EventMessage> = rows.iter().map(message).collect();
-        let acked = publisher
-            .publish(&topology, &msgs, config.relay.confirm_timeout)
-            .await
-            .context("publish to RabbitMQ")?;
-        if acked.len() != msgs.len() {
-            break Outcome::Unconfirmed(msgs.len() - acked.len());
-        }
-        run.cursor = rows.last().map(|r| r.id).unwrap_or(run.cursor);
-        run.published += msgs.len() as i64;
-        sent.extend(acked);
-        // The cursor only moves past events RabbitMQ confirmed: a crash here re-sends at most this page.
-        sqlx::query(
-            "UPDATE replay_runs SET last_event_id = $2, published = $3, updated_at = now() WHERE id = $1",
-        )
-        .bind(run.id)
-        .bind(run.cursor)
-        .bind(run.published)
-        .execute(pool)
-        .await
-        .context("advance the run's cursor")?;
-        if let Some(pb) = &progress {
-            pb.inc(msgs.len() as u64);
-        }
-        if rate > 0 {
-            let due = Duration::from_secs_f64(sent.len() as f64 / f64::from(rate));
-            let ahead = due.saturating_sub(started.elapsed());
-            tokio::select! {
-                _ = tokio::time::sleep(ahead) => {}
-                _ = interrupted.cancelled() => {}
+    let result = hookline_bus::replay::execute(
+        pool,
+        &target(config, rate, page_size),
+        run,
+        &interrupted,
+        |n| {
+            if let Some(pb) = &progress {
+                pb.inc(n);
             }
-        }
-    };
-    publisher.close().await;
+        },
+    )
+    .await;
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
-    if outcome == Outcome::Done {
-        sqlx::query("UPDATE replay_runs SET finished_at = now(), updated_at = now() WHERE id = $1")
-            .bind(run.id)
-            .execute(pool)
-            .await?;
-    }
-    Ok((outcome, sent))
+    result
 }
 
 /// Prints how a run ended and returns the exit code (0 done, 1 interrupted, 3 unconfirmed).
@@ -391,15 +272,6 @@ async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCod
     let (outcome, _) = execute(config, &pool, &mut run, args.rate, args.page_size).await?;
     Ok(report(&run, outcome))
 }
-
-/// A saved run: kind, filter, cursor, published count, finish time.
-type SavedRun = (
-    String,
-    sqlx::types::Json<Filter>,
-    i64,
-    i64,
-    Option<OffsetDateTime>,
-);
 
 async fn dry_run(pool: &PgPool, filter: &Filter, selected: i64) -> anyhow::Result<ExitCode> {
     println!("dry run: {selected} events would be re-delivered (nothing changed)");

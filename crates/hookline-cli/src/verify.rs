@@ -110,31 +110,17 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
         tolerance_secs: args.tolerance,
         now_unix: now,
     };
-    match verifier.verify(&Request {
+    let result = verifier.verify(&Request {
         headers: &headers,
         query: &args.query,
         body: &body,
-    }) {
-        Ok(v) => {
-            println!("valid");
-            println!("event_id: {}", v.event_id);
-            println!("dedupe_key: {}", v.dedupe_key);
-            if let Some(t) = &v.event_type {
-                println!("event_type: {t}");
-            }
-            if let Some(ts) = v.signed_at {
-                println!("signed_at: {ts} ({} s before --now)", now - ts);
-            }
-            println!(
-                "matched secret: #{} of {}",
-                v.secret_index + 1,
-                secrets.len()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            println!("invalid ({}): {e}", e.code());
-            ExitCode::from(1)
-        }
+    });
+    for line in hookline_signature::outcome_lines(&result, secrets.len(), now, "--now") {
+        println!("{line}");
+    }
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }

@@ -135,3 +135,19 @@ pub async fn unresolved_count<'c>(conn: impl PgExecutor<'c>) -> Result<i64, sqlx
         .fetch_one(conn)
         .await
 }
+
+/// The `limit` oldest unresolved dead letters of `consumers` (the console's page: bounded whatever the backlog).
+pub async fn oldest_unresolved<'c>(
+    conn: impl PgExecutor<'c>,
+    consumers: &[&str],
+    limit: i64,
+) -> Result<Vec<DeadLetter>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE d.consumer = ANY($1) AND d.resolved_at IS NULL
+         ORDER BY d.first_failed_at, d.event_id, d.consumer LIMIT $2"
+    ))
+    .bind(consumers)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}

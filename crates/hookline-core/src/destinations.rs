@@ -423,7 +423,8 @@ pub async fn redeliver_count<'c>(
 /// Queues every selected (destination, fact) pair again: dead or delivered rows go back to `pending` with a
 /// new retry window, missing rows are created, rows still pending are left alone (a loop may be sending them).
 /// The receiver gets the same `webhook-id` as before and deduplicates. In the same transaction the run is
-/// audited in `replay_runs` (kind `domain_redeliver`: who, why, which filter, how many). Returns the audit
+/// audited in `replay_runs` (kind `domain_redeliver`, through [`crate::audit`]: who, why, which filter, how
+/// many). Returns the audit
 /// row's id and how many deliveries were queued.
 pub async fn redeliver(
     tx: &mut PgConnection,
@@ -448,16 +449,14 @@ pub async fn redeliver(
     .await?
     .rows_affected();
     let filter = serde_json::to_value(f).unwrap_or(serde_json::Value::Null);
-    let run: i64 = sqlx::query_scalar(
-        "INSERT INTO replay_runs (kind, operator, reason, filter, selected, published, finished_at)
-         VALUES ('domain_redeliver', $1, $2, $3, $4, $5, now()) RETURNING id",
+    let run = crate::audit::insert_redelivery(
+        &mut *tx,
+        operator,
+        reason,
+        &filter,
+        selected,
+        queued as i64,
     )
-    .bind(operator)
-    .bind(reason)
-    .bind(filter)
-    .bind(selected)
-    .bind(queued as i64)
-    .fetch_one(&mut *tx)
     .await?;
     Ok((run, queued))
 }

@@ -643,3 +643,181 @@ pub async fn stored_keys<'c>(
     .fetch_all(conn)
     .await
 }
+
+/// What the operator console's event list filters on. Every part is optional; present parts are ANDed.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Provider name.
+    pub provider: Option<String>,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// One of [`LIST_STATES`].
+    pub state: Option<String>,
+    /// Received at or after.
+    pub since: Option<time::OffsetDateTime>,
+    /// Received before.
+    pub until: Option<time::OffsetDateTime>,
+    /// An exact stored id (`webhook_events.id`) or provider event id.
+    pub search: Option<String>,
+}
+
+/// The states the event list can filter on: a marker outcome, no marker yet, an unresolved dead letter, or
+/// not yet confirmed by RabbitMQ.
+pub const LIST_STATES: &[&str] = &[
+    "applied",
+    "ignored",
+    "parked",
+    "needs_fetch",
+    "unprocessed",
+    "dead",
+    "unpublished",
+];
+
+/// One row of the console's event list.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ListedEvent {
+    /// `webhook_events.id`.
+    pub id: i64,
+    /// Provider name.
+    pub provider: String,
+    /// The stored dedupe key.
+    pub provider_event_id: String,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// When the edge stored it.
+    pub received_at: time::OffsetDateTime,
+    /// Confirmed by RabbitMQ.
+    pub published: bool,
+    /// `dead`, `unprocessed`, or the markers' outcomes (comma-separated per consumer).
+    pub state: String,
+}
+
+/// One page of the console's event list, newest first: events with `id < before` (keyset pagination: no
+/// OFFSET, so page 10 000 costs what page 1 costs). Only the filters present become SQL conditions, so each
+/// query can use the index that fits it (`webhook_events_provider_id_idx`, `…_type_id_idx`, `…_event_id_idx`,
+/// the received_at index, the unresolved dead letters).
+pub async fn list_page<'c>(
+    conn: impl PgExecutor<'c>,
+    filter: &ListFilter,
+    consumers: &[&str],
+    before: Option<i64>,
+    limit: u32,
+) -> Result<Vec<ListedEvent>, sqlx::Error> {
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at,
+                e.published_at IS NOT NULL AS published,
+                CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.consumer = ANY(",
+    );
+    q.push_bind(consumers.to_vec());
+    q.push(
+        ") AND d.event_id = e.id AND d.resolved_at IS NULL) THEN 'dead'
+                     ELSE coalesce((SELECT string_agg(p.outcome, ',' ORDER BY p.consumer)
+                                    FROM processed_events p WHERE p.consumer = ANY(",
+    );
+    q.push_bind(consumers.to_vec());
+    q.push(
+        ") AND p.event_id = e.id), 'unprocessed')
+                END AS state
+         FROM webhook_events e WHERE true",
+    );
+    if let Some(before) = before {
+        q.push(" AND e.id < ").push_bind(before);
+    }
+    if let Some(p) = &filter.provider {
+        q.push(" AND e.provider = ").push_bind(p.clone());
+    }
+    if let Some(t) = &filter.event_type {
+        q.push(" AND e.event_type = ").push_bind(t.clone());
+    }
+    if let Some(t) = filter.since {
+        q.push(" AND e.received_at >= ").push_bind(t);
+    }
+    if let Some(t) = filter.until {
+        q.push(" AND e.received_at < ").push_bind(t);
+    }
+    if let Some(s) = &filter.search {
+        match s.parse::<i64>() {
+            Ok(id) => {
+                q.push(" AND (e.id = ")
+                    .push_bind(id)
+                    .push(" OR e.provider_event_id = ")
+                    .push_bind(s.clone())
+                    .push(")");
+            }
+            Err(_) => {
+                q.push(" AND e.provider_event_id = ").push_bind(s.clone());
+            }
+        }
+    }
+    match filter.state.as_deref() {
+        Some("dead") => {
+            q.push(" AND e.id IN (SELECT d.event_id FROM dead_letters d WHERE d.resolved_at IS NULL AND d.consumer = ANY(")
+                .push_bind(consumers.to_vec())
+                .push("))");
+        }
+        Some("unprocessed") => {
+            q.push(" AND EXISTS (SELECT 1 FROM unnest(")
+                .push_bind(consumers.to_vec())
+                .push(
+                    "::text[]) AS c(consumer) WHERE NOT EXISTS (SELECT 1 FROM processed_events p
+                     WHERE p.consumer = c.consumer AND p.event_id = e.id))",
+                );
+        }
+        Some("unpublished") => {
+            q.push(" AND e.published_at IS NULL");
+        }
+        Some(outcome) => {
+            q.push(" AND EXISTS (SELECT 1 FROM processed_events p WHERE p.event_id = e.id AND p.consumer = ANY(")
+                .push_bind(consumers.to_vec())
+                .push(") AND p.outcome = ")
+                .push_bind(outcome.to_string())
+                .push(")");
+        }
+        None => {}
+    }
+    q.push(" ORDER BY e.id DESC LIMIT ")
+        .push_bind(i64::from(limit));
+    q.build_query_as().fetch_all(conn).await
+}
+
+/// A stored event with every column, for the console's event detail.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FullRow {
+    /// `webhook_events.id`.
+    pub id: i64,
+    /// Provider name.
+    pub provider: String,
+    /// The stored dedupe key.
+    pub provider_event_id: String,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// When the edge stored it.
+    pub received_at: time::OffsetDateTime,
+    /// The timestamp the provider signed.
+    pub signed_at: Option<time::OffsetDateTime>,
+    /// When RabbitMQ confirmed it.
+    pub published_at: Option<time::OffsetDateTime>,
+    /// `webhook` or `reconcile`.
+    pub source: String,
+    /// Stored headers, `[[name, value], …]`.
+    pub headers: serde_json::Value,
+    /// Raw query string.
+    pub query: String,
+    /// Raw body.
+    pub body: Vec<u8>,
+}
+
+/// Reads every column of stored event `id`, if it still exists.
+pub async fn get_full<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+) -> Result<Option<FullRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, provider, provider_event_id, event_type, received_at, signed_at, published_at, source,
+                headers, query, body
+         FROM webhook_events WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}

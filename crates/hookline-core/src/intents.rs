@@ -516,3 +516,19 @@ pub async fn prune_idempotency_keys(
         }
     }
 }
+
+/// Intents, newest first, with `id < before` (keyset pagination), for the operator console.
+pub async fn recent<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
+         ORDER BY id DESC LIMIT $2"
+    ))
+    .bind(before)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}

@@ -1,6 +1,7 @@
 //! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations, the
 //! stored-event model and telemetry.
 
+pub mod audit;
 pub mod billing;
 pub mod config;
 pub mod consumers;
@@ -12,6 +13,7 @@ pub mod events;
 pub mod intents;
 pub mod markers;
 pub mod outbox;
+pub mod payments_view;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};

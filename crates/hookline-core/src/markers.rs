@@ -144,3 +144,32 @@ pub async fn processed_among<'c>(
     .fetch_all(conn)
     .await
 }
+
+/// A processed marker as operators see it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Marker {
+    /// Which consumer.
+    pub consumer: String,
+    /// `applied`, `ignored`, `parked`, `needs_fetch`.
+    pub outcome: String,
+    /// Why (for outcomes other than applied).
+    pub detail: Option<String>,
+    /// When.
+    pub processed_at: time::OffsetDateTime,
+}
+
+/// The markers of stored event `event_id`, one per consumer of `consumers` that processed it.
+pub async fn of_event<'c>(
+    conn: impl PgExecutor<'c>,
+    consumers: &[&str],
+    event_id: i64,
+) -> Result<Vec<Marker>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT consumer, outcome, detail, processed_at FROM processed_events
+         WHERE consumer = ANY($1) AND event_id = $2 ORDER BY consumer",
+    )
+    .bind(consumers)
+    .bind(event_id)
+    .fetch_all(conn)
+    .await
+}

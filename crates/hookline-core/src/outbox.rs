@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgExecutor};
+use time::OffsetDateTime;
 
 /// What a request does at the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,5 +164,42 @@ pub async fn summary<'c>(
            FROM outbound_requests",
     )
     .fetch_one(conn)
+    .await
+}
+
+/// An outbound request and its attempts so far, as operators see it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RequestRow {
+    /// `outbound_requests.id`.
+    pub id: i64,
+    /// `charge` or `refund`.
+    pub kind: String,
+    /// The intent it belongs to.
+    pub intent_id: i64,
+    /// `pending`, `succeeded`, `failed`.
+    pub status: String,
+    /// Attempts made.
+    pub attempts: i32,
+    /// The gateway's last HTTP status.
+    pub last_status: Option<i16>,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// Next attempt (pending ones).
+    pub next_attempt_at: OffsetDateTime,
+    /// Last change.
+    pub updated_at: OffsetDateTime,
+}
+
+/// The requests of `intent_ids`.
+pub async fn of_intents<'c>(
+    conn: impl PgExecutor<'c>,
+    intent_ids: &[i64],
+) -> Result<Vec<RequestRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, kind, intent_id, status, attempts, last_status, last_error, next_attempt_at, updated_at
+         FROM outbound_requests WHERE intent_id = ANY($1) ORDER BY intent_id DESC, id",
+    )
+    .bind(intent_ids)
+    .fetch_all(conn)
     .await
 }

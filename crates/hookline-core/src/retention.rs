@@ -404,6 +404,44 @@ fn max_opt(a: Option<OffsetDateTime>, b: Option<OffsetDateTime>) -> Option<Offse
     }
 }
 
+/// One audited purge, as the console lists it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PurgeRow {
+    /// `purge_runs.id`.
+    pub id: i64,
+    /// Who.
+    pub operator: String,
+    /// The window, seconds.
+    pub older_than_secs: i64,
+    /// Inside the retention floor.
+    pub forced: bool,
+    /// Changed nothing.
+    pub dry_run: bool,
+    /// Events deleted.
+    pub events_deleted: i64,
+    /// Markers deleted.
+    pub markers_deleted: i64,
+    /// Start.
+    pub started_at: time::OffsetDateTime,
+    /// End.
+    pub finished_at: Option<time::OffsetDateTime>,
+}
+
+/// The most recent purges, newest first.
+pub async fn recent_purges<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    limit: i64,
+) -> Result<Vec<PurgeRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, operator, older_than_secs, forced, dry_run, events_deleted, markers_deleted,
+                started_at, finished_at
+         FROM purge_runs ORDER BY id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -349,3 +349,39 @@ impl Verifier<'_> {
 pub fn validate_secret(scheme: Scheme, secret: &[u8]) -> Result<(), String> {
     keys::validate(scheme, secret)
 }
+
+/// The result of a verification as operators read it, one line each: `valid`, the ids, the type, the signed
+/// time relative to `now_unix` (named `now_label`, e.g. `--now`), the matching secret; or `invalid (code):
+/// reason`. `hookline verify` prints these lines and the operator console shows them, so both explain a
+/// failure in exactly the same words.
+pub fn outcome_lines(
+    result: &Result<Verified, VerifyError>,
+    secrets: usize,
+    now_unix: i64,
+    now_label: &str,
+) -> Vec<String> {
+    match result {
+        Ok(v) => {
+            let mut lines = vec![
+                "valid".to_string(),
+                format!("event_id: {}", v.event_id),
+                format!("dedupe_key: {}", v.dedupe_key),
+            ];
+            if let Some(t) = &v.event_type {
+                lines.push(format!("event_type: {t}"));
+            }
+            if let Some(ts) = v.signed_at {
+                lines.push(format!(
+                    "signed_at: {ts} ({} s before {now_label})",
+                    now_unix - ts
+                ));
+            }
+            lines.push(format!(
+                "matched secret: #{} of {secrets}",
+                v.secret_index + 1
+            ));
+            lines
+        }
+        Err(e) => vec![format!("invalid ({}): {e}", e.code())],
+    }
+}
