@@ -148,10 +148,7 @@ pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> a
 /// not installed; a failure is reported, not fatal.
 pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
     if !crate::pgbench::available() {
-        progress(
-            "pgbench baselines: pgbench not found (PostgreSQL's client package); skipped"
-                .to_string(),
-        );
+        progress("pgbench baselines: pgbench not found (PostgreSQL's client package); skipped");
         return;
     }
     let (opts, env) = (bench.opts, bench.env);
