@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::future::join_all;
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::config::RelayConfig;
 use hookline_core::supervisor::Supervisor;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Connection};
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +76,7 @@ pub fn fast_path() -> (RelayHandle, RelayInbox) {
 /// The relay's state: database pool, broker connection (re-opened on failure) and settings.
 pub struct Relay {
     pool: PgPool,
-    amqp_url: SecretString,
+    amqp_urls: AmqpEndpoints,
     topology: Topology,
     config: RelayConfig,
     connection_name: String,
@@ -86,17 +86,17 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// A relay publishing to `topology` through `amqp_url`, reading the outbox through `pool`.
+    /// A relay publishing to `topology` through any node of `amqp_urls`, reading the outbox through `pool`.
     pub fn new(
         pool: PgPool,
-        amqp_url: SecretString,
+        amqp_urls: AmqpEndpoints,
         topology: Topology,
         config: RelayConfig,
         connection_name: &str,
     ) -> Relay {
         Relay {
             pool,
-            amqp_url,
+            amqp_urls,
             topology,
             config,
             connection_name: connection_name.to_string(),
@@ -251,7 +251,7 @@ impl Relay {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {
                 return false;
             }
-            match Publisher::open(&self.amqp_url, &self.topology, &self.connection_name).await {
+            match Publisher::open(&self.amqp_urls, &self.topology, &self.connection_name).await {
                 Ok(p) => {
                     tracing::info!(messaging.system = "rabbitmq", "relay connected");
                     self.publisher = Some(p);
@@ -313,19 +313,23 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Connects as `name`, declares the topology and enables publisher confirms.
+    /// Connects as `name` to any node of `urls` (see [`crate::connect`]), declares the topology and enables
+    /// publisher confirms. Every step is bounded in time: a node that accepts connections but whose queues have
+    /// lost their majority must not hold the caller.
     pub async fn open(
-        url: &SecretString,
+        urls: &AmqpEndpoints,
         topology: &Topology,
         name: &str,
     ) -> anyhow::Result<Publisher> {
-        let connection = crate::connect(url, name).await?;
-        let channel = connection.create_channel().await.context("open channel")?;
-        topology.declare(&channel).await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .context("enable publisher confirms")?;
+        let connection = crate::connect(urls, name).await?;
+        topology.declare(&connection).await?;
+        let channel =
+            crate::within_setup_timeout("open channel", connection.create_channel()).await?;
+        crate::within_setup_timeout(
+            "enable publisher confirms",
+            channel.confirm_select(ConfirmSelectOptions::default()),
+        )
+        .await?;
         Ok(Publisher {
             connection,
             channel,

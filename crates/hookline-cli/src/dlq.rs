@@ -99,7 +99,7 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
         for consumer in consumers::ALL {
             match hookline_bus::dead_letters::reconcile(
                 &pool,
-                &config.amqp_url,
+                &config.amqp_urls,
                 &topology,
                 consumer,
                 100_000,
@@ -267,7 +267,7 @@ async fn redrive(
     }
     let topology = ops::topology(config);
     let removed = hookline_bus::dead_letters::remove(
-        &config.amqp_url,
+        &config.amqp_urls,
         &topology,
         &sent.iter().copied().collect::<HashSet<i64>>(),
     )
@@ -309,7 +309,7 @@ async fn discard(
     tx.commit().await.context("commit the discard")?;
     let topology = ops::topology(config);
     let removed = match hookline_bus::dead_letters::remove(
-        &config.amqp_url,
+        &config.amqp_urls,
         &topology,
         &discarded.iter().copied().collect::<HashSet<i64>>(),
     )

@@ -260,7 +260,7 @@ pub async fn execute(
 ) -> anyhow::Result<(Outcome, Vec<i64>)> {
     let remaining = count(pool, &run.filter, run.cursor).await?;
     let topology = ops::topology(config);
-    let publisher = Publisher::open(&config.amqp_url, &topology, "hookline-replay").await?;
+    let publisher = Publisher::open(&config.amqp_urls, &topology, "hookline-replay").await?;
     let progress = progress_bar(remaining as u64);
     let interrupted = hookline_core::supervisor::shutdown_signal();
     let started = Instant::now();

@@ -138,7 +138,7 @@ async fn queue_depths(config: &Config) -> Queues {
     let result = tokio::time::timeout(
         Duration::from_secs(5),
         hookline_bus::inspect::queue_depths(
-            &config.amqp_url,
+            &config.amqp_urls,
             "hookline-status",
             &[&t.payments_queue, &t.dead_letter_queue],
         ),

@@ -7,13 +7,13 @@ use anyhow::Context;
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -41,8 +41,8 @@ const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
 /// Settings of one worker process.
 #[derive(Clone)]
 pub struct WorkerSettings {
-    /// Broker URL.
-    pub amqp_url: SecretString,
+    /// Broker endpoints (the nodes of a cluster, tried in turn on every (re)connection).
+    pub amqp_urls: AmqpEndpoints,
     /// Queue names.
     pub topology: Topology,
     /// `basic.qos` prefetch, re-applied on every (re)connection.
@@ -109,7 +109,7 @@ impl<H: Handler> Worker<H> {
         let reconcile = {
             let (pool, url, topology, cancel) = (
                 self.pool.clone(),
-                self.settings.amqp_url.clone(),
+                self.settings.amqp_urls.clone(),
                 self.settings.topology.clone(),
                 cancel.clone(),
             );
@@ -167,7 +167,9 @@ impl<H: Handler> Worker<H> {
         Ok(())
     }
 
-    /// One connection's lifetime: connect, declare, qos, consume until cancel or failure.
+    /// One connection's lifetime: connect (to any node of the cluster, the next one after a loss), declare,
+    /// qos, consume until cancel or failure. Every set-up step is bounded in time: a node whose queue has lost its
+    /// majority may accept the connection but never answer the declare or the consume.
     async fn consume_session(
         &self,
         ctx: &Arc<Ctx<H>>,
@@ -175,23 +177,26 @@ impl<H: Handler> Worker<H> {
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
         let s = &self.settings;
-        let connection = hookline_bus::connect(&s.amqp_url, "hookline-worker").await?;
-        let channel = connection.create_channel().await.context("open channel")?;
-        s.topology.declare(&channel).await?;
+        let connection = hookline_bus::connect(&s.amqp_urls, "hookline-worker").await?;
+        s.topology.declare(&connection).await?;
+        let channel =
+            hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
         // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
-        channel
-            .basic_qos(s.prefetch, BasicQosOptions { global: false })
-            .await
-            .context("basic.qos")?;
-        let mut consumer = channel
-            .basic_consume(
+        hookline_bus::within_setup_timeout(
+            "basic.qos",
+            channel.basic_qos(s.prefetch, BasicQosOptions { global: false }),
+        )
+        .await?;
+        let mut consumer = hookline_bus::within_setup_timeout(
+            "basic.consume",
+            channel.basic_consume(
                 s.topology.payments_queue.as_str().into(),
                 "".into(),
                 BasicConsumeOptions::default(), // manual acks
                 FieldTable::default(),
-            )
-            .await
-            .context("basic.consume")?;
+            ),
+        )
+        .await?;
         let tag = consumer.tag();
         tracing::info!(
             messaging.system = "rabbitmq",

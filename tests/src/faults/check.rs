@@ -169,7 +169,7 @@ impl Cluster {
     pub async fn live_counts(&self) -> LiveCounts {
         let t = self.topology();
         let queues = [t.payments_queue.as_str(), t.dead_letter_queue.as_str()];
-        let [payments, dlq] = queue_depths(&self.config.amqp_url, queues).await;
+        let [payments, dlq] = queue_depths(&self.config.amqp_urls, queues).await;
         LiveCounts {
             ready: payments.map_or(0, |q| q.messages),
             consumers: payments.map_or(0, |q| q.consumers),

@@ -383,7 +383,7 @@ impl Cluster {
 
     /// Queue names of this cluster.
     pub fn topology(&self) -> Topology {
-        Topology::new(&self.config.amqp.prefix, self.config.amqp.delivery_limit)
+        Topology::from_config(&self.config.amqp)
     }
 
     /// `GET /healthz`: status and latency, or `None` on a transport error.
@@ -409,7 +409,7 @@ impl Cluster {
                 w.child.kill9();
             }
         }
-        if let Ok(conn) = hookline_bus::connect(&self.config.amqp_url, "hookline-test").await {
+        if let Ok(conn) = hookline_bus::connect(&self.config.amqp_urls, "hookline-test").await {
             if let Ok(ch) = conn.create_channel().await {
                 let t = self.topology();
                 for q in [&t.payments_queue, &t.dead_letter_queue] {
