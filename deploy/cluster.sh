@@ -275,6 +275,9 @@ pg_rejoin() {
   old=$(other "$primary")
   d=$(pg_dir "$old")
   pg_stop "$old" fast
+  # A freshly promoted node records its new timeline in pg_control only at its next checkpoint; until then
+  # pg_rewind sees "the same timeline" and rewinds nothing, leaving the old primary's unreplicated tail in place.
+  psql_at "${PG_PORT[$primary]}" "CHECKPOINT" >/dev/null
   log "pg_rewind node $old onto the new primary $primary"
   if as_pg "$PGBIN/pg_rewind" -D "$d" -R \
     --source-server="host=127.0.0.1 port=${PG_PORT[$primary]} user=postgres dbname=postgres" \
