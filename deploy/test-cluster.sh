@@ -8,9 +8,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 down() { bash deploy/cluster.sh down || echo "test-cluster.sh: WARNING: deploy/cluster.sh down failed" >&2; }
-trap down EXIT
+# On failure the nodes' logs outlive the cluster: RabbitMQ's and PostgreSQL's side of what the test saw.
+keep_logs() {
+  local dir=${HOOKLINE_CLUSTER_DIR:-/tmp/hookline-cluster} out
+  out="${TMPDIR:-/tmp}/hookline-cluster-logs-$(date +%Y%m%dT%H%M%S)"
+  mkdir -p "$out"
+  for n in 1 2 3; do cp -r "$dir/rabbit/hl$n/log" "$out/rabbit-hl$n" 2>/dev/null || true; done
+  cp "$dir"/pg/*.log "$out/" 2>/dev/null || true
+  echo "test-cluster.sh: the cluster's logs are in $out" >&2
+}
+trap 'rc=$?; [ "$rc" = 0 ] || keep_logs; down; exit $rc' EXIT
 # Leftovers of an interrupted run would keep their ports.
 [ -d "${HOOKLINE_CLUSTER_DIR:-/tmp/hookline-cluster}" ] && down
+# The test runs the real binaries (with fail points, through the tests crate's features); up to date when
+# deploy/test.sh ran first.
+cargo build --workspace --bins --locked
 bash deploy/cluster.sh up >/dev/null
 eval "$(bash deploy/cluster.sh env)"
 cargo test --locked -p hookline-tests --test cluster -- --ignored

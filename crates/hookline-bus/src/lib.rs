@@ -11,7 +11,7 @@ pub mod relay;
 pub mod topology;
 
 pub use message::EventMessage;
-pub use relay::{Publisher, Relay, RelayHandle};
+pub use relay::{Published, Publisher, Relay, RelayHandle};
 pub use topology::Topology;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,16 +31,17 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// a majority of its members never answers a declare; the caller drops the connection and tries again later.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The endpoint the next connection of this process tries first. It starts at the process id (so the processes
-/// of a deployment spread over the nodes) and moves past every node a connection was made to, so that a
-/// reconnection after a loss starts with another node.
+/// The endpoint the next connection of this process tries first. It starts at the first node listed (the order
+/// is the operator's: list the nodes in another order on another host to spread the load) and moves past every
+/// node a connection was made to, so that a reconnection after a loss starts with another node.
 fn cursor() -> &'static AtomicUsize {
     static NEXT: OnceLock<AtomicUsize> = OnceLock::new();
-    NEXT.get_or_init(|| AtomicUsize::new(std::process::id() as usize))
+    NEXT.get_or_init(|| AtomicUsize::new(0))
 }
 
 /// Connects to the broker: the one place where hookline opens an AMQP connection. Tries every endpoint of
-/// `endpoints` once, starting with the node after the one this process connected to last, and returns the first
+/// `endpoints` once, in order, starting with the node after the one this process connected to last (the first
+/// node at the first connection), and returns the first
 /// that accepts within [`CONNECT_TIMEOUT`]. The connection is named `name` (shown by `rabbitmqctl
 /// list_connections`); the node it went to is logged as `host:port`, never with credentials.
 ///
@@ -85,6 +86,17 @@ pub async fn connect(endpoints: &AmqpEndpoints, name: &str) -> anyhow::Result<Co
             list.len()
         )
     })
+}
+
+/// Closes a connection its owner gives up on (a failed or timed-out set-up step, a broken session), waiting at
+/// most 5 s for the broker's answer. Dropping a lapin `Connection` does not close it: a connection left behind
+/// after a `basic.consume` that timed out (the queue had no majority) stayed open, RabbitMQ registered the
+/// consumer once the majority was back, and a prefetch window of deliveries sat unacknowledged in a stream nobody
+/// read until the process exited.
+pub async fn abandon(connection: Connection, reason: &str) {
+    tokio::time::timeout(Duration::from_secs(5), connection.close(200, reason.into()))
+        .await
+        .ok();
 }
 
 /// Runs one set-up step (declare, qos, consume, confirm.select) with [`SETUP_TIMEOUT`].

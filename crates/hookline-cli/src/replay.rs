@@ -282,7 +282,8 @@ pub async fn execute(
         let acked = publisher
             .publish(&topology, &msgs, config.relay.confirm_timeout)
             .await
-            .context("publish to RabbitMQ")?;
+            .context("publish to RabbitMQ")?
+            .acked;
         if acked.len() != msgs.len() {
             break Outcome::Unconfirmed(msgs.len() - acked.len());
         }

@@ -176,9 +176,26 @@ impl<H: Handler> Worker<H> {
         permits: &Arc<Semaphore>,
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
+        let connection = hookline_bus::connect(&self.settings.amqp_urls, "hookline-worker").await?;
+        let result = self.session_on(&connection, ctx, permits, cancel).await;
+        if result.is_err() {
+            // Never leave it open: a consumer registered on a forgotten channel keeps its prefetch window.
+            hookline_bus::abandon(connection, "worker session failed").await;
+        }
+        result
+    }
+
+    /// The session on one connection: declare, qos, consume until cancel (then close it) or failure (the caller
+    /// closes it).
+    async fn session_on(
+        &self,
+        connection: &lapin::Connection,
+        ctx: &Arc<Ctx<H>>,
+        permits: &Arc<Semaphore>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
         let s = &self.settings;
-        let connection = hookline_bus::connect(&s.amqp_urls, "hookline-worker").await?;
-        s.topology.declare(&connection).await?;
+        s.topology.declare(connection).await?;
         let channel =
             hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
         // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
@@ -207,6 +224,7 @@ impl<H: Handler> Worker<H> {
         );
         // A consumer may stop yielding without an error when the connection dies (lapin #389): watch the status.
         let mut health = tokio::time::interval(Duration::from_secs(2));
+        let mut last_delivery = std::time::Instant::now();
         let result = loop {
             tokio::select! {
                 _ = cancel.cancelled() => {
@@ -217,9 +235,23 @@ impl<H: Handler> Worker<H> {
                     if !connection.status().connected() {
                         break Err(anyhow::anyhow!("connection to RabbitMQ lost"));
                     }
+                    if last_delivery.elapsed() >= IDLE_CHECK
+                        && permits.available_permits() == s.concurrency
+                    {
+                        last_delivery = std::time::Instant::now();
+                        if let Some(ready) = ready_messages(connection, &s.topology.payments_queue).await {
+                            if ready > 0 {
+                                break Err(anyhow::anyhow!(
+                                    "no delivery for {IDLE_CHECK:?} with nothing in flight while {ready} messages \
+                                     are ready: the consumer is not served; registering it again"
+                                ));
+                            }
+                        }
+                    }
                 }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
+                        last_delivery = std::time::Instant::now();
                         // Take whatever else is already here (up to batch_max): one transaction for all of them.
                         let mut batch = vec![delivery];
                         let mut failed = None;
@@ -259,6 +291,34 @@ impl<H: Handler> Worker<H> {
         }
         result
     }
+}
+
+/// How long an idle consumer (nothing in flight) goes without a delivery before it checks whether the queue has
+/// messages ready for it. Seen on RabbitMQ 3.10 when a quorum queue's leader node was killed: a consumer
+/// registered during the election (or through a node restarted since) stayed registered but was never served,
+/// while a new registration was.
+const IDLE_CHECK: Duration = Duration::from_secs(10);
+
+/// Ready messages of `queue` by a passive declare on a channel of its own (a failed passive declare closes its
+/// channel); `None` when the broker does not answer within 5 s (e.g. the queue has no leader right now).
+async fn ready_messages(connection: &lapin::Connection, queue: &str) -> Option<u32> {
+    let check = async {
+        let channel = connection.create_channel().await.ok()?;
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let declared = channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+            .ok()?;
+        channel.close(200, "checked".into()).await.ok();
+        Some(declared.message_count())
+    };
+    tokio::time::timeout(Duration::from_secs(5), check)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// What a handler's `prepare` sees of a delivery.
