@@ -32,6 +32,8 @@ const WAIT: Duration = Duration::from_secs(120);
 const WINDOW: Duration = Duration::from_secs(6);
 /// How often the sampler reads the counters.
 const TICK: Duration = Duration::from_millis(250);
+/// How long the pipeline must run normally to count as recovered.
+const STEADY: Duration = Duration::from_secs(3);
 
 /// The topology `deploy/cluster.sh env` describes.
 struct Topology {
@@ -190,26 +192,41 @@ impl Sampler {
         longest
     }
 
-    /// Waits until, after `end`, the edges acknowledge again, the workers process again and the backlog is back
-    /// to at most `lag`; returns that moment.
+    /// Waits until, after `end`, the system is steady again: from some sample on, for [`STEADY`], the edges
+    /// acknowledge and the workers process (both counts grow) and the backlog stays at most `lag`. Returns the
+    /// first sample of that window (a backlog that is small only because the load just started to pile up does
+    /// not count).
     async fn wait_recovered(&self, end: Instant, lag: i64) -> Instant {
         let deadline = Instant::now() + WAIT;
         loop {
-            let base = self.at(end);
-            let now = self.all().into_iter().rev().find(|s| s.processed.is_some());
-            if let (Some(base), Some(now)) = (base, now) {
-                let processed = now.processed.unwrap_or(0);
-                let moved = now.acked > base.acked
-                    && base.processed.is_none_or(|p| processed > p)
-                    && now.at > end;
-                if moved && now.acked as i64 - processed <= lag {
-                    return now.at;
+            let all = self.all();
+            let after: Vec<&Sample> = all
+                .iter()
+                .filter(|s| s.at > end && s.processed.is_some())
+                .collect();
+            let newest = all.last().map(|s| s.at);
+            for (i, first) in after.iter().enumerate() {
+                if newest.is_none_or(|n| n < first.at + STEADY) {
+                    break; // not enough samples after it yet
+                }
+                let window: Vec<&&Sample> = after[i..]
+                    .iter()
+                    .take_while(|s| s.at <= first.at + STEADY)
+                    .collect();
+                let last = window.last().map_or(**first, |s| ***s);
+                let steady = window
+                    .iter()
+                    .all(|s| s.acked as i64 - s.processed.unwrap_or(i64::MAX) <= lag);
+                let moving = last.acked > first.acked
+                    && last.processed.unwrap_or(0) > first.processed.unwrap_or(0);
+                if steady && moving {
+                    return first.at;
                 }
             }
             assert!(
                 Instant::now() < deadline,
                 "not recovered within {WAIT:?} of the fault: {:?}",
-                self.all().last()
+                all.last()
             );
             tokio::time::sleep(TICK).await;
         }
