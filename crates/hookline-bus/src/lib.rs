@@ -24,8 +24,9 @@ use lapin::{Connection, ConnectionProperties};
 use secrecy::ExposeSecret;
 
 /// How long one node may take to accept a connection (TCP + AMQP handshake) before the next one is tried: a node
-/// that is down refuses at once, but a frozen one would otherwise hold the caller forever.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// that is down refuses at once, but a frozen one would otherwise hold the caller forever. Generous, because a
+/// healthy broker on a loaded machine can take seconds to finish a handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long declaring the topology (or any other set-up step on a fresh channel) may take. A quorum queue without
 /// a majority of its members never answers a declare; the caller drops the connection and tries again later.
