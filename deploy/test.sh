@@ -56,3 +56,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --bins --locked
 # Tests are I/O bound (real databases and brokers), so run more of them at once than there are cores.
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --workspace --locked "$@"
+
+# Scale-out (issue 15), its own step (deploy/test-cluster.sh): a three-node RabbitMQ cluster and a PostgreSQL
+# failover pair built by deploy/cluster.sh, the chaos test against them, the cluster removed again. Skipped when
+# arguments narrowed the run or HOOKLINE_SKIP_CLUSTER=1.
+if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_CLUSTER:-0}" != 1 ]; then
+  bash deploy/test-cluster.sh
+fi

@@ -109,7 +109,7 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
         .await
         .expect("amqp");
     let channel = amqp.create_channel().await.expect("channel");
-    p.topology().declare(&channel).await.expect("topology");
+    p.topology().declare(&amqp).await.expect("topology");
     let tap = format!("{}.tap", p.config.amqp.prefix);
     channel
         .queue_declare(

@@ -330,7 +330,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
     // BEFORE the binding is removed: opening it declares the topology, binding included, which would route the
     // message this test wants returned. A first event through the whole pipeline proves both.
     let warmup = p.spawn_worker();
-    let conn = hookline_bus::connect(&p.config.amqp_url, "hookline-test")
+    let conn = hookline_bus::connect(&p.config.amqp_urls, "hookline-test")
         .await
         .unwrap();
     let ch = conn.create_channel().await.unwrap();
@@ -421,7 +421,7 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
     );
     // The real broker for the relay and the worker.
     let mut good = broken.clone();
-    good.amqp_url = parse_config(&test_config_toml(&edge.db.url, "", "")).amqp_url;
+    good.amqp_urls = parse_config(&test_config_toml(&edge.db.url, "", "")).amqp_urls;
     let p = TestPipeline {
         edge,
         config: good,
@@ -430,7 +430,7 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
     let worker = p.spawn_worker();
     let mut relay = hookline_bus::Relay::new(
         p.pool().clone(),
-        p.config.amqp_url.clone(),
+        p.config.amqp_urls.clone(),
         p.topology(),
         hookline_core::config::RelayConfig {
             sweep_min_age: Duration::ZERO,
@@ -467,7 +467,7 @@ async fn concurrent_sweepers_publish_each_row_once() {
     let relay = |name: &str| {
         hookline_bus::Relay::new(
             p.pool().clone(),
-            p.config.amqp_url.clone(),
+            p.config.amqp_urls.clone(),
             p.topology(),
             hookline_core::config::RelayConfig {
                 sweep_min_age: Duration::ZERO,
@@ -555,4 +555,117 @@ async fn pagarme_postbacks_paid_then_refunded() {
     );
     worker.stop().await;
     p.teardown().await;
+}
+
+/// `amqp_urls`: a connection goes to the first node that accepts, past nodes that refuse; when none accepts, the
+/// error names each node as `host:port` and never the credentials of its URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connect_moves_past_unreachable_nodes_and_never_shows_credentials() {
+    use hookline_core::config::AmqpEndpoints;
+    use secrecy::ExposeSecret;
+    let good = parse_config(&test_config_toml("postgres://unused/x", "", ""))
+        .amqp_urls
+        .first()
+        .url
+        .expose_secret()
+        .to_string();
+    let dead = |port: u16| format!("amqp://hookline:SUPERSECRET@127.0.0.1:{port}/%2f");
+    // The live node between two closed ports: whichever the rotation starts with, a connection is made.
+    let endpoints = AmqpEndpoints::new(&[dead(1), good.clone(), dead(2)], "amqp_urls").unwrap();
+    for _ in 0..3 {
+        let conn = hookline_bus::connect(&endpoints, "hookline-test")
+            .await
+            .expect("the live node accepts");
+        assert!(conn.status().connected());
+        conn.close(200, "".into()).await.ok();
+    }
+    let none = AmqpEndpoints::new(&[dead(1), dead(2)], "amqp_urls").unwrap();
+    let err = format!(
+        "{:#}",
+        hookline_bus::connect(&none, "hookline-test")
+            .await
+            .expect_err("no node accepts")
+    );
+    assert!(
+        err.contains("127.0.0.1:1") && err.contains("127.0.0.1:2"),
+        "{err}"
+    );
+    assert!(err.contains("tried 2 node(s)"), "{err}");
+    assert!(
+        !err.contains("SUPERSECRET") && !err.contains("hookline:"),
+        "{err}"
+    );
+}
+
+/// Queues declared by a version without `x-quorum-initial-group-size` (or with another size) are declared again
+/// without PRECONDITION_FAILED: RabbitMQ does not compare the group size, so upgrading or changing
+/// `amqp.quorum_initial_group_size` needs no queue deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn topology_with_replication_redeclares_over_older_queues() {
+    use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::{AMQPValue, ShortString};
+    let config = parse_config(&test_config_toml("postgres://unused/x", "", ""));
+    let t = hookline_bus::Topology::from_config(&config.amqp);
+    assert_eq!(t.initial_group_size, 3);
+    let conn = hookline_bus::connect(&config.amqp_urls, "hookline-test")
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    // The shape an older version declared: the same arguments without the group size.
+    let older = |mut args: FieldTable| {
+        let mut kept = FieldTable::default();
+        for (k, v) in args.inner().iter() {
+            if k.as_str() != "x-quorum-initial-group-size" {
+                kept.insert(k.clone(), v.clone());
+            }
+        }
+        args = kept;
+        args
+    };
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare(
+        t.dead_letter_queue.as_str().into(),
+        durable,
+        older(t.dead_letter_queue_arguments()),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(
+        t.payments_queue.as_str().into(),
+        durable,
+        older(t.payments_queue_arguments()),
+    )
+    .await
+    .unwrap();
+    t.declare(&conn)
+        .await
+        .expect("redeclared with the group size");
+    let other = hookline_bus::Topology {
+        initial_group_size: 1,
+        ..t.clone()
+    };
+    other
+        .declare(&conn)
+        .await
+        .expect("redeclared with another group size");
+    let args = t.payments_queue_arguments();
+    assert_eq!(
+        args.inner()
+            .get(&ShortString::from("x-quorum-initial-group-size")),
+        Some(&AMQPValue::LongLongInt(3))
+    );
+    for q in [&t.payments_queue, &t.dead_letter_queue] {
+        ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .ok();
+    }
+    for x in [&t.exchange, &t.dead_letter_exchange] {
+        ch.exchange_delete(x.as_str().into(), Default::default())
+            .await
+            .ok();
+    }
+    conn.close(200, "".into()).await.ok();
 }

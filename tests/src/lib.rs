@@ -45,6 +45,8 @@ pub fn now() -> i64 {
 pub struct TestDb {
     /// Its URL.
     pub url: String,
+    /// The server it lives on (`postgres://…:PORT`, no database name).
+    pub base: String,
     /// A pool on it, for assertions.
     pub pool: PgPool,
 }
@@ -61,7 +63,7 @@ impl Drop for TestDb {
         let Some(name) = self.url.rsplit('/').next().map(str::to_string) else {
             return;
         };
-        let admin = format!("{}/postgres", pg_base_url());
+        let admin = format!("{}/postgres", self.base);
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -85,15 +87,24 @@ impl Drop for TestDb {
 impl TestDb {
     /// Creates `hookline_test_<uuid>` and applies the migrations through the same code path as `hookline migrate`.
     pub async fn new() -> TestDb {
+        Self::new_on(&pg_base_url()).await
+    }
+
+    /// [`TestDb::new`] on the server at `base` (e.g. the failover proxy of `deploy/cluster.sh`).
+    pub async fn new_on(base: &str) -> TestDb {
         let name = format!("hookline_test_{}", uuid::Uuid::new_v4().simple());
-        let url = format!("{}/{name}", pg_base_url());
+        let url = format!("{base}/{name}");
         hookline_core::db::migrate(&SecretString::from(url.clone()))
             .await
             .expect("create and migrate the test database");
         let pool = PgPool::connect(&url)
             .await
             .expect("connect to the test database");
-        TestDb { url, pool }
+        TestDb {
+            url,
+            base: base.to_string(),
+            pool,
+        }
     }
 
     /// Number of stored webhook events.

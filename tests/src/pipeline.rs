@@ -5,9 +5,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use hookline_bus::Topology;
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::Config;
 use hookline_worker::{Handler, Worker, WorkerSettings};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -101,7 +102,7 @@ impl TestPipeline {
 
     /// Queue names of this pipeline.
     pub fn topology(&self) -> Topology {
-        Topology::new(&self.config.amqp.prefix, self.config.amqp.delivery_limit)
+        Topology::from_config(&self.config.amqp)
     }
 
     /// Starts a payments worker (as `hookline-worker` would) in this process.
@@ -117,7 +118,7 @@ impl TestPipeline {
             pool,
             handler,
             WorkerSettings {
-                amqp_url: self.config.amqp_url.clone(),
+                amqp_urls: self.config.amqp_urls.clone(),
                 topology: self.topology(),
                 prefetch: self.config.worker.prefetch,
                 concurrency: self.config.worker.concurrency,
@@ -165,7 +166,7 @@ impl TestPipeline {
 
     /// Messages ready in a queue, or `None` when it does not exist (yet).
     pub async fn try_queue_depth(&self, queue: &str) -> Option<u32> {
-        let [depth] = queue_depths(&self.config.amqp_url, [queue]).await;
+        let [depth] = queue_depths(&self.config.amqp_urls, [queue]).await;
         depth.map(|q| q.messages)
     }
 
@@ -184,7 +185,12 @@ impl TestPipeline {
 
     /// The AMQP URL, for tests that talk to the broker directly.
     pub fn amqp_url(&self) -> String {
-        self.config.amqp_url.expose_secret().to_string()
+        self.config
+            .amqp_urls
+            .first()
+            .url
+            .expose_secret()
+            .to_string()
     }
 }
 /// What a passive declare says about a queue (the one broker inspection lives in `hookline-bus`).
@@ -192,10 +198,10 @@ pub use hookline_bus::inspect::QueueDepth;
 
 /// The depth of each of `queues` (`None`: not declared yet), through `hookline_bus::inspect`.
 pub async fn queue_depths<const N: usize>(
-    amqp_url: &SecretString,
+    amqp_urls: &AmqpEndpoints,
     queues: [&str; N],
 ) -> [Option<QueueDepth>; N] {
-    let depths = hookline_bus::inspect::queue_depths(amqp_url, "hookline-test", &queues)
+    let depths = hookline_bus::inspect::queue_depths(amqp_urls, "hookline-test", &queues)
         .await
         .expect("inspect the queues");
     let mut out = [None; N];

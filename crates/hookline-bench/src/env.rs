@@ -98,7 +98,7 @@ impl BenchEnv {
             .with_context(|| format!("write {}", config_path.display()))?;
         Ok(BenchEnv {
             run,
-            topology: Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+            topology: Topology::from_config(&config.amqp),
             db_name,
             db_url,
             baseline_db_name,
@@ -119,9 +119,7 @@ impl BenchEnv {
                 .await
                 .with_context(|| format!("create and migrate {url}"))?;
         }
-        let conn =
-            hookline_bus::connect(&SecretString::from(self.amqp_url.clone()), "hookline-bench")
-                .await?;
+        let conn = hookline_bus::connect(&self.amqp_endpoints()?, "hookline-bench").await?;
         conn.close(200, "".into()).await.ok();
         Ok(())
     }
@@ -144,7 +142,13 @@ impl BenchEnv {
             }
             Err(e) => problems.push(format!("connect to {admin} to drop the databases: {e}")),
         }
-        let amqp = SecretString::from(self.amqp_url.clone());
+        let amqp = match self.amqp_endpoints() {
+            Ok(amqp) => amqp,
+            Err(e) => {
+                problems.push(format!("{e:#}"));
+                return problems;
+            }
+        };
         match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
             Ok(conn) => {
                 match conn.create_channel().await {
@@ -179,10 +183,16 @@ impl BenchEnv {
         problems
     }
 
+    /// The broker as the services see it (one endpoint: the benchmark runs against one node).
+    fn amqp_endpoints(&self) -> anyhow::Result<hookline_core::config::AmqpEndpoints> {
+        hookline_core::config::AmqpEndpoints::single(&self.amqp_url)
+            .context("the benchmark's AMQP URL")
+    }
+
     /// Messages in `queue` (ready, not counting unacknowledged ones), by passive declare.
     pub async fn queue_depth(&self, queue: &str) -> anyhow::Result<u32> {
         let depths = hookline_bus::inspect::queue_depths(
-            &SecretString::from(self.amqp_url.clone()),
+            &self.amqp_endpoints()?,
             "hookline-bench",
             &[queue],
         )

@@ -10,12 +10,12 @@
 use std::collections::HashSet;
 
 use anyhow::Context;
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::{dead_letters, markers};
 use lapin::message::BasicGetMessage;
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::AMQPValue;
 use lapin::Channel;
-use secrecy::SecretString;
 use sqlx::PgPool;
 
 use crate::{EventMessage, Topology};
@@ -81,11 +81,11 @@ fn event_id(msg: &BasicGetMessage) -> Option<i64> {
 /// Removes the DLQ copies of the given events (after a redrive) and returns how many were removed; every
 /// other message goes back to the DLQ unchanged.
 pub async fn remove(
-    amqp_url: &SecretString,
+    amqp_urls: &AmqpEndpoints,
     topology: &Topology,
     ids: &HashSet<i64>,
 ) -> anyhow::Result<u64> {
-    let conn = crate::connect(amqp_url, "hookline-dlq-redrive").await?;
+    let conn = crate::connect(amqp_urls, "hookline-dlq-redrive").await?;
     let channel = conn.create_channel().await.context("open channel")?;
     let mut removed = 0;
     for msg in hold_all(&channel, topology, u64::MAX).await? {
@@ -109,12 +109,12 @@ pub async fn remove(
 /// reason get one, and the rest return to the DLQ unchanged.
 pub async fn reconcile(
     pool: &PgPool,
-    amqp_url: &SecretString,
+    amqp_urls: &AmqpEndpoints,
     topology: &Topology,
     consumer: &str,
     max: u64,
 ) -> anyhow::Result<Reconciled> {
-    let conn = crate::connect(amqp_url, "hookline-dlq-reconcile").await?;
+    let conn = crate::connect(amqp_urls, "hookline-dlq-reconcile").await?;
     let channel = conn.create_channel().await.context("open channel")?;
     let held = hold_all(&channel, topology, max).await?;
     let mut report = Reconciled {

@@ -15,7 +15,6 @@ use futures::future::join_all;
 use hookline_core::domain_events::{self, Unpublished};
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +39,7 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 /// The domain relay's settings and broker connection.
 pub struct DomainRelay {
     pool: PgPool,
-    amqp_url: SecretString,
+    amqp_urls: hookline_core::config::AmqpEndpoints,
     topology: Topology,
     poll_interval: Duration,
     connection_name: String,
@@ -50,30 +49,57 @@ impl DomainRelay {
     /// A relay reading `domain_events` through `pool` and publishing to `topology.domain_exchange`.
     pub fn new(
         pool: PgPool,
-        amqp_url: SecretString,
+        amqp_urls: hookline_core::config::AmqpEndpoints,
         topology: Topology,
         poll_interval: Duration,
         connection_name: &str,
     ) -> DomainRelay {
         DomainRelay {
             pool,
-            amqp_url,
+            amqp_urls,
             topology,
             poll_interval,
             connection_name: connection_name.to_owned(),
         }
     }
 
-    /// Publishes until `cancel`. Returns an error when the broker or the database fails, so that the supervisor
-    /// counts it and restarts the loop with a fresh connection (after its backoff).
+    /// Publishes until `cancel`. A broker or database failure is logged, the connection dropped and reopened
+    /// after a backoff (200 ms doubling to 10 s), as the webhook relay does: an outage or a cluster failover is
+    /// waited out here rather than counted as a crash by the supervisor (which still restarts the loop after a
+    /// panic). The facts stay unpublished in the meantime.
     pub async fn run(&self, cancel: CancellationToken) -> anyhow::Result<()> {
-        let publisher = tokio::select! {
-            p = Publisher::open(&self.amqp_url, &self.topology, &self.connection_name) => p?,
-            _ = cancel.cancelled() => return Ok(()),
-        };
-        let result = self.publish_loop(&publisher, &cancel).await;
-        publisher.close().await;
-        result
+        let mut backoff = Duration::from_millis(200);
+        while !cancel.is_cancelled() {
+            let opened = tokio::select! {
+                p = Publisher::open(&self.amqp_urls, &self.topology, &self.connection_name) => p,
+                _ = cancel.cancelled() => return Ok(()),
+            };
+            let result = match opened {
+                Ok(publisher) => {
+                    let r = self.publish_loop(&publisher, &cancel).await;
+                    publisher.close().await;
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => backoff = Duration::from_millis(200),
+                Err(e) => {
+                    tracing::warn!(
+                        messaging.system = "rabbitmq",
+                        error.cause_chain = %format!("{e:#}"),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "domain relay: cannot publish; facts stay in the outbox"
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = cancel.cancelled() => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn publish_loop(
@@ -102,22 +128,28 @@ impl DomainRelay {
         if facts.is_empty() {
             return Ok(0);
         }
-        let confirmed = publish(publisher, &self.topology, &facts).await?;
+        let (confirmed, nacked) = publish(publisher, &self.topology, &facts).await?;
         domain_events::mark_published(&mut *tx, &confirmed)
             .await
             .context("mark domain events published")?;
         tx.commit().await.context("commit")?;
         metrics::counter!(metric::PUBLISHED).increment(confirmed.len() as u64);
+        // A channel that nacks tends to keep nacking after a leader change: replace it (see the relay).
+        anyhow::ensure!(
+            nacked == 0,
+            "RabbitMQ nacked {nacked} domain events; reconnecting"
+        );
         Ok(facts.len())
     }
 }
 
-/// Publishes `facts` pipelined and returns the `seq`s RabbitMQ acked without returning them.
+/// Publishes `facts` pipelined and returns the `seq`s RabbitMQ acked without returning them, and how many it
+/// nacked.
 async fn publish(
     publisher: &Publisher,
     topology: &Topology,
     facts: &[Unpublished],
-) -> anyhow::Result<Vec<i64>> {
+) -> anyhow::Result<(Vec<i64>, usize)> {
     let mut pending = Vec::with_capacity(facts.len());
     for f in facts {
         let props = BasicProperties::default()
@@ -152,6 +184,7 @@ async fn publish(
     .await
     .map_err(|_| anyhow::anyhow!("no publisher confirm within {CONFIRM_TIMEOUT:?}"))?;
     let mut acked = Vec::with_capacity(confirms.len());
+    let mut nacked = 0;
     for (seq, confirm) in confirms {
         match confirm {
             Ok(c) if c.is_ack() => match c.take_message() {
@@ -166,6 +199,7 @@ async fn publish(
                 }
             },
             Ok(_) => {
+                nacked += 1;
                 metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
                 tracing::warn!(
                     domain_event_seq = seq,
@@ -175,5 +209,5 @@ async fn publish(
             Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
         }
     }
-    Ok(acked)
+    Ok((acked, nacked))
 }

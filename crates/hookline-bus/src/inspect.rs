@@ -2,9 +2,9 @@
 //! status`, the benchmark and the test harness.
 
 use anyhow::Context;
+use hookline_core::config::AmqpEndpoints;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use secrecy::SecretString;
 
 /// What a passive declare says about a queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,11 +18,11 @@ pub struct QueueDepth {
 /// The depth of each of `queues` over one connection named `name`; `None` for a queue that does not exist
 /// (yet). A missing queue closes the channel that asked, so each queue gets its own channel.
 pub async fn queue_depths(
-    amqp_url: &SecretString,
+    amqp_urls: &AmqpEndpoints,
     name: &str,
     queues: &[&str],
 ) -> anyhow::Result<Vec<Option<QueueDepth>>> {
-    let conn = crate::connect(amqp_url, name).await?;
+    let conn = crate::connect(amqp_urls, name).await?;
     let mut depths = Vec::with_capacity(queues.len());
     for queue in queues {
         let ch = conn.create_channel().await.context("open channel")?;

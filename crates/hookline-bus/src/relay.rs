@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::future::join_all;
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::config::RelayConfig;
 use hookline_core::supervisor::Supervisor;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Connection};
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +76,7 @@ pub fn fast_path() -> (RelayHandle, RelayInbox) {
 /// The relay's state: database pool, broker connection (re-opened on failure) and settings.
 pub struct Relay {
     pool: PgPool,
-    amqp_url: SecretString,
+    amqp_urls: AmqpEndpoints,
     topology: Topology,
     config: RelayConfig,
     connection_name: String,
@@ -86,17 +86,17 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// A relay publishing to `topology` through `amqp_url`, reading the outbox through `pool`.
+    /// A relay publishing to `topology` through any node of `amqp_urls`, reading the outbox through `pool`.
     pub fn new(
         pool: PgPool,
-        amqp_url: SecretString,
+        amqp_urls: AmqpEndpoints,
         topology: Topology,
         config: RelayConfig,
         connection_name: &str,
     ) -> Relay {
         Relay {
             pool,
-            amqp_url,
+            amqp_urls,
             topology,
             config,
             connection_name: connection_name.to_string(),
@@ -195,11 +195,11 @@ impl Relay {
             let Some(publisher) = self.publisher.as_ref() else {
                 return Ok(total);
             };
-            let acked = match publisher
+            let Published { acked, nacked } = match publisher
                 .publish(&self.topology, &msgs, self.config.confirm_timeout)
                 .await
             {
-                Ok(acked) => acked,
+                Ok(published) => published,
                 Err(e) => {
                     tx.rollback().await.ok();
                     self.publisher_failed(&e);
@@ -210,6 +210,10 @@ impl Relay {
             tx.commit().await.context("commit sweep transaction")?;
             metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(acked.len() as u64);
             total += acked.len() as u64;
+            if nacked > 0 {
+                self.publisher_nacked(nacked);
+                return Ok(total);
+            }
             if acked.len() < n {
                 // Some were not confirmed (returned or nacked): stop this round rather than spin on them.
                 return Ok(total);
@@ -231,7 +235,10 @@ impl Relay {
             .publish(&self.topology, batch, self.config.confirm_timeout)
             .await
         {
-            Ok(acked) => {
+            Ok(Published { acked, nacked }) => {
+                if nacked > 0 {
+                    self.publisher_nacked(nacked);
+                }
                 if let Err(e) = mark_published(&self.pool, &acked).await {
                     // Published but not marked: the sweeper will publish again; the worker deduplicates.
                     tracing::warn!(error.cause_chain = %format!("{e:#}"), "could not mark events published");
@@ -251,7 +258,7 @@ impl Relay {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {
                 return false;
             }
-            match Publisher::open(&self.amqp_url, &self.topology, &self.connection_name).await {
+            match Publisher::open(&self.amqp_urls, &self.topology, &self.connection_name).await {
                 Ok(p) => {
                     tracing::info!(messaging.system = "rabbitmq", "relay connected");
                     self.publisher = Some(p);
@@ -277,8 +284,35 @@ impl Relay {
     fn publisher_failed(&mut self, e: &anyhow::Error) {
         tracing::warn!(messaging.system = "rabbitmq", error.cause_chain = %format!("{e:#}"), "publish failed; reconnecting");
         metrics::counter!(metric::NOT_CONFIRMED, "reason" => "channel_error").increment(1);
-        // Drop the channel: its pending confirms are lost, the rows stay unpublished.
-        self.publisher = None;
+        // Close the channel: its pending confirms are lost, the rows stay unpublished.
+        self.discard_publisher();
+    }
+
+    /// Closes the current publisher in the background (bounded; see [`crate::abandon`]).
+    fn discard_publisher(&mut self) {
+        if let Some(p) = self.publisher.take() {
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(5), p.close())
+                    .await
+                    .ok();
+            });
+        }
+    }
+
+    /// RabbitMQ refused some of a batch. With quorum queues this is what a channel whose idea of the queue's
+    /// leader went stale does with every later publish (seen when the leader's node was killed): replace the
+    /// channel and connection (through [`crate::connect`], i.e. the next node), after the usual backoff. The
+    /// nacked rows stay unpublished; the sweeper publishes them.
+    fn publisher_nacked(&mut self, nacked: usize) {
+        tracing::warn!(
+            messaging.system = "rabbitmq",
+            nacked,
+            retry_in_ms = self.backoff.as_millis() as u64,
+            "publishes nacked; reopening the publisher"
+        );
+        self.discard_publisher();
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
     }
 
     async fn report_backlog(&self) {
@@ -305,6 +339,15 @@ async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> any
         .context("mark events published")
 }
 
+/// What RabbitMQ said about a published batch.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Ids confirmed and not returned: safe to mark published.
+    pub acked: Vec<i64>,
+    /// Messages nacked: they stay unpublished, and the channel should be replaced.
+    pub nacked: usize,
+}
+
 /// One connection and one confirm-mode channel, publishing event references with confirms and `mandatory`.
 /// Used by the relay and by operator commands (replay, dead-letter redrive).
 pub struct Publisher {
@@ -313,33 +356,49 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Connects as `name`, declares the topology and enables publisher confirms.
+    /// Connects as `name` to any node of `urls` (see [`crate::connect`]), declares the topology and enables
+    /// publisher confirms. Every step is bounded in time: a node that accepts connections but whose queues have
+    /// lost their majority must not hold the caller.
     pub async fn open(
-        url: &SecretString,
+        urls: &AmqpEndpoints,
         topology: &Topology,
         name: &str,
     ) -> anyhow::Result<Publisher> {
-        let connection = crate::connect(url, name).await?;
-        let channel = connection.create_channel().await.context("open channel")?;
-        topology.declare(&channel).await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .context("enable publisher confirms")?;
-        Ok(Publisher {
-            connection,
-            channel,
-        })
+        let connection = crate::connect(urls, name).await?;
+        let setup = async {
+            topology.declare(&connection).await?;
+            let channel =
+                crate::within_setup_timeout("open channel", connection.create_channel()).await?;
+            crate::within_setup_timeout(
+                "enable publisher confirms",
+                channel.confirm_select(ConfirmSelectOptions::default()),
+            )
+            .await?;
+            anyhow::Ok(channel)
+        };
+        match setup.await {
+            Ok(channel) => Ok(Publisher {
+                connection,
+                channel,
+            }),
+            Err(e) => {
+                crate::abandon(connection, "publisher set-up failed").await;
+                Err(e)
+            }
+        }
     }
 
     /// Publishes the whole batch before awaiting any confirm (pipelined), then returns the ids RabbitMQ acked
-    /// without returning them. An error means the channel is unusable.
+    /// without returning them. An error means the channel is unusable. A nack is an error too (after the acked
+    /// ids are reported, see [`Published`]): on a quorum queue it means the channel's view of the queue's leader
+    /// is stale (seen after the leader's node died: every later publish on that channel was nacked), and only a
+    /// new channel recovers.
     pub async fn publish(
         &self,
         topology: &Topology,
         msgs: &[EventMessage],
         confirm_timeout: Duration,
-    ) -> anyhow::Result<Vec<i64>> {
+    ) -> anyhow::Result<Published> {
         #[cfg(feature = "failpoints")]
         fail::fail_point!("relay.before_publish");
         let mut pending = Vec::with_capacity(msgs.len());
@@ -376,6 +435,7 @@ impl Publisher {
         .await
         .map_err(|_| anyhow::anyhow!("no publisher confirm within {confirm_timeout:?}"))?;
         let mut acked = Vec::with_capacity(confirms.len());
+        let mut nacked = 0;
         for (id, confirm) in confirms {
             match confirm {
                 Ok(c) if c.is_ack() => match c.take_message() {
@@ -393,15 +453,20 @@ impl Publisher {
                 },
                 Ok(_) => {
                     metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
-                    tracing::warn!(
-                        event_id = id,
-                        "RabbitMQ nacked the event; it stays unpublished"
-                    );
+                    nacked += 1;
                 }
                 Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
             }
         }
-        Ok(acked)
+        if nacked > 0 {
+            tracing::warn!(
+                messaging.system = "rabbitmq",
+                nacked,
+                acked = acked.len(),
+                "RabbitMQ nacked events; they stay unpublished"
+            );
+        }
+        Ok(Published { acked, nacked })
     }
 
     /// Closes the channel and the connection.

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hookline_core::{audit, consumers, events};
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -33,8 +32,8 @@ pub use hookline_core::events::SelectedEvent as Row;
 /// Where and how a run publishes.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// RabbitMQ URL.
-    pub amqp_url: SecretString,
+    /// RabbitMQ nodes (any reachable one is used).
+    pub amqp_urls: hookline_core::config::AmqpEndpoints,
     /// The deployment's names.
     pub topology: Topology,
     /// How long to wait for RabbitMQ's confirms of a page.
@@ -188,7 +187,7 @@ pub async fn execute(
     mut progress: impl FnMut(u64),
 ) -> anyhow::Result<(Outcome, Vec<i64>)> {
     let topology = &target.topology;
-    let publisher = Publisher::open(&target.amqp_url, topology, "hookline-replay").await?;
+    let publisher = Publisher::open(&target.amqp_urls, topology, "hookline-replay").await?;
     let started = Instant::now();
     let mut sent = Vec::new();
     let rate = target.rate;
@@ -209,7 +208,8 @@ pub async fn execute(
         let acked = publisher
             .publish(topology, &msgs, target.confirm_timeout)
             .await
-            .context("publish to RabbitMQ")?;
+            .context("publish to RabbitMQ")?
+            .acked;
         if acked.len() != msgs.len() {
             break Outcome::Unconfirmed(msgs.len() - acked.len());
         }
@@ -286,7 +286,7 @@ pub async fn redrive(
         });
     }
     let removed = crate::dead_letters::remove(
-        &target.amqp_url,
+        &target.amqp_urls,
         &target.topology,
         &sent.iter().copied().collect::<HashSet<i64>>(),
     )

@@ -134,7 +134,7 @@ async fn queue_depths(config: &Config, client: &str) -> Queues {
     let result = tokio::time::timeout(
         Duration::from_secs(5),
         crate::inspect::queue_depths(
-            &config.amqp_url,
+            &config.amqp_urls,
             client,
             &[&t.payments_queue, &t.dead_letter_queue],
         ),

@@ -9,12 +9,16 @@
 //! The domain exchange's alternate exchange keeps a fact no queue is bound for (yet) instead of returning it: the
 //! domain relay publishes with `mandatory` and marks a fact published only on a clean confirm, so without it one
 //! unbound type would hold the domain outbox forever. Facts stay in `domain_events` either way (redeliverable).
+//! Both queues declare `x-quorum-initial-group-size` (`amqp.quorum_initial_group_size`, default 3): on a cluster
+//! of three nodes or more each queue gets three replicas and keeps working with one node down; on a single node
+//! RabbitMQ uses the one node it has.
 //! The same topology is in `deploy/rabbitmq-definitions.json` for operators who provision the broker up front.
 
 use anyhow::Context;
+use hookline_core::config::{AmqpConfig, DEFAULT_QUORUM_INITIAL_GROUP_SIZE};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{Channel, ExchangeKind};
+use lapin::{Connection, ExchangeKind};
 
 /// The names of one deployment's (or one test's) RabbitMQ objects.
 #[derive(Debug, Clone)]
@@ -29,6 +33,8 @@ pub struct Topology {
     pub dead_letter_queue: String,
     /// Deliveries before a message is dead-lettered.
     pub delivery_limit: u32,
+    /// Replicas of each quorum queue when it is first declared (`x-quorum-initial-group-size`).
+    pub initial_group_size: u32,
     /// Topic exchange the domain events (facts) are published to, routing key = type.
     pub domain_exchange: String,
     /// Alternate exchange and queue of the domain exchange: facts no binding routes.
@@ -36,7 +42,8 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Names derived from `prefix`.
+    /// Names derived from `prefix`, with the default replication
+    /// ([`DEFAULT_QUORUM_INITIAL_GROUP_SIZE`]).
     pub fn new(prefix: &str, delivery_limit: u32) -> Topology {
         Topology {
             exchange: format!("{prefix}.events"),
@@ -44,128 +51,201 @@ impl Topology {
             dead_letter_exchange: format!("{prefix}.dlx"),
             dead_letter_queue: format!("{prefix}.payments.dlq"),
             delivery_limit,
+            initial_group_size: DEFAULT_QUORUM_INITIAL_GROUP_SIZE,
             domain_exchange: format!("{prefix}.domain"),
             domain_unrouted: format!("{prefix}.domain.unrouted"),
         }
     }
 
-    /// Declares everything; safe to call from every process at every start (declarations are idempotent as
-    /// long as the arguments match).
-    pub async fn declare(&self, channel: &Channel) -> anyhow::Result<()> {
+    /// The topology the configuration's `[amqp]` section describes (prefix, delivery limit, replication).
+    pub fn from_config(amqp: &AmqpConfig) -> Topology {
+        Topology {
+            initial_group_size: amqp.quorum_initial_group_size,
+            ..Topology::new(&amqp.prefix, amqp.delivery_limit)
+        }
+    }
+
+    /// Declares everything on `connection`; safe to call from every process at every (re)connection
+    /// (declarations are idempotent as long as the arguments match). Every step is bounded by
+    /// [`crate::SETUP_TIMEOUT`]: a node whose queue has lost its majority may never answer a declare.
+    ///
+    /// Each queue is declared on a channel of its own, because a refused declaration closes its channel: see
+    /// [`Topology::declare_quorum_queue`] for queues created with another replication.
+    pub async fn declare(&self, connection: &Connection) -> anyhow::Result<()> {
+        let channel =
+            crate::within_setup_timeout("open channel", connection.create_channel()).await?;
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..Default::default()
         };
-        channel
-            .exchange_declare(
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.exchange),
+            channel.exchange_declare(
                 self.exchange.as_str().into(),
                 ExchangeKind::Topic,
                 durable,
                 FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("declare exchange {}", self.exchange))?;
-        channel
-            .exchange_declare(
+            ),
+        )
+        .await?;
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.dead_letter_exchange),
+            channel.exchange_declare(
                 self.dead_letter_exchange.as_str().into(),
                 ExchangeKind::Fanout,
                 durable,
                 FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("declare exchange {}", self.dead_letter_exchange))?;
+            ),
+        )
+        .await?;
 
-        let queue = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        let mut dlq_args = FieldTable::default();
-        dlq_args.insert(short("x-queue-type"), long("quorum"));
-        channel
-            .queue_declare(self.dead_letter_queue.as_str().into(), queue, dlq_args)
-            .await
-            .with_context(|| format!("declare queue {}", self.dead_letter_queue))?;
-        channel
-            .queue_bind(
+        self.declare_quorum_queue(
+            connection,
+            &self.dead_letter_queue,
+            self.dead_letter_queue_arguments(),
+        )
+        .await?;
+        crate::within_setup_timeout(
+            "bind dead-letter queue",
+            channel.queue_bind(
                 self.dead_letter_queue.as_str().into(),
                 self.dead_letter_exchange.as_str().into(),
                 "".into(),
                 QueueBindOptions::default(),
                 FieldTable::default(),
-            )
-            .await
-            .context("bind dead-letter queue")?;
+            ),
+        )
+        .await?;
 
-        channel
-            .queue_declare(
-                self.payments_queue.as_str().into(),
-                queue,
-                self.payments_queue_arguments(),
-            )
-            .await
-            .with_context(|| format!("declare queue {}", self.payments_queue))?;
-        channel
-            .queue_bind(
+        self.declare_quorum_queue(
+            connection,
+            &self.payments_queue,
+            self.payments_queue_arguments(),
+        )
+        .await?;
+        crate::within_setup_timeout(
+            "bind payments queue",
+            channel.queue_bind(
                 self.payments_queue.as_str().into(),
                 self.exchange.as_str().into(),
                 "#".into(),
                 QueueBindOptions::default(),
                 FieldTable::default(),
-            )
-            .await
-            .context("bind payments queue")?;
-        self.declare_domain(channel).await
-    }
+            ),
+        )
+        .await?;
 
-    /// The domain exchange and its alternate exchange and queue.
-    async fn declare_domain(&self, channel: &Channel) -> anyhow::Result<()> {
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        channel
-            .exchange_declare(
+        // Domain events: the unrouted side first, so the domain exchange's alternate exchange exists.
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.domain_unrouted),
+            channel.exchange_declare(
                 self.domain_unrouted.as_str().into(),
                 ExchangeKind::Fanout,
                 durable,
                 FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("declare exchange {}", self.domain_unrouted))?;
-        let mut args = FieldTable::default();
-        args.insert(short("x-queue-type"), long("quorum"));
-        channel
-            .queue_declare(
-                self.domain_unrouted.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                args,
-            )
-            .await
-            .with_context(|| format!("declare queue {}", self.domain_unrouted))?;
-        channel
-            .queue_bind(
+            ),
+        )
+        .await?;
+        self.declare_quorum_queue(
+            connection,
+            &self.domain_unrouted,
+            self.dead_letter_queue_arguments(),
+        )
+        .await?;
+        crate::within_setup_timeout(
+            "bind the domain exchange's unrouted queue",
+            channel.queue_bind(
                 self.domain_unrouted.as_str().into(),
                 self.domain_unrouted.as_str().into(),
                 "".into(),
                 QueueBindOptions::default(),
                 FieldTable::default(),
-            )
-            .await
-            .context("bind the domain exchange's unrouted queue")?;
-        let mut args = FieldTable::default();
-        args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
-        channel
-            .exchange_declare(
+            ),
+        )
+        .await?;
+        let mut domain_args = FieldTable::default();
+        domain_args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.domain_exchange),
+            channel.exchange_declare(
                 self.domain_exchange.as_str().into(),
                 ExchangeKind::Topic,
                 durable,
-                args,
-            )
-            .await
-            .with_context(|| format!("declare exchange {}", self.domain_exchange))?;
+                domain_args,
+            ),
+        )
+        .await?;
+        channel.close(200, "declared".into()).await.ok();
+        Ok(())
+    }
+
+    /// Declares one quorum queue with `args`. RabbitMQ compares `x-quorum-initial-group-size` when a queue is
+    /// declared again, and fixes a queue's replicas when it is created: a queue created by a version of hookline
+    /// that did not declare the size (or with another `amqp.quorum_initial_group_size`) would refuse every
+    /// declaration — and so stop every process at its next start. Such a queue is declared again without the
+    /// size (so its other arguments are still checked), or, if it was created with another size, passively; a
+    /// warning says how to change the replicas of an existing queue (`rabbitmq-queues grow` / `shrink`).
+    async fn declare_quorum_queue(
+        &self,
+        connection: &Connection,
+        name: &str,
+        args: FieldTable,
+    ) -> anyhow::Result<()> {
+        let what = format!("declare queue {name}");
+        let declare = |args: FieldTable, passive: bool| {
+            let what = what.clone();
+            async move {
+                let channel =
+                    crate::within_setup_timeout("open channel", connection.create_channel())
+                        .await?;
+                let options = QueueDeclareOptions {
+                    durable: true,
+                    passive,
+                    ..Default::default()
+                };
+                let declared = tokio::time::timeout(
+                    crate::SETUP_TIMEOUT,
+                    channel.queue_declare(name.into(), options, args),
+                )
+                .await
+                .map_err(|_| anyhow::anyhow!("{what}: no answer from RabbitMQ in time"))?;
+                if declared.is_ok() {
+                    channel.close(200, "declared".into()).await.ok();
+                }
+                anyhow::Ok(declared)
+            }
+        };
+        let group_size_differs = |e: &lapin::Error| {
+            e.to_string()
+                .contains("inequivalent arg 'x-quorum-initial-group-size'")
+        };
+        match declare(args.clone(), false).await? {
+            Ok(_) => return Ok(()),
+            Err(e) if group_size_differs(&e) => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(what)),
+        }
+        let mut without = FieldTable::default();
+        for (k, v) in args.inner() {
+            if k.as_str() != GROUP_SIZE {
+                without.insert(k.clone(), v.clone());
+            }
+        }
+        let outcome = match declare(without, false).await? {
+            Ok(_) => "was created without a group size",
+            Err(e) if group_size_differs(&e) => {
+                declare(FieldTable::default(), true)
+                    .await?
+                    .with_context(|| format!("{what} (passively)"))?;
+                "was created with another group size"
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(what)),
+        };
+        tracing::warn!(
+            messaging.system = "rabbitmq",
+            queue = name,
+            configured = self.initial_group_size,
+            "the queue {outcome}: it keeps the replicas it has; change them with rabbitmq-queues grow / shrink"
+        );
         Ok(())
     }
 
@@ -175,8 +255,7 @@ impl Topology {
     /// `at-least-once` dead-lettering keeps a message in the source queue until the DLQ confirms it; it requires
     /// `overflow=reject-publish`.
     pub fn payments_queue_arguments(&self) -> FieldTable {
-        let mut args = FieldTable::default();
-        args.insert(short("x-queue-type"), long("quorum"));
+        let mut args = self.dead_letter_queue_arguments();
         args.insert(
             short("x-delivery-limit"),
             AMQPValue::LongLongInt(i64::from(self.delivery_limit)),
@@ -190,6 +269,24 @@ impl Topology {
         args
     }
 }
+
+impl Topology {
+    /// Arguments of the dead-letter queue, which the payments queue's start with: a quorum queue with
+    /// `x-quorum-initial-group-size` replicas (applied when the queue is created; see
+    /// [`Topology::declare_quorum_queue`] for existing queues).
+    pub fn dead_letter_queue_arguments(&self) -> FieldTable {
+        let mut args = FieldTable::default();
+        args.insert(short("x-queue-type"), long("quorum"));
+        args.insert(
+            short(GROUP_SIZE),
+            AMQPValue::LongLongInt(i64::from(self.initial_group_size)),
+        );
+        args
+    }
+}
+
+/// The quorum queue argument that sets its replicas at creation.
+const GROUP_SIZE: &str = "x-quorum-initial-group-size";
 
 fn short(s: &str) -> ShortString {
     s.into()

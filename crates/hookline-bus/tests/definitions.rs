@@ -49,6 +49,10 @@ fn definitions_file_matches_declared_topology() {
     }
     let dlq = named(&d["queues"], &t.dead_letter_queue);
     assert_eq!(dlq["arguments"]["x-queue-type"], "quorum");
+    assert_eq!(
+        dlq["arguments"]["x-quorum-initial-group-size"],
+        i64::from(t.initial_group_size)
+    );
     let bindings = d["bindings"].as_array().unwrap();
     assert!(bindings.iter().any(|b| b["source"] == t.exchange.as_str()
         && b["destination"] == t.payments_queue.as_str()

@@ -100,7 +100,7 @@ pub async fn run(config: &Config, cmd: &DlqCommand) -> anyhow::Result<ExitCode> 
         for consumer in consumers::ALL {
             match hookline_bus::dead_letters::reconcile(
                 &pool,
-                &config.amqp_url,
+                &config.amqp_urls,
                 &topology,
                 consumer,
                 100_000,
@@ -307,7 +307,7 @@ async fn discard(
     tx.commit().await.context("commit the discard")?;
     let topology = ops::topology(config);
     let removed = match hookline_bus::dead_letters::remove(
-        &config.amqp_url,
+        &config.amqp_urls,
         &topology,
         &discarded.iter().copied().collect::<HashSet<i64>>(),
     )

@@ -165,7 +165,7 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
     }
     let relay = hookline_bus::Relay::new(
         pool,
-        config.amqp_url.clone(),
+        config.amqp_urls.clone(),
         ops::topology(config),
         relay_config,
         "hookline-relay",

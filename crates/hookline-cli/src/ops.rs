@@ -10,7 +10,7 @@ use sqlx::PgPool;
 
 /// The deployment's RabbitMQ names.
 pub fn topology(config: &Config) -> Topology {
-    Topology::new(&config.amqp.prefix, config.amqp.delivery_limit)
+    Topology::from_config(&config.amqp)
 }
 
 /// A pool for a command-line tool, checked to be reachable (a CLI should fail fast and clearly).

@@ -167,7 +167,7 @@ pub async fn resume(pool: &PgPool, id: i64) -> anyhow::Result<Option<Run>> {
 /// Where the CLI publishes: the configured broker and names, at `rate` events per second.
 pub fn target(config: &Config, rate: u32, page_size: u32) -> Target {
     Target {
-        amqp_url: config.amqp_url.clone(),
+        amqp_urls: config.amqp_urls.clone(),
         topology: ops::topology(config),
         confirm_timeout: config.relay.confirm_timeout,
         rate,

@@ -1,7 +1,8 @@
 //! Configuration: one TOML file shared by every hookline process.
 //!
 //! Precedence, lowest to highest: built-in defaults (PostgreSQL and RabbitMQ on 127.0.0.1), the file given by
-//! `--config FILE` or `HOOKLINE_CONFIG`, then the environment variables `DATABASE_URL` and `AMQP_URL`.
+//! `--config FILE` or `HOOKLINE_CONFIG`, then the environment variables `DATABASE_URL` and `AMQP_URL` (one broker
+//! URL; it replaces `amqp_url` / `amqp_urls`).
 //!
 //! Loading is two-step: the file is deserialised into a *raw* shape that mirrors the TOML, then validated into
 //! [`Config`]. Validation errors name the offending field (`providers.stripe.secrets[1]: …`) so an operator can fix
@@ -28,6 +29,14 @@ pub const CONFIG_ENV: &str = "HOOKLINE_CONFIG";
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/hookline";
 /// Default broker: the local RabbitMQ with the stock guest account.
 pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// Most broker endpoints `amqp_urls` may list (a RabbitMQ cluster has a handful of nodes; a longer list is a
+/// mistake, and every reconnection may try them all).
+pub const MAX_AMQP_ENDPOINTS: usize = 16;
+/// Default `amqp.quorum_initial_group_size`: three replicas, so a three-node cluster keeps every quorum queue
+/// with one node down. RabbitMQ caps it at the cluster's size, so it works on a single node too.
+pub const DEFAULT_QUORUM_INITIAL_GROUP_SIZE: u32 = 3;
+/// Largest accepted `amqp.quorum_initial_group_size` (Raft groups beyond this only cost latency).
+pub const MAX_QUORUM_INITIAL_GROUP_SIZE: u32 = 9;
 
 /// A configuration problem, always naming the field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +82,8 @@ impl ConfigError {
 pub struct Config {
     /// PostgreSQL connection URL (may carry a password, hence secret).
     pub database_url: SecretString,
-    /// RabbitMQ connection URL (may carry a password, hence secret).
-    pub amqp_url: SecretString,
+    /// RabbitMQ endpoints (`amqp_url` or `amqp_urls`): the nodes of one cluster, in the order they are tried.
+    pub amqp_urls: AmqpEndpoints,
     /// RabbitMQ naming.
     pub amqp: AmqpConfig,
     /// The HTTP edge.
@@ -108,6 +117,108 @@ pub struct AmqpConfig {
     pub prefix: String,
     /// Deliveries of one message before the quorum queue dead-letters it (crash loops, handler panics).
     pub delivery_limit: u32,
+    /// Replicas of each quorum queue at declaration (`x-quorum-initial-group-size`); RabbitMQ uses
+    /// min(this, cluster size) nodes.
+    pub quorum_initial_group_size: u32,
+}
+
+/// One broker endpoint: its URL (secret: it may carry credentials) and `host:port`, the only part ever logged.
+#[derive(Clone)]
+pub struct AmqpEndpoint {
+    /// The full URL, credentials included.
+    pub url: SecretString,
+    /// `host:port`, safe for logs and errors.
+    pub label: String,
+}
+
+impl std::fmt::Debug for AmqpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+/// The validated broker endpoints (`amqp_url` = one, `amqp_urls` = the nodes of a cluster): never empty, at most
+/// [`MAX_AMQP_ENDPOINTS`], each an `amqp://` or `amqps://` URL with a host. `hookline_bus::connect` tries them in
+/// turn.
+#[derive(Clone, Debug)]
+pub struct AmqpEndpoints(Vec<AmqpEndpoint>);
+
+impl AmqpEndpoints {
+    /// Validates `urls`; errors name `field` (and the index for a list) but never quote a URL, which may hold a
+    /// password.
+    pub fn new(urls: &[String], field: &str) -> Result<AmqpEndpoints, ConfigError> {
+        if urls.is_empty() {
+            return Err(ConfigError::invalid(field, "must list at least one URL"));
+        }
+        if urls.len() > MAX_AMQP_ENDPOINTS {
+            return Err(ConfigError::invalid(
+                field,
+                format!(
+                    "lists {} URLs, at most {MAX_AMQP_ENDPOINTS} are accepted",
+                    urls.len()
+                ),
+            ));
+        }
+        let list = urls.len() > 1 || field.ends_with('s');
+        urls.iter()
+            .enumerate()
+            .map(|(i, url)| {
+                let name = if list {
+                    format!("{field}[{i}]")
+                } else {
+                    field.to_string()
+                };
+                Self::endpoint(url, &name)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(AmqpEndpoints)
+    }
+
+    /// One URL (the `AMQP_URL` variable, tools and tests that take a single broker).
+    pub fn single(url: &str) -> Result<AmqpEndpoints, ConfigError> {
+        Self::new(&[url.to_string()], "amqp_url")
+    }
+
+    fn endpoint(url: &str, field: &str) -> Result<AmqpEndpoint, ConfigError> {
+        let bad = || ConfigError::invalid(field, "must be an amqp:// or amqps:// URL with a host");
+        if url.len() > 2048 {
+            return Err(ConfigError::invalid(field, "is longer than 2048 bytes"));
+        }
+        let parsed = url::Url::parse(url).map_err(|_| bad())?;
+        let default_port = match parsed.scheme() {
+            "amqp" => 5672,
+            "amqps" => 5671,
+            _ => return Err(bad()),
+        };
+        let host = parsed
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(bad)?;
+        Ok(AmqpEndpoint {
+            url: SecretString::from(url.to_string()),
+            label: format!("{host}:{}", parsed.port().unwrap_or(default_port)),
+        })
+    }
+
+    /// The endpoints in configured order.
+    pub fn endpoints(&self) -> &[AmqpEndpoint] {
+        &self.0
+    }
+
+    /// Number of endpoints (at least one).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false (validation refuses an empty list); here for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The first endpoint.
+    pub fn first(&self) -> &AmqpEndpoint {
+        &self.0[0]
+    }
 }
 
 /// `[relay]`: the transactional-outbox publisher.
@@ -250,6 +361,7 @@ impl ProviderConfig {
 struct RawConfig {
     database_url: Option<String>,
     amqp_url: Option<String>,
+    amqp_urls: Option<Vec<String>>,
     #[serde(default)]
     amqp: RawAmqp,
     #[serde(default)]
@@ -281,6 +393,7 @@ struct RawConfig {
 struct RawAmqp {
     prefix: Option<String>,
     delivery_limit: Option<u32>,
+    quorum_initial_group_size: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -439,7 +552,8 @@ impl Config {
 
     /// Validates every section; each helper below names the fields it checks in its errors.
     fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
-        let (database_url, amqp_url) = Self::urls(raw.database_url, raw.amqp_url, env)?;
+        let (database_url, amqp_urls) =
+            Self::urls(raw.database_url, raw.amqp_url, raw.amqp_urls, env)?;
         let amqp = Self::amqp(raw.amqp)?;
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers {
@@ -461,7 +575,7 @@ impl Config {
         };
         Ok(Config {
             database_url: SecretString::from(database_url),
-            amqp_url: SecretString::from(amqp_url),
+            amqp_urls,
             amqp,
             edge,
             relay: Self::relay(raw.relay)?,
@@ -480,8 +594,9 @@ impl Config {
     fn urls(
         database_url: Option<String>,
         amqp_url: Option<String>,
+        amqp_urls: Option<Vec<String>>,
         env: &dyn Env,
-    ) -> Result<(String, String), ConfigError> {
+    ) -> Result<(String, AmqpEndpoints), ConfigError> {
         let database_url = env
             .var("DATABASE_URL")
             .or(database_url)
@@ -492,14 +607,19 @@ impl Config {
                 "must be a postgres:// URL",
             ));
         }
-        let amqp_url = env
-            .var("AMQP_URL")
-            .or(amqp_url)
-            .unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
-        if !(amqp_url.starts_with("amqp://") || amqp_url.starts_with("amqps://")) {
-            return Err(ConfigError::invalid("amqp_url", "must be an amqp:// URL"));
-        }
-        Ok((database_url, amqp_url))
+        let amqp = match (env.var("AMQP_URL"), amqp_url, amqp_urls) {
+            (Some(url), _, _) => AmqpEndpoints::new(&[url], "AMQP_URL")?,
+            (None, Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "amqp_urls",
+                    "set either amqp_url (one broker) or amqp_urls (a cluster), not both",
+                ))
+            }
+            (None, Some(url), None) => AmqpEndpoints::new(&[url], "amqp_url")?,
+            (None, None, Some(urls)) => AmqpEndpoints::new(&urls, "amqp_urls")?,
+            (None, None, None) => AmqpEndpoints::new(&[DEFAULT_AMQP_URL.to_string()], "amqp_url")?,
+        };
+        Ok((database_url, amqp))
     }
 
     fn amqp(a: RawAmqp) -> Result<AmqpConfig, ConfigError> {
@@ -522,9 +642,19 @@ impl Config {
                 "must be greater than 0",
             ));
         }
+        let quorum_initial_group_size = a
+            .quorum_initial_group_size
+            .unwrap_or(DEFAULT_QUORUM_INITIAL_GROUP_SIZE);
+        if !(1..=MAX_QUORUM_INITIAL_GROUP_SIZE).contains(&quorum_initial_group_size) {
+            return Err(ConfigError::invalid(
+                "amqp.quorum_initial_group_size",
+                format!("must be between 1 and {MAX_QUORUM_INITIAL_GROUP_SIZE}"),
+            ));
+        }
         Ok(AmqpConfig {
             prefix,
             delivery_limit,
+            quorum_initial_group_size,
         })
     }
 
@@ -1300,7 +1430,10 @@ mod tests {
     fn defaults_point_at_localhost() {
         let c = Config::from_toml_str("", "t", &NO_ENV).unwrap();
         assert_eq!(c.database_url.expose_secret(), DEFAULT_DATABASE_URL);
-        assert_eq!(c.amqp_url.expose_secret(), DEFAULT_AMQP_URL);
+        assert_eq!(c.amqp_urls.len(), 1);
+        assert_eq!(c.amqp_urls.first().url.expose_secret(), DEFAULT_AMQP_URL);
+        assert_eq!(c.amqp_urls.first().label, "127.0.0.1:5672");
+        assert_eq!(c.amqp.quorum_initial_group_size, 3);
         assert_eq!(c.amqp.prefix, "hookline");
         assert_eq!(c.edge.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.edge.max_body_bytes, 1_048_576);
@@ -1320,7 +1453,74 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.database_url.expose_secret(), "postgres://u@h/db");
-        assert_eq!(c.amqp_url.expose_secret(), "amqp://h");
+        assert_eq!(c.amqp_urls.len(), 1);
+        assert_eq!(c.amqp_urls.first().url.expose_secret(), "amqp://h");
+    }
+
+    #[test]
+    fn amqp_urls_lists_the_nodes_of_a_cluster_in_order() {
+        let c = Config::from_toml_str(
+            "amqp_urls = [\"amqp://u:pw@127.0.0.1:5701/%2f\", \"amqps://n2\", \"amqp://n3:5703\"]\n\
+             [amqp]\nquorum_initial_group_size = 5\n",
+            "t",
+            &NO_ENV,
+        )
+        .unwrap();
+        let labels: Vec<&str> = c
+            .amqp_urls
+            .endpoints()
+            .iter()
+            .map(|e| e.label.as_str())
+            .collect();
+        assert_eq!(labels, ["127.0.0.1:5701", "n2:5671", "n3:5703"]);
+        assert_eq!(
+            c.amqp_urls.endpoints()[0].url.expose_secret(),
+            "amqp://u:pw@127.0.0.1:5701/%2f"
+        );
+        assert_eq!(c.amqp.quorum_initial_group_size, 5);
+        // Debug shows where, never who.
+        assert!(!format!("{c:?}").contains("pw@"));
+    }
+
+    #[test]
+    fn amqp_urls_are_validated_by_key_without_quoting_credentials() {
+        let cases = [
+            ("amqp_urls = []", "amqp_urls: must list at least one URL"),
+            (
+                "amqp_urls = [\"amqp://h1\", \"http://u:SUPERSECRET@h2\"]",
+                "amqp_urls[1]: must be an amqp",
+            ),
+            (
+                "amqp_urls = [\"amqp://u:SUPERSECRET@\"]",
+                "amqp_urls[0]: must be an amqp",
+            ),
+            (
+                "amqp_url = \"redis://u:SUPERSECRET@h\"",
+                "amqp_url: must be an amqp",
+            ),
+            (
+                "amqp_url = \"amqp://a\"\namqp_urls = [\"amqp://b\"]",
+                "amqp_urls: set either amqp_url",
+            ),
+            (
+                "[amqp]\nquorum_initial_group_size = 0",
+                "amqp.quorum_initial_group_size",
+            ),
+            (
+                "[amqp]\nquorum_initial_group_size = 10",
+                "amqp.quorum_initial_group_size",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = err(text);
+            assert!(message.contains(expected), "{text}: {message}");
+            assert!(!message.contains("SUPERSECRET"), "{message}");
+        }
+        let many: Vec<String> = (0..=MAX_AMQP_ENDPOINTS)
+            .map(|i| format!("\"amqp://h{i}\""))
+            .collect();
+        let message = err(&format!("amqp_urls = [{}]", many.join(", ")));
+        assert!(message.contains("at most 16"), "{message}");
     }
 
     #[test]

@@ -191,10 +191,11 @@ pub fn is_data_error(err: &sqlx::Error) -> bool {
 
 /// SQLSTATEs that a retry can cure: connection exceptions (08), serialization failure and deadlock (40001,
 /// 40P01), insufficient resources (53), operator intervention such as shutdown or statement timeout (57), lock
-/// not available (55P03).
+/// not available (55P03), and a write refused by a read-only server (25006): during a failover a connection can
+/// reach a node that is (still) a standby, and the next attempt goes through the proxy to the new primary.
 pub fn is_transient_sqlstate(code: &str) -> bool {
     code.starts_with("08")
         || code.starts_with("53")
         || code.starts_with("57")
-        || matches!(code, "40001" | "40P01" | "55P03")
+        || matches!(code, "40001" | "40P01" | "55P03" | "25006")
 }

@@ -71,8 +71,8 @@ impl Application {
                 let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
                 let relay = Relay::new(
                     relay_pool,
-                    config.amqp_url.clone(),
-                    Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+                    config.amqp_urls.clone(),
+                    Topology::from_config(&config.amqp),
                     config.relay.clone(),
                     "hookline-edge-relay",
                 );

@@ -7,13 +7,13 @@ use anyhow::Context;
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
+use hookline_core::config::AmqpEndpoints;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -43,8 +43,8 @@ const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
 /// Settings of one worker process.
 #[derive(Clone)]
 pub struct WorkerSettings {
-    /// Broker URL.
-    pub amqp_url: SecretString,
+    /// Broker endpoints (the nodes of a cluster, tried in turn on every (re)connection).
+    pub amqp_urls: AmqpEndpoints,
     /// Queue names.
     pub topology: Topology,
     /// `basic.qos` prefetch, re-applied on every (re)connection.
@@ -111,7 +111,7 @@ impl<H: Handler> Worker<H> {
         let reconcile = {
             let (pool, url, topology, cancel) = (
                 self.pool.clone(),
-                self.settings.amqp_url.clone(),
+                self.settings.amqp_urls.clone(),
                 self.settings.topology.clone(),
                 cancel.clone(),
             );
@@ -169,31 +169,53 @@ impl<H: Handler> Worker<H> {
         Ok(())
     }
 
-    /// One connection's lifetime: connect, declare, qos, consume until cancel or failure.
+    /// One connection's lifetime: connect (to any node of the cluster, the next one after a loss), declare,
+    /// qos, consume until cancel or failure. Every set-up step is bounded in time: a node whose queue has lost its
+    /// majority may accept the connection but never answer the declare or the consume.
     async fn consume_session(
         &self,
         ctx: &Arc<Ctx<H>>,
         permits: &Arc<Semaphore>,
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
+        let connection = hookline_bus::connect(&self.settings.amqp_urls, "hookline-worker").await?;
+        let result = self.session_on(&connection, ctx, permits, cancel).await;
+        if result.is_err() {
+            // Never leave it open: a consumer registered on a forgotten channel keeps its prefetch window.
+            hookline_bus::abandon(connection, "worker session failed").await;
+        }
+        result
+    }
+
+    /// The session on one connection: declare, qos, consume until cancel (then close it) or failure (the caller
+    /// closes it).
+    async fn session_on(
+        &self,
+        connection: &lapin::Connection,
+        ctx: &Arc<Ctx<H>>,
+        permits: &Arc<Semaphore>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
         let s = &self.settings;
-        let connection = hookline_bus::connect(&s.amqp_url, "hookline-worker").await?;
-        let channel = connection.create_channel().await.context("open channel")?;
-        s.topology.declare(&channel).await?;
+        s.topology.declare(connection).await?;
+        let channel =
+            hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
         // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
-        channel
-            .basic_qos(s.prefetch, BasicQosOptions { global: false })
-            .await
-            .context("basic.qos")?;
-        let mut consumer = channel
-            .basic_consume(
+        hookline_bus::within_setup_timeout(
+            "basic.qos",
+            channel.basic_qos(s.prefetch, BasicQosOptions { global: false }),
+        )
+        .await?;
+        let mut consumer = hookline_bus::within_setup_timeout(
+            "basic.consume",
+            channel.basic_consume(
                 s.topology.payments_queue.as_str().into(),
                 "".into(),
                 BasicConsumeOptions::default(), // manual acks
                 FieldTable::default(),
-            )
-            .await
-            .context("basic.consume")?;
+            ),
+        )
+        .await?;
         let tag = consumer.tag();
         tracing::info!(
             messaging.system = "rabbitmq",
@@ -204,6 +226,7 @@ impl<H: Handler> Worker<H> {
         );
         // A consumer may stop yielding without an error when the connection dies (lapin #389): watch the status.
         let mut health = tokio::time::interval(Duration::from_secs(2));
+        let mut last_delivery = std::time::Instant::now();
         let result = loop {
             tokio::select! {
                 _ = cancel.cancelled() => {
@@ -214,9 +237,23 @@ impl<H: Handler> Worker<H> {
                     if !connection.status().connected() {
                         break Err(anyhow::anyhow!("connection to RabbitMQ lost"));
                     }
+                    if last_delivery.elapsed() >= IDLE_CHECK
+                        && permits.available_permits() == s.concurrency
+                    {
+                        last_delivery = std::time::Instant::now();
+                        if let Some(ready) = ready_messages(connection, &s.topology.payments_queue).await {
+                            if ready > 0 {
+                                break Err(anyhow::anyhow!(
+                                    "no delivery for {IDLE_CHECK:?} with nothing in flight while {ready} messages \
+                                     are ready: the consumer is not served; registering it again"
+                                ));
+                            }
+                        }
+                    }
                 }
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
+                        last_delivery = std::time::Instant::now();
                         // Wait for a free slot first, then take whatever else has arrived meanwhile (up to
                         // batch_max): under load the batch fills while the previous ones commit, so one
                         // transaction (and, for payment facts, one set of statements) serves many deliveries.
@@ -259,6 +296,34 @@ impl<H: Handler> Worker<H> {
         }
         result
     }
+}
+
+/// How long an idle consumer (nothing in flight) goes without a delivery before it checks whether the queue has
+/// messages ready for it. Seen on RabbitMQ 3.10 when a quorum queue's leader node was killed: a consumer
+/// registered during the election (or through a node restarted since) stayed registered but was never served,
+/// while a new registration was.
+const IDLE_CHECK: Duration = Duration::from_secs(10);
+
+/// Ready messages of `queue` by a passive declare on a channel of its own (a failed passive declare closes its
+/// channel); `None` when the broker does not answer within 5 s (e.g. the queue has no leader right now).
+async fn ready_messages(connection: &lapin::Connection, queue: &str) -> Option<u32> {
+    let check = async {
+        let channel = connection.create_channel().await.ok()?;
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let declared = channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+            .ok()?;
+        channel.close(200, "checked".into()).await.ok();
+        Some(declared.message_count())
+    };
+    tokio::time::timeout(Duration::from_secs(5), check)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// What a handler's `prepare` sees of a delivery.

@@ -40,8 +40,8 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
         pool,
         PaymentsHandler::new(config.providers.values()),
         WorkerSettings {
-            amqp_url: config.amqp_url.clone(),
-            topology: hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
+            amqp_urls: config.amqp_urls.clone(),
+            topology: hookline_bus::Topology::from_config(&config.amqp),
             prefetch: config.worker.prefetch,
             concurrency: config.worker.concurrency,
             batch_max: config.worker.batch_max,
@@ -158,7 +158,7 @@ pub fn spawn_delivery(
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     let relay = std::sync::Arc::new(hookline_bus::domain::DomainRelay::new(
         pool.clone(),
-        config.amqp_url.clone(),
+        config.amqp_urls.clone(),
         hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
         config.delivery.poll_interval,
         "hookline-domain-relay",

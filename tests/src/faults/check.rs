@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::{
-    model_fee, rabbitmqctl, report_line, send_all, Attempt, Cluster, Load, LoadReport, SentEvent,
-    CONSUMER, DRAIN_TIMEOUT,
+    model_fee, rabbitmqctl, rabbitmqctl_any, report_line, send_all, Attempt, Cluster, Load,
+    LoadReport, SentEvent, CONSUMER, DRAIN_TIMEOUT,
 };
 use crate::{assert_ledger_balanced, ledger_rows, queue_depths};
 
@@ -169,7 +169,7 @@ impl Cluster {
     pub async fn live_counts(&self) -> LiveCounts {
         let t = self.topology();
         let queues = [t.payments_queue.as_str(), t.dead_letter_queue.as_str()];
-        let [payments, dlq] = queue_depths(&self.config.amqp_url, queues).await;
+        let [payments, dlq] = queue_depths(&self.config.amqp_urls, queues).await;
         LiveCounts {
             ready: payments.map_or(0, |q| q.messages),
             consumers: payments.map_or(0, |q| q.consumers),
@@ -182,7 +182,7 @@ impl Cluster {
     /// wait for them to reflect a known state before trusting them. The only source of the unacked count.
     pub async fn queue_stats(&self) -> QueueCounts {
         let t = self.topology();
-        let out = rabbitmqctl(&[
+        let args = [
             "-q",
             "list_queues",
             "name",
@@ -191,8 +191,12 @@ impl Cluster {
             "messages",
             "consumers",
             "--no-table-headers",
-        ])
-        .await;
+        ];
+        let out = if self.rabbitmq_nodes.is_empty() {
+            rabbitmqctl(&args).await
+        } else {
+            rabbitmqctl_any(&self.rabbitmq_nodes, &args).await
+        };
         let mut counts = QueueCounts::default();
         for line in out.lines() {
             let cols: Vec<&str> = line.split('\t').collect();

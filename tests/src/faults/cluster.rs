@@ -43,6 +43,14 @@ pub struct ClusterOptions {
     pub edge_text_logs: bool,
     /// Whole TOML tables appended to the configuration (e.g. a provider with an `api_base`).
     pub tail: String,
+    /// `amqp_urls` of every process (the nodes of a RabbitMQ cluster); empty: not set.
+    pub amqp_urls: Vec<String>,
+    /// The PostgreSQL server of the cluster's database (`postgres://…:PORT`); `None`: [`crate::pg_base_url`].
+    pub pg_base: Option<String>,
+    /// Nodes `rabbitmqctl -n` asks for queue statistics, first one that answers; empty: the default node.
+    pub rabbitmq_nodes: Vec<String>,
+    /// `amqp.delivery_limit` instead of the test configuration's 3.
+    pub delivery_limit: Option<u32>,
 }
 
 impl Default for ClusterOptions {
@@ -55,6 +63,10 @@ impl Default for ClusterOptions {
             amqp_url: None,
             edge_text_logs: false,
             tail: String::new(),
+            amqp_urls: Vec::new(),
+            pg_base: None,
+            rabbitmq_nodes: Vec::new(),
+            delivery_limit: None,
         }
     }
 }
@@ -90,7 +102,11 @@ pub struct Cluster {
     /// When the cluster was created.
     pub started: Instant,
     edge: Option<Proc>,
+    /// Further edges (same database and queues, each on its own port): `(base URL, config file, process)`.
+    replicas: Vec<(String, PathBuf, Proc)>,
     workers: Vec<Option<Proc>>,
+    /// `rabbitmqctl -n` targets for queue statistics (empty: the default node).
+    pub rabbitmq_nodes: Vec<String>,
     history: Vec<(String, PathBuf)>,
     http: reqwest::Client,
     edge_text_logs: bool,
@@ -99,7 +115,10 @@ pub struct Cluster {
 impl Cluster {
     /// A new database, RabbitMQ prefix, port and configuration file; no process is started yet.
     pub async fn new(name: &str, opts: ClusterOptions) -> Cluster {
-        let db = TestDb::new().await;
+        let db = match &opts.pg_base {
+            Some(base) => TestDb::new_on(base).await,
+            None => TestDb::new().await,
+        };
         let port = free_port();
         let tail = format!(
             "[relay]\nsweep_interval_ms = 200\nsweep_min_age_ms = 300\n\
@@ -116,6 +135,18 @@ impl Cluster {
         if let Some(url) = &opts.amqp_url {
             // A top-level key: it must come before the first table.
             toml = format!("amqp_url = \"{url}\"\n{toml}");
+        }
+        if !opts.amqp_urls.is_empty() {
+            let list: Vec<String> = opts.amqp_urls.iter().map(|u| format!("\"{u}\"")).collect();
+            toml = format!("amqp_urls = [{}]\n{toml}", list.join(", "));
+        }
+        if let Some(limit) = opts.delivery_limit {
+            let default_limit = "delivery_limit = 3";
+            assert!(
+                toml.contains(default_limit),
+                "test_config_toml changed its delivery limit"
+            );
+            toml = toml.replace(default_limit, &format!("delivery_limit = {limit}"));
         }
         let config = parse_config(&toml);
         let log_dir =
@@ -140,7 +171,9 @@ impl Cluster {
             log_dir,
             started: Instant::now(),
             edge: None,
+            replicas: Vec::new(),
             workers: Vec::new(),
+            rabbitmq_nodes: opts.rabbitmq_nodes.clone(),
             history: Vec::new(),
             edge_text_logs: opts.edge_text_logs,
             http: reqwest::Client::builder()
@@ -152,13 +185,24 @@ impl Cluster {
     }
 
     fn spawn(&mut self, bin: &str, role: &str, failpoints: Option<&str>) -> Proc {
+        let config = self.config_path.clone();
+        self.spawn_with(bin, role, failpoints, &config)
+    }
+
+    fn spawn_with(
+        &mut self,
+        bin: &str,
+        role: &str,
+        failpoints: Option<&str>,
+        config_path: &Path,
+    ) -> Proc {
         let log = self
             .log_dir
             .join(format!("{:02}-{role}.log", self.history.len() + 1));
         let file = std::fs::File::create(&log).expect("create a log file");
         let mut cmd = Command::new(binary(bin));
         cmd.arg("--config")
-            .arg(&self.config_path)
+            .arg(config_path)
             // Nothing from the test's environment may override the file or inject fail points.
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL")
@@ -221,6 +265,51 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.edge = Some(proc);
+    }
+
+    /// Starts one more edge process on the same database and queues, on a port of its own (its configuration
+    /// file differs only in `edge.listen`), and waits until its `/healthz` answers 200. Returns its base URL.
+    pub async fn start_edge_replica(&mut self) -> String {
+        let port = free_port();
+        let toml = std::fs::read_to_string(&self.config_path).expect("read the config file");
+        let listen = format!("listen = \"127.0.0.1:{}\"", self.port);
+        assert!(
+            toml.contains(&listen),
+            "the config file has no edge listen line"
+        );
+        let toml = toml.replace(&listen, &format!("listen = \"127.0.0.1:{port}\""));
+        let n = self.replicas.len() + 2;
+        let path = self.log_dir.join(format!("hookline-edge{n}.toml"));
+        std::fs::write(&path, toml).expect("write the replica's config file");
+        let base = format!("http://127.0.0.1:{port}");
+        let mut proc = self.spawn_with("hookline-edge", &format!("edge{n}"), None, &path);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = proc.exited() {
+                panic!(
+                    "edge {n} exited at start-up ({status}):\n{}",
+                    tail(&proc.log, 30)
+                );
+            }
+            let url = format!("{base}/healthz");
+            if self
+                .http
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "edge {n} did not answer /healthz within {START_TIMEOUT:?}:\n{}",
+                tail(&proc.log, 30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.replicas.push((base.clone(), path, proc));
+        base
     }
 
     /// SIGKILL of the edge (by its pid): no graceful shutdown, in-flight requests are cut.
@@ -288,6 +377,14 @@ impl Cluster {
         if let Some(edge) = self.edge.as_mut() {
             if let Some(status) = edge.exited() {
                 panic!("the edge exited ({status}):\n{}", tail(&edge.log, 30));
+            }
+        }
+        for (base, _, edge) in self.replicas.iter_mut() {
+            if let Some(status) = edge.exited() {
+                panic!(
+                    "the edge at {base} exited ({status}):\n{}",
+                    tail(&edge.log, 30)
+                );
             }
         }
         for (slot, w) in self.workers.iter_mut().enumerate() {
@@ -383,7 +480,7 @@ impl Cluster {
 
     /// Queue names of this cluster.
     pub fn topology(&self) -> Topology {
-        Topology::new(&self.config.amqp.prefix, self.config.amqp.delivery_limit)
+        Topology::from_config(&self.config.amqp)
     }
 
     /// `GET /healthz`: status and latency, or `None` on a transport error.
@@ -404,12 +501,15 @@ impl Cluster {
         if let Some(mut e) = self.edge.take() {
             e.child.kill9();
         }
+        for (_, _, mut e) in self.replicas.drain(..) {
+            e.child.kill9();
+        }
         for w in self.workers.iter_mut() {
             if let Some(mut w) = w.take() {
                 w.child.kill9();
             }
         }
-        if let Ok(conn) = hookline_bus::connect(&self.config.amqp_url, "hookline-test").await {
+        if let Ok(conn) = hookline_bus::connect(&self.config.amqp_urls, "hookline-test").await {
             if let Ok(ch) = conn.create_channel().await {
                 let t = self.topology();
                 for q in [&t.payments_queue, &t.dead_letter_queue] {
@@ -429,7 +529,7 @@ impl Cluster {
         // Drop the database: hundreds of leftover test databases make every checkpoint (and so every
         // PostgreSQL stop) slow.
         let name = self.db_name();
-        let admin = format!("{}/postgres", crate::pg_base_url());
+        let admin = format!("{}/postgres", self.db.base);
         if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
             sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                 .execute(&mut conn)

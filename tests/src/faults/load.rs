@@ -43,6 +43,8 @@ pub struct Attempt {
     pub status: Option<u16>,
     /// `duplicate` of a 2xx JSON answer.
     pub duplicate: Option<bool>,
+    /// The answer's `Retry-After` header, when it had one.
+    pub retry_after: Option<String>,
     /// The transport error.
     pub error: Option<String>,
 }
@@ -101,12 +103,20 @@ pub struct Progress {
     pub failures: AtomicUsize,
     /// HTTP answers so far, any status (resends and twins included).
     pub answered: AtomicUsize,
+    /// Set by [`Progress::stop_starting`]: no further event starts.
+    stop: std::sync::atomic::AtomicBool,
     attempts: Mutex<Vec<Attempt>>,
     acked_ids: Mutex<HashSet<String>>,
     in_flight_ids: Mutex<HashMap<String, usize>>,
 }
 
 impl Progress {
+    /// Starts no further event: the run ends once the events already started are delivered, and its report
+    /// holds only those (a load that lasts as long as a scenario rather than a fixed count).
+    pub fn stop_starting(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
     /// Events acknowledged so far.
     pub fn acked(&self) -> usize {
         self.acked.load(Ordering::SeqCst)
@@ -389,6 +399,9 @@ impl Load {
                 let at = started + Duration::from_secs_f64(i as f64 / rate);
                 tokio::time::sleep_until(at.into()).await;
             }
+            if progress.stop.load(Ordering::SeqCst) {
+                break;
+            }
             let permit = permits.clone().acquire_owned().await.expect("semaphore");
             progress.started.fetch_add(1, Ordering::SeqCst);
             let (client, url, progress, load) =
@@ -463,18 +476,23 @@ async fn deliver(
         let sent_at = Instant::now();
         let result = req.send().await;
         let latency = sent_at.elapsed();
-        let (status, duplicate, error) = match result {
+        let (status, duplicate, retry_after, error) = match result {
             Ok(res) => {
                 let status = res.status().as_u16();
+                let retry_after = res
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
                 let duplicate = res
                     .bytes()
                     .await
                     .ok()
                     .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                     .and_then(|v| v.get("duplicate").and_then(Value::as_bool));
-                (Some(status), duplicate, None)
+                (Some(status), duplicate, retry_after, None)
             }
-            Err(e) => (None, None, Some(format!("{e:?}"))),
+            Err(e) => (None, None, None, Some(format!("{e:?}"))),
         };
         {
             let mut ids = progress.in_flight_ids.lock().expect("in-flight ids");
@@ -495,6 +513,7 @@ async fn deliver(
             latency,
             status,
             duplicate,
+            retry_after,
             error,
         };
         let ok = attempt.is_2xx();

@@ -20,6 +20,28 @@ pub async fn rabbitmqctl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `rabbitmqctl -n NODE ARGS` against each of `nodes` until one succeeds (a cluster with a node down);
+/// returns its stdout. Panics when none answers.
+pub async fn rabbitmqctl_any(nodes: &[String], args: &[&str]) -> String {
+    let mut errors = Vec::new();
+    for node in nodes {
+        let out = tokio::process::Command::new("rabbitmqctl")
+            .args(["-n", node.as_str()])
+            .args(args)
+            .output()
+            .await
+            .expect("run rabbitmqctl");
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        errors.push(format!(
+            "{node}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    panic!("rabbitmqctl {args:?} failed on every node: {errors:?}");
+}
+
 /// Runs `pg_ctlcluster --skip-systemctl-redirect 15 main ACTION EXTRA…`, asserting success.
 pub async fn pg_ctlcluster(action: &str, extra: &[&str]) {
     let version = pg_cluster_version();

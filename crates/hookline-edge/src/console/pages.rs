@@ -727,7 +727,7 @@ pub async fn event_body(req: HttpRequest, state: State) -> Result<HttpResponse, 
 
 fn target(state: &ConsoleState) -> Target {
     Target {
-        amqp_url: state.config.amqp_url.clone(),
+        amqp_urls: state.config.amqp_urls.clone(),
         topology: hookline_bus::Topology::new(
             &state.config.amqp.prefix,
             state.config.amqp.delivery_limit,
@@ -979,7 +979,7 @@ pub async fn redrive(
     for consumer in consumers::ALL {
         if let Err(e) = hookline_bus::dead_letters::reconcile(
             &state.pool,
-            &state.config.amqp_url,
+            &state.config.amqp_urls,
             &topology,
             consumer,
             100_000,
