@@ -104,13 +104,8 @@ async fn picture(pool: &PgPool, tag: &str) -> (String, i64, Vec<(String, String,
     (status, refunded, ledger)
 }
 
-/// Stores the history's events, then processes them in `order` (indices, repeats allowed).
-async fn apply(
-    pool: &PgPool,
-    handler: &PaymentsHandler,
-    events: &[(String, Vec<u8>)],
-    order: &[usize],
-) {
+/// Stores the history's events as the edge would; returns their ids, in history order.
+async fn store(pool: &PgPool, events: &[(String, Vec<u8>)]) -> Vec<i64> {
     let mut ids = Vec::with_capacity(events.len());
     for (event_id, body) in events {
         let ty: serde_json::Value = serde_json::from_slice(body).unwrap();
@@ -133,6 +128,17 @@ async fn apply(
         };
         ids.push(id);
     }
+    ids
+}
+
+/// Stores the history's events, then processes them in `order` (indices, repeats allowed).
+async fn apply(
+    pool: &PgPool,
+    handler: &PaymentsHandler,
+    events: &[(String, Vec<u8>)],
+    order: &[usize],
+) {
+    let ids = store(pool, events).await;
     let mut applied = vec![0; events.len()];
     for &i in order {
         match process_event(pool, handler, ids[i])
@@ -221,28 +227,7 @@ async fn apply_in_batches(
     order: &[usize],
     sizes: &[usize],
 ) {
-    let mut ids = Vec::with_capacity(events.len());
-    for (event_id, body) in events {
-        let ty: serde_json::Value = serde_json::from_slice(body).unwrap();
-        let stored = insert_one(
-            pool,
-            &OwnedEvent {
-                provider: "stripe".into(),
-                provider_event_id: event_id.clone(),
-                event_type: ty["type"].as_str().map(str::to_owned),
-                signed_at: None,
-                headers: vec![],
-                query: String::new(),
-                body: body.clone().into(),
-            },
-        )
-        .await
-        .expect("store event");
-        let StoreOutcome::Inserted(id) = stored else {
-            panic!("fresh event expected")
-        };
-        ids.push(id);
-    }
+    let ids = store(pool, events).await;
     let mut applied = vec![0; events.len()];
     let mut rest = order;
     let mut sizes = sizes.iter().cycle();

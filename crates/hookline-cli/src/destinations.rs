@@ -505,16 +505,9 @@ fn add(config_path: Option<&Path>, args: &AddArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     list.push(table);
-    let new_text = doc.to_string();
-    // Validate the whole result as the services will read it; the secret is not in any error message.
-    if let Err(e) = Config::from_toml_str(
-        &new_text,
-        "the edited configuration",
-        &hookline_core::config::ProcessEnv,
-    ) {
-        eprintln!("error: {e}");
+    let Some(new_text) = validated(&doc) else {
         return Ok(ExitCode::from(2));
-    }
+    };
     match (&path, args.print) {
         (Some(p), false) => {
             write_atomically(p, &new_text)?;
@@ -590,15 +583,9 @@ fn rotate(config_path: Option<&Path>, name: &str, drop_old: bool) -> anyhow::Res
         secrets.insert(0, s.as_str());
         Some(s)
     };
-    let new_text = doc.to_string();
-    if let Err(e) = Config::from_toml_str(
-        &new_text,
-        "the edited configuration",
-        &hookline_core::config::ProcessEnv,
-    ) {
-        eprintln!("error: {e}");
+    let Some(new_text) = validated(&doc) else {
         return Ok(ExitCode::from(2));
-    }
+    };
     write_atomically(&path, &new_text)?;
     match secret {
         Some(s) => {
@@ -611,6 +598,23 @@ fn rotate(config_path: Option<&Path>, name: &str, drop_old: bool) -> anyhow::Res
         None => eprintln!("kept only the newest secret of {name}; restart the worker to apply"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The edited document as text, validated as the services will read it (an error is printed; it never contains a
+/// secret).
+fn validated(doc: &toml_edit::DocumentMut) -> Option<String> {
+    let text = doc.to_string();
+    match Config::from_toml_str(
+        &text,
+        "the edited configuration",
+        &hookline_core::config::ProcessEnv,
+    ) {
+        Ok(_) => Some(text),
+        Err(e) => {
+            eprintln!("error: {e}");
+            None
+        }
+    }
 }
 
 /// Writes `text` to `path` through a temporary file in the same directory and a rename, keeping the file's

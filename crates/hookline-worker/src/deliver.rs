@@ -441,22 +441,9 @@ fn parse_retry_after(v: &str) -> Option<Duration> {
 }
 
 /// Delay before attempt `attempt + 1`: `backoff_base · 2^(attempt-1)`, capped at `backoff_max`, of which the
-/// upper half is random (so destinations recovering together are not hit by synchronised retries).
+/// upper half is random (the dispatcher's schedule, [`crate::dispatch::jittered_backoff`]).
 pub fn backoff(settings: &DeliveryConfig, attempt: i32, seed: u64) -> Duration {
-    let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-    let base = settings
-        .backoff_base
-        .saturating_mul(1u32.checked_shl(exp).unwrap_or(u32::MAX))
-        .min(settings.backoff_max);
-    let unit = (splitmix64(seed) >> 11) as f64 / (1u64 << 53) as f64;
-    base.mul_f64(0.5 + 0.5 * unit)
-}
-
-fn splitmix64(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    crate::dispatch::jittered_backoff(settings.backoff_base, settings.backoff_max, attempt, seed)
 }
 
 /// A destination's circuit breaker: `threshold` consecutive failures open it for `cooldown` (doubling while

@@ -100,15 +100,21 @@ impl DispatchSettings {
     /// The delay before attempt `attempts + 1`: exponential, with jitter (half of it random), within
     /// `[min_backoff, max_backoff]`. `seed` makes the jitter reproducible.
     pub fn backoff(&self, attempts: i32, seed: u64) -> Duration {
-        let exp = u32::try_from(attempts.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
-        let base = self
-            .min_backoff
-            .saturating_mul(1u32 << exp)
-            .min(self.max_backoff);
-        let unit = (splitmix64(seed) >> 11) as f64 / (1u64 << 53) as f64;
-        let jittered = base.mul_f64(0.5 + 0.5 * unit);
-        jittered.clamp(self.min_backoff, self.max_backoff)
+        jittered_backoff(self.min_backoff, self.max_backoff, attempts, seed)
+            .clamp(self.min_backoff, self.max_backoff)
     }
+}
+
+/// `base · 2^(attempt-1)`, capped at `max`, of which the upper half is random (so callers recovering together are
+/// not retried in lockstep): the retry schedule of the dispatcher and of the domain-event delivery. `seed` makes
+/// the jitter reproducible.
+pub fn jittered_backoff(base: Duration, max: Duration, attempt: i32, seed: u64) -> Duration {
+    let exp = u32::try_from(attempt.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    let full = base
+        .saturating_mul(1u32.checked_shl(exp).unwrap_or(u32::MAX))
+        .min(max);
+    let unit = (splitmix64(seed) >> 11) as f64 / (1u64 << 53) as f64;
+    full.mul_f64(0.5 + 0.5 * unit)
 }
 
 fn splitmix64(seed: u64) -> u64 {
