@@ -1011,3 +1011,85 @@ async fn a_replay_that_cannot_reach_rabbitmq_is_recorded_resumable_and_says_so()
     );
     assert!(!res.text.contains("guest:guest"), "no URL in the page");
 }
+
+#[tokio::test]
+async fn deliveries_show_each_destination_and_redeliver_through_the_cli_code_path() {
+    let hash = hash_password(PASSWORD).await;
+    let db = TestDb::new().await;
+    let toml = test_config_toml(
+        &db.url,
+        "",
+        &format!(
+            "[relay]\nembedded = false\n{}\n[[destinations]]\nname = \"erp\"\nurl = \"http://127.0.0.1:9/<script>\"\n\
+             secrets = [\"{}\"]\nevents = [\"*\"]\n",
+            console_toml(&hash),
+            hookline_tests::secrets::STANDARD
+        ),
+    );
+    let config = parse_config(&toml);
+    let pool = db.pool.clone();
+    hookline_worker::deliver::sync_destinations(&pool, &config.destinations)
+        .await
+        .expect("sync");
+    // A fact, delivered once and dead once: what an operator redelivers.
+    let mut tx = pool.begin().await.unwrap();
+    let (fact, _) = hookline_core::domain_events::record(
+        &mut tx,
+        hookline_core::domain_events::EventType::PaymentSucceeded,
+        "stripe/pi_console",
+        &serde_json::json!({"amount": 1}),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query("UPDATE domain_deliveries SET status = 'dead', dead_reason = 'window'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let edge = TestEdge::spawn_on(db, config).await;
+    let console = edge.console.clone().expect("the console listens");
+    let mut http = ConsoleHttp::new(&console);
+    let csrf = http.login().await;
+    let page = http.get("/deliveries").await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains("id=\"destinations\""), "{}", page.text);
+    assert!(page.text.contains("erp"));
+    assert!(!page.text.contains("<script>"), "the URL is escaped");
+    // Without CSRF: refused; with it and a reason: queued and audited as the CLI's redelivery.
+    let refused = http
+        .post(
+            "/deliveries/redeliver",
+            &[("destination", "erp"), ("reason", "x")],
+        )
+        .await;
+    assert_eq!(refused.status, 403);
+    let done = http
+        .post(
+            "/deliveries/redeliver",
+            &[
+                ("csrf", &csrf),
+                ("destination", "erp"),
+                ("id", &fact),
+                ("reason", "ERP restored"),
+            ],
+        )
+        .await;
+    assert!(
+        done.status == 303 || done.status == 200,
+        "{} {}",
+        done.status,
+        done.text
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM domain_deliveries")
+        .fetch_one(&edge.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "pending");
+    let (operator, published): (String, i64) = sqlx::query_as(
+        "SELECT operator, published FROM replay_runs WHERE kind = 'domain_redeliver' AND reason = 'ERP restored'",
+    )
+    .fetch_one(&edge.db.pool)
+    .await
+    .unwrap();
+    assert_eq!((operator.as_str(), published), ("console:alice", 1));
+}

@@ -220,6 +220,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/payments", web::get().to(pages::payments))
         .route("/audit", web::get().to(pages::audit))
         .route("/intents", web::get().to(pages::intents))
+        .route("/deliveries", web::get().to(pages::deliveries))
+        .route("/deliveries/redeliver", web::post().to(pages::redeliver))
         .default_service(web::to(pages::not_found));
 }
 

@@ -9,7 +9,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use anyhow::Context;
 use hookline_bus::replay::{self, Filter, Outcome, RunKind, Target};
 use hookline_core::{
-    audit, consumers, dead_letters, events, intents, markers, outbox, payments_view,
+    audit, consumers, dead_letters, destinations, events, intents, markers, outbox, payments_view,
 };
 use maud::{html, Markup};
 use secrecy::SecretString;
@@ -1091,6 +1091,132 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
             @if let Some(n) = next { p { a href={ "/intents?before=" (n) } { "older »" } } }
         },
     )))
+}
+
+// ---------------------------------------------------------------------------------------------- deliveries
+
+/// `GET /deliveries`: domain events out — the domain relay's backlog, each destination's state, backlog, dead
+/// deliveries, last success and failure and its latest attempts (status, latency, the answer's first bytes), and a
+/// redelivery form (the same `destinations::redeliver` as `hookline events redeliver`).
+pub async fn deliveries(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
+    let s = session(&req, &state)?;
+    let (unpublished, oldest) = hookline_core::domain_events::unpublished_backlog(&state.pool)
+        .await
+        .context("read the domain relay's backlog")?;
+    let all = destinations::status(&state.pool)
+        .await
+        .context("read destinations")?;
+    let mut attempts = Vec::with_capacity(all.len());
+    for d in &all {
+        attempts.push(
+            destinations::recent_attempts(&state.pool, &d.name, 10)
+                .await
+                .context("read attempts")?,
+        );
+    }
+    Ok(html_response(page(
+        "Deliveries",
+        Some(&s),
+        html! {
+            h1 { "Domain events out" }
+            p #domain-relay { "RabbitMQ " (state.config.amqp.prefix) ".domain: " (unpublished) " unpublished, oldest " (format!("{oldest:.0}")) " s" }
+            table #destinations {
+                tr { th { "destination" } th { "state" } th { "url" } th { "pending (failing)" } th { "oldest pending" } th { "dead" } th { "delivered" } th { "last success" } th { "last failure" } }
+                @for d in &all {
+                    tr {
+                        td { (d.name) }
+                        td { @if d.removed_at.is_some() { "removed" } @else if d.disabled_at.is_some() { "disabled: " (d.disabled_reason.as_deref().unwrap_or("")) } @else { "active" } }
+                        td { (d.url) }
+                        td.num { (d.pending) " (" (d.failing) ")" }
+                        td.num { (format!("{:.0}", d.oldest_pending_secs)) " s" }
+                        td.num { (d.dead) }
+                        td.num { (d.delivered) }
+                        td { (ots(d.last_success_at)) }
+                        td {
+                            (ots(d.last_failure_at))
+                            @if let Some(st) = d.last_failure_status { " HTTP " (st) }
+                            @if let Some(e) = &d.last_failure_error { " " (e) }
+                        }
+                    }
+                }
+            }
+            @if all.is_empty() { p.muted { "No destination is configured ([[destinations]])." } }
+            @for (d, rows) in all.iter().zip(&attempts) {
+                h2 { "Latest attempts to " (d.name) }
+                table.attempts {
+                    tr { th { "at" } th { "event" } th { "attempt" } th { "outcome" } th { "status" } th { "latency" } th { "answer or error" } }
+                    @for a in rows {
+                        tr {
+                            td { (ts(a.at)) } td { (a.event_id) } td.num { (a.attempt) } td { (a.outcome) }
+                            td.num { (a.http_status.map(|x| x.to_string()).unwrap_or_else(|| "-".into())) }
+                            td.num { (a.latency_ms) " ms" }
+                            td { (a.error.as_deref().or(a.response.as_deref()).unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+            h2 { "Redeliver" }
+            form #redeliver method="post" action="/deliveries/redeliver" {
+                input type="hidden" name="csrf" value=(s.csrf);
+                label { "destination " select name="destination" {
+                    option value="" { "every subscribed destination" }
+                    @for d in &all { option value=(d.name) { (d.name) } }
+                } }
+                label { " type " input name="type" placeholder="payment.succeeded"; }
+                label { " event id " input name="id" placeholder="evt_…"; }
+                label { " reason " input #redeliver-reason name="reason" required; }
+                button #redeliver-submit type="submit" { "Redeliver" }
+                p.muted { "Dead and delivered deliveries are queued again (and missing ones created); receivers get the same webhook-id and deduplicate. Audited like a replay." }
+            }
+        },
+    )))
+}
+
+/// `POST /deliveries/redeliver`: `destinations::redeliver`, audited in `replay_runs` as `domain_redeliver`.
+pub async fn redeliver(
+    req: HttpRequest,
+    state: State,
+    body: web::Bytes,
+) -> Result<HttpResponse, ConsoleError> {
+    let form = Form::parse(&body);
+    let s = session_with_csrf(&req, &state, &form)?;
+    let reason = form.reason()?;
+    let nonempty = |k: &str| {
+        form.get(k)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let filter = destinations::RedeliverFilter {
+        destination: nonempty("destination"),
+        event_type: nonempty("type"),
+        since: None,
+        ids: nonempty("id").into_iter().collect(),
+    };
+    if let Some(t) = &filter.event_type {
+        if hookline_core::domain_events::EventType::parse(t).is_none() {
+            return Err(ConsoleError::BadRequest("type: not an event type".into()));
+        }
+    }
+    if filter
+        .ids
+        .iter()
+        .any(|id| id.len() != 36 || !id.starts_with("evt_"))
+    {
+        return Err(ConsoleError::BadRequest(
+            "id: not an event id (evt_…)".into(),
+        ));
+    }
+    if filter.destination.is_none() && filter.event_type.is_none() && filter.ids.is_empty() {
+        return Err(ConsoleError::BadRequest(
+            "say what to redeliver: a destination, a type or an event id".into(),
+        ));
+    }
+    let mut tx = state.pool.begin().await?;
+    let (run, queued) =
+        destinations::redeliver(&mut tx, &filter, &audit_operator(&s), &reason).await?;
+    tx.commit().await?;
+    tracing::info!(operator = %s.operator, run, queued, "console redelivery of domain events");
+    Ok(see_other(&format!("/audit?run={run}#run-{run}")))
 }
 
 // ---------------------------------------------------------------------------------------------- audit
