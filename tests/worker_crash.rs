@@ -14,7 +14,8 @@ async fn scalar(pool: &sqlx::PgPool, sql: &str) -> i64 {
 }
 
 /// Waits until the worker binary sits inside an open transaction on this pipeline's database (held there by a
-/// `worker.before_commit` fail point).
+/// `worker.before_commit` fail point): one that has written (the event's marker gives it an xid), so the worker's
+/// other loops (domain relay, delivery) are never mistaken for it.
 async fn wait_worker_in_transaction(p: &TestPipeline, what: &str) {
     let pool = p.pool().clone();
     let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
@@ -23,7 +24,8 @@ async fn wait_worker_in_transaction(p: &TestPipeline, what: &str) {
         async move {
             let n: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'",
+                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'
+                   AND backend_xid IS NOT NULL",
             )
             .bind(&db_name)
             .fetch_one(&pool)

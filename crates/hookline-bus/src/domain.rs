@@ -121,6 +121,12 @@ impl DomainRelay {
 
     /// One round: lock a batch, publish it, mark what was confirmed. Returns how many facts were claimed.
     pub async fn publish_batch(&self, publisher: &Publisher) -> anyhow::Result<usize> {
+        if !domain_events::any_unpublished(&self.pool)
+            .await
+            .context("look for unpublished domain events")?
+        {
+            return Ok(0);
+        }
         let mut tx = self.pool.begin().await.context("begin")?;
         let facts = domain_events::claim_unpublished(&mut tx, BATCH)
             .await

@@ -243,6 +243,14 @@ pub struct Unpublished {
     pub body: Vec<u8>,
 }
 
+/// Whether any fact waits for the domain relay (one index lookup, no transaction): the relay's idle check, so an
+/// idle relay costs one statement per poll and never sits in an open transaction.
+pub async fn any_unpublished<'c>(conn: impl PgExecutor<'c>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM domain_events WHERE published_at IS NULL)")
+        .fetch_one(conn)
+        .await
+}
+
 /// Locks up to `limit` unpublished facts in `seq` order (`FOR UPDATE SKIP LOCKED`: several relays share the
 /// work without publishing one fact twice at the same time). Mark them with [`mark_published`] in the same
 /// transaction once confirmed.
