@@ -72,7 +72,7 @@ fn history(tag: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Final picture of one payment, with the per-case tag removed so cases compare.
-async fn picture(pool: &PgPool, tag: &str) -> (String, i64, Vec<(String, String, String, i64)>) {
+async fn picture(pool: &PgPool, tag: &str) -> Picture {
     let pi = format!("pi_{tag}");
     let (status, refunded): (String, i64) = sqlx::query_as(
         "SELECT status, amount_refunded FROM payments WHERE provider_payment_id = $1",
@@ -155,8 +155,12 @@ async fn apply(
     );
 }
 
-#[test]
-fn any_order_with_duplicates_converges_to_the_in_order_result() {
+/// What [`picture`] returns: status, refunded amount, ledger lines.
+type Picture = (String, i64, Vec<(String, String, String, i64)>);
+
+/// The final picture of one payment's history applied in order, one event at a time: what every other order and
+/// batching must converge to. Returns the runtime, database and handler the property then uses.
+fn reference() -> (tokio::runtime::Runtime, TestDb, PaymentsHandler, Picture) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (db, handler) = rt.block_on(async {
         let db = TestDb::new().await;
@@ -175,6 +179,13 @@ fn any_order_with_duplicates_converges_to_the_in_order_result() {
         .await;
         picture(&db.pool, "inorder").await
     });
+    (rt, db, handler, expected)
+}
+
+#[test]
+fn any_order_with_duplicates_converges_to_the_in_order_result() {
+    let (rt, db, handler, expected) = reference();
+    let n = history("x").len();
     assert_eq!(expected.0, "succeeded");
     assert_eq!(expected.1, 5_000, "both refunds applied once");
     assert_eq!(
@@ -253,24 +264,8 @@ async fn apply_in_batches(
 
 #[test]
 fn any_order_in_any_batches_converges_to_the_one_by_one_result() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (db, handler) = rt.block_on(async {
-        let db = TestDb::new().await;
-        let config = parse_config(&test_config_toml(&db.url, "", ""));
-        let handler = PaymentsHandler::new(config.providers.values());
-        (db, handler)
-    });
+    let (rt, db, handler, expected) = reference();
     let n = history("x").len();
-    let expected = rt.block_on(async {
-        apply(
-            &db.pool,
-            &handler,
-            &history("inorder"),
-            &(0..n).collect::<Vec<_>>(),
-        )
-        .await;
-        picture(&db.pool, "inorder").await
-    });
     // Permutations with duplicates (also inside one batch), cut into batches of 1 to 6 events: batches of
     // several status events of one payment go through the set-based path, and one that makes the payment
     // succeed after a refund or a lost dispute was parked applies what was waiting.
