@@ -25,6 +25,7 @@ pub mod pgbench;
 mod phases;
 pub mod procfs;
 pub mod report;
+pub mod scale;
 pub mod stats;
 
 use std::path::PathBuf;
@@ -116,7 +117,7 @@ impl Options {
         self
     }
 
-    fn cap(&self, n: usize) -> usize {
+    pub(crate) fn cap(&self, n: usize) -> usize {
         let n = n.max(1);
         self.max_events_per_phase.map_or(n, |m| n.min(m.max(1)))
     }

@@ -65,6 +65,9 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         requests: usize,
     },
+    /// Two edges and two workers on the same database and broker: zero loss, exactly once, and how the
+    /// throughput splits (--duration, --concurrency: connections over both edges).
+    Scale,
 }
 
 fn options(args: Args) -> anyhow::Result<Options> {
@@ -110,8 +113,12 @@ fn options(args: Args) -> anyhow::Result<Options> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let mut args = Args::parse();
-    if let Some(Command::Console { events, requests }) = args.command.take() {
-        return console(args, events, requests).await;
+    match args.command.take() {
+        Some(Command::Console { events, requests }) => {
+            return console(args, events, requests).await;
+        }
+        Some(Command::Scale) => return scale(args).await,
+        None => {}
     }
     let opts = match options(args) {
         Ok(o) => o,
@@ -178,6 +185,39 @@ async fn console(args: Args, events: i64, requests: usize) -> ExitCode {
                 Err(e) => eprintln!("hookline-bench: {e:#}"),
             }
             ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn scale(args: Args) -> ExitCode {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match hookline_bench::scale::run(&opts).await {
+        Ok(report) => {
+            print!("{}", hookline_bench::scale::render(&report));
+            match hookline_bench::scale::write_report(&report, &opts.out_dir) {
+                Ok(files) => {
+                    for f in files {
+                        println!("wrote {}", f.display());
+                    }
+                }
+                Err(e) => eprintln!("hookline-bench: {e:#}"),
+            }
+            if report.pass {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("hookline-bench: correctness FAILED");
+                ExitCode::FAILURE
+            }
         }
         Err(e) => {
             eprintln!("hookline-bench: {e:#}");
