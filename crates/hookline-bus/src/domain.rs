@@ -127,10 +127,7 @@ impl DomainRelay {
         {
             return Ok(0);
         }
-        // Custom plans: `mark_published` takes an array of up to BATCH seqs (see `begin_custom_plans`).
-        let mut tx = hookline_core::db::begin_custom_plans(&self.pool)
-            .await
-            .context("begin")?;
+        let mut tx = self.pool.begin().await.context("begin")?;
         let facts = domain_events::claim_unpublished(&mut tx, BATCH)
             .await
             .context("claim unpublished domain events")?;

@@ -77,7 +77,8 @@ impl PoolSettings {
 ///
 /// The timeouts are sent as startup parameters rather than `SET` statements, so they cost no round trip and hold
 /// for every statement on the connection. `idle_in_transaction_session_timeout` makes the server end a session
-/// that sits inside a transaction (a client that died mid-transaction) so its locks are released.
+/// that sits inside a transaction (a client that died mid-transaction) so its locks are released. JIT compilation
+/// is off: it only pays for long analytical queries.
 pub fn connect_options(
     url: &SecretString,
     settings: &PoolSettings,
@@ -90,6 +91,10 @@ pub fn connect_options(
             ("statement_timeout", ms(settings.statement_timeout)),
             ("lock_timeout", ms(settings.lock_timeout)),
             ("idle_in_transaction_session_timeout", "60000".to_string()),
+            // Every statement here is short: compiling one with LLVM (PostgreSQL's default once a plan's estimated
+            // cost passes jit_above_cost) costs ~250 ms for nothing — seen when a batch's plan carried the
+            // disabled-seqscan cost (see `begin_without_seqscan`).
+            ("jit", "off".to_string()),
         ])
         .log_statements(tracing::log::LevelFilter::Trace)
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
@@ -111,20 +116,22 @@ pub fn lazy_pool(url: &SecretString, settings: &PoolSettings) -> anyhow::Result<
         .connect_lazy_with(opts))
 }
 
-/// Begins a transaction whose statements are planned for their actual parameters (`SET LOCAL plan_cache_mode =
-/// force_custom_plan`, sent with `BEGIN` in one round trip). For transactions of set-based statements: those that
-/// join `unnest($n)` arrays with large tables.
+/// Begins a transaction in which the planner may not choose a sequential scan where an index serves
+/// (`SET LOCAL enable_seqscan = off`, sent with `BEGIN` in one round trip). For the worker's set-based batches,
+/// whose statements join arrays of keys with tables that only grow.
 ///
-/// Why: sqlx prepares every statement, and after five executions PostgreSQL may switch a prepared statement to a
-/// *generic* plan — planned once, without the parameter values (an array of unknown length is assumed to hold 10
-/// elements) and with the table statistics of that moment. A generic plan made while `payments` was small chose a
-/// hash join over a sequential scan, and kept it while the table grew: the batch lock took 37 ms per batch at
-/// 150 k payments instead of 0.3 ms (`hookline-bench`, PROFILING.md). A custom plan sees the array and the table as
-/// they are, for a planning cost (~0.2–1.5 ms per statement) that a batch of 32 events shares.
-pub async fn begin_custom_plans(
+/// Why: sqlx prepares every statement, and after five executions PostgreSQL may switch it to a *generic* plan,
+/// made once without the parameters (an array is assumed to hold 10 elements) and with the table as large as it
+/// was then. Made while `payments` was small, that plan was a hash join over a sequential scan, and it stayed
+/// while a backlog drain grew the table faster than autovacuum re-analyzed it: the batch's lock took 37 ms at
+/// 150 k payments instead of 0.3 ms, its update 16 ms. Forcing custom plans instead (`plan_cache_mode`) fixed
+/// the plans but re-planned every statement of the transaction, the foreign-key and ledger-balance triggers'
+/// queries included: 0.35 ms of planning per event. Here the plans stay cached and are index plans whatever the
+/// table's size when they were made (PROFILING.md has the measurements).
+pub async fn begin_without_seqscan(
     pool: &PgPool,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    pool.begin_with("BEGIN; SET LOCAL plan_cache_mode = force_custom_plan")
+    pool.begin_with("BEGIN; SET LOCAL enable_seqscan = off")
         .await
 }
 

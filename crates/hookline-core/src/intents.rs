@@ -195,12 +195,13 @@ pub async fn complete_from_payments(
     let moved: Vec<Moved> = sqlx::query_as(&format!(
         "UPDATE payment_intents p SET status = old.new_status, updated_at = now()
            FROM (SELECT i.id, i.status AS previous, u.status AS new_status
-                   FROM payment_intents i
-                   JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(provider, ref, status)
-                     ON i.provider = u.provider AND i.provider_payment_id = u.ref
-                  WHERE i.status NOT IN ('succeeded', 'failed')
-                  ORDER BY i.id
-                  FOR UPDATE OF i) old
+                   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(provider, ref, status)
+                          ORDER BY provider, ref) u
+                   CROSS JOIN LATERAL (
+                        SELECT id, status FROM payment_intents
+                         WHERE provider = u.provider AND provider_payment_id = u.ref
+                           AND status NOT IN ('succeeded', 'failed')
+                         FOR UPDATE) i) old
           WHERE p.id = old.id
          RETURNING {RETURNED}, old.previous"
     ))

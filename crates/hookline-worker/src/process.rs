@@ -125,8 +125,8 @@ pub async fn process_batch_prepared<H: Handler>(
     items: Vec<(i64, Option<Prepared>)>,
 ) -> Result<Vec<Processed>, BatchFailed> {
     let whole = |error| BatchFailed { index: None, error };
-    // Custom plans: the batch's statements join arrays with large tables (see `begin_custom_plans`).
-    let mut tx = hookline_core::db::begin_custom_plans(pool)
+    // Index plans only: the batch's statements join arrays with growing tables (see `begin_without_seqscan`).
+    let mut tx = hookline_core::db::begin_without_seqscan(pool)
         .await
         .map_err(db_error("begin transaction"))
         .map_err(whole)?;
