@@ -123,6 +123,7 @@ impl TestPipeline {
                 prefetch: self.config.worker.prefetch,
                 concurrency: self.config.worker.concurrency,
                 batch_max: self.config.worker.batch_max,
+                batch_linger: self.config.worker.batch_linger,
             },
         );
         Self::run_worker(worker)

@@ -154,7 +154,9 @@ impl BenchEnv {
                 match conn.create_channel().await {
                     Ok(ch) => {
                         let t = &self.topology;
-                        for q in [&t.payments_queue, &t.dead_letter_queue] {
+                        // The domain facts' unrouted queue too: nothing consumes it in a benchmark, and each run
+                        // leaves one message per payment fact there otherwise (RabbitMQ grows from run to run).
+                        for q in [&t.payments_queue, &t.dead_letter_queue, &t.domain_unrouted] {
                             if let Err(e) = ch
                                 .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
                                 .await
@@ -162,7 +164,12 @@ impl BenchEnv {
                                 problems.push(format!("delete queue {q}: {e}"));
                             }
                         }
-                        for x in [&t.exchange, &t.dead_letter_exchange] {
+                        for x in [
+                            &t.exchange,
+                            &t.dead_letter_exchange,
+                            &t.domain_exchange,
+                            &t.domain_unrouted,
+                        ] {
                             if let Err(e) = ch
                                 .exchange_delete(
                                     x.as_str().into(),

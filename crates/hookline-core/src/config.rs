@@ -276,6 +276,8 @@ pub struct WorkerConfig {
     pub db_max_connections: u32,
     /// Most deliveries applied in one transaction (each in its own savepoint); 1 disables batching.
     pub batch_max: usize,
+    /// How long a batch that is not full waits for more deliveries before it starts (0 = never waits).
+    pub batch_linger: Duration,
     /// Where the worker serves `/healthz` and `/metrics`; `None` (the default) serves nothing.
     pub listen: Option<SocketAddr>,
 }
@@ -432,6 +434,7 @@ struct RawWorker {
     concurrency: Option<usize>,
     db_max_connections: Option<u32>,
     batch_max: Option<usize>,
+    batch_linger_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -693,6 +696,15 @@ impl Config {
                 "worker.db_max_connections",
             )? as u32,
             batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
+            batch_linger: match w.batch_linger_ms.unwrap_or(5) {
+                ms @ 0..=1000 => Duration::from_millis(ms),
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "worker.batch_linger_ms",
+                        "must be at most 1000 (it adds to every event's latency)",
+                    ))
+                }
+            },
             listen: match w.listen {
                 None => None,
                 Some(text) => Some(text.parse().map_err(|_| {

@@ -52,6 +52,8 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// Most deliveries applied in one transaction (1 = one transaction per delivery).
     pub batch_max: usize,
+    /// How long a batch that is not full waits for more deliveries (zero: it takes what has arrived).
+    pub batch_linger: Duration,
 }
 
 /// A worker: consumes the payments queue and applies each event once through its handler.
@@ -259,16 +261,28 @@ impl<H: Handler> Worker<H> {
                         // batch_max): under load the batch fills while the previous ones commit, so one
                         // transaction (and, for payment facts, one set of statements) serves many deliveries.
                         let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
+                        // Then a short linger (`batch_linger`): at a moderate rate a batch would otherwise hold the
+                        // one or two deliveries that arrived meanwhile and pay the whole batch's statements for
+                        // them; a few milliseconds more of latency buys fuller batches and fewer statements.
                         let mut batch = vec![delivery];
                         let mut failed = None;
+                        let linger_until = tokio::time::Instant::now() + s.batch_linger;
                         while batch.len() < s.batch_max {
-                            match consumer.next().now_or_never() {
-                                Some(Some(Ok(d))) => batch.push(d),
-                                Some(Some(Err(e))) => {
+                            let next = match consumer.next().now_or_never() {
+                                Some(n) => n,
+                                None if s.batch_linger.is_zero() => break,
+                                None => match tokio::time::timeout_at(linger_until, consumer.next()).await {
+                                    Ok(n) => n,
+                                    Err(_) => break,
+                                },
+                            };
+                            match next {
+                                Some(Ok(d)) => batch.push(d),
+                                Some(Err(e)) => {
                                     failed = Some(e);
                                     break;
                                 }
-                                _ => break,
+                                None => break,
                             }
                         }
                         metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);

@@ -46,6 +46,7 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
             prefetch: config.worker.prefetch,
             concurrency: config.worker.concurrency,
             batch_max: config.worker.batch_max,
+            batch_linger: config.worker.batch_linger,
         },
     ))
 }
