@@ -163,3 +163,97 @@ async fn sigterm_finishes_in_flight_work_then_exits() {
     assert_eq!(assert_ledger_balanced(&pool).await, 1);
     p.teardown().await;
 }
+
+/// Batches commit out of order on one channel: a later batch must not acknowledge an earlier delivery that is
+/// still being processed (a `multiple` ack up to its own tag would). The first event's payment is locked by this
+/// test, so its batch waits; forty later events commit and are acknowledged meanwhile; then the worker is
+/// SIGKILLed. The held event must come back and be applied — had it been acked with the others it would be lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn later_batches_never_acknowledge_an_earlier_delivery_still_in_flight() {
+    let p = TestPipeline::start().await;
+    let pool = p.pool().clone();
+    // The held event's payment exists and is locked by an open transaction of the test.
+    sqlx::query(
+        "INSERT INTO payments (provider, provider_payment_id, status) VALUES ('stripe', 'pi_held', 'created')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payments WHERE provider_payment_id = 'pi_held' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let config = p.config_file();
+    let mut worker = Child::spawn(
+        "hookline-worker",
+        &["--config", config.to_str().unwrap()],
+        &[],
+    );
+    let held = stripe::payment_intent("evt_held", "succeeded", "pi_held", 5_000);
+    assert_eq!(p.edge.post_stripe(&held).await.status(), 200);
+    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
+    wait_until(WAIT, "the worker waits for the held payment's lock", || {
+        let (pool, db_name) = (pool.clone(), db_name.clone());
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = 'hookline-worker' AND wait_event_type = 'Lock'",
+            )
+            .bind(&db_name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n == 1
+        }
+    })
+    .await;
+
+    // Later deliveries on the same channel: other batches, which commit and are acknowledged.
+    let posts = (0..40).map(|i| {
+        let body = stripe::payment_intent(
+            &format!("evt_later_{i}"),
+            "succeeded",
+            &format!("pi_later_{i}"),
+            1_000,
+        );
+        let edge = &p.edge;
+        async move { edge.post_stripe(&body).await.status() }
+    });
+    for status in futures::future::join_all(posts).await {
+        assert_eq!(status, 200);
+    }
+    wait_until(WAIT, "the later events are applied", || {
+        let pool = pool.clone();
+        async move {
+            scalar(&pool, "SELECT count(*) FROM processed_events WHERE event_id IN (SELECT id FROM webhook_events WHERE provider_event_id LIKE 'evt_later_%')").await == 40
+        }
+    })
+    .await;
+    let queue = p.topology().payments_queue;
+    // Give the later batches' acks time to reach RabbitMQ: nothing but the held delivery may stay unacked.
+    wait_until(WAIT, "only the held delivery is unacknowledged", || async {
+        p.queue_depth(&queue).await == 0
+    })
+    .await;
+    worker.kill9();
+    holder.rollback().await.unwrap();
+
+    // The held delivery was never acknowledged: closing the channel returned it, and a fresh worker applies it.
+    let fresh = p.spawn_worker();
+    p.drain(WAIT).await;
+    fresh.stop().await;
+    assert_eq!(p.queue_depth(&queue).await, 0);
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM processed_events").await,
+        41,
+        "the held event and the forty later ones, each once"
+    );
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM payments WHERE provider_payment_id = 'pi_held' AND status = 'succeeded'").await,
+        1
+    );
+    assert_eq!(assert_ledger_balanced(&pool).await, 41);
+    p.teardown().await;
+}
