@@ -13,26 +13,30 @@ async fn scalar(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
 
+/// Sessions of the worker binary on this pipeline's database that match `condition` (SQL over pg_stat_activity).
+async fn worker_sessions(p: &TestPipeline, condition: &str) -> i64 {
+    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = $1 AND application_name = 'hookline-worker' AND {condition}"
+    ))
+    .bind(&db_name)
+    .fetch_one(p.pool())
+    .await
+    .unwrap()
+}
+
 /// Waits until the worker binary sits inside an open transaction on this pipeline's database (held there by a
 /// `worker.before_commit` fail point): one that has written (the event's marker gives it an xid), so the worker's
 /// other loops (domain relay, delivery) are never mistaken for it.
 async fn wait_worker_in_transaction(p: &TestPipeline, what: &str) {
-    let pool = p.pool().clone();
-    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
-    wait_until(WAIT, what, || {
-        let (pool, db_name) = (pool.clone(), db_name.clone());
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND application_name = 'hookline-worker' AND state = 'idle in transaction'
-                   AND backend_xid IS NOT NULL",
-            )
-            .bind(&db_name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            n == 1
-        }
+    wait_until(WAIT, what, || async {
+        worker_sessions(
+            p,
+            "state = 'idle in transaction' AND backend_xid IS NOT NULL",
+        )
+        .await
+            == 1
     })
     .await;
 }
@@ -193,21 +197,11 @@ async fn later_batches_never_acknowledge_an_earlier_delivery_still_in_flight() {
     );
     let held = stripe::payment_intent("evt_held", "succeeded", "pi_held", 5_000);
     assert_eq!(p.edge.post_stripe(&held).await.status(), 200);
-    let db_name = p.edge.db.url.rsplit('/').next().unwrap().to_string();
-    wait_until(WAIT, "the worker waits for the held payment's lock", || {
-        let (pool, db_name) = (pool.clone(), db_name.clone());
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = $1 AND application_name = 'hookline-worker' AND wait_event_type = 'Lock'",
-            )
-            .bind(&db_name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            n == 1
-        }
-    })
+    wait_until(
+        WAIT,
+        "the worker waits for the held payment's lock",
+        || async { worker_sessions(&p, "wait_event_type = 'Lock'").await == 1 },
+    )
     .await;
 
     // Later deliveries on the same channel: other batches, which commit and are acknowledged.
@@ -241,10 +235,15 @@ async fn later_batches_never_acknowledge_an_earlier_delivery_still_in_flight() {
     holder.rollback().await.unwrap();
 
     // The held delivery was never acknowledged: closing the channel returned it, and a fresh worker applies it.
-    let fresh = p.spawn_worker();
+    // (The binary, not an in-process worker: redeliveries here must not count in this process's metrics, which
+    // the other tests of this file read.)
+    let mut fresh = Child::spawn(
+        "hookline-worker",
+        &["--config", config.to_str().unwrap()],
+        &[],
+    );
     p.drain(WAIT).await;
-    fresh.stop().await;
-    assert_eq!(p.queue_depth(&queue).await, 0);
+    fresh.kill9();
     assert_eq!(
         scalar(&pool, "SELECT count(*) FROM processed_events").await,
         41,

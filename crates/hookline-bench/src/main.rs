@@ -135,7 +135,13 @@ async fn main() -> ExitCode {
         }
     };
     println!("{}", report::render_table(&report));
-    match report::write_outputs(&report, &opts.out_dir) {
+    written(report::write_outputs(&report, &opts.out_dir));
+    verdict(report.correctness_pass)
+}
+
+/// Names the report files written (or says why they were not).
+fn written(files: anyhow::Result<Vec<std::path::PathBuf>>) {
+    match files {
         Ok(files) => {
             for f in files {
                 println!("wrote {}", f.display());
@@ -143,7 +149,11 @@ async fn main() -> ExitCode {
         }
         Err(e) => eprintln!("hookline-bench: {e:#}"),
     }
-    if report.correctness_pass {
+}
+
+/// Exit status: failure when a correctness check failed.
+fn verdict(correct: bool) -> ExitCode {
+    if correct {
         ExitCode::SUCCESS
     } else {
         eprintln!("hookline-bench: correctness FAILED");
@@ -204,20 +214,8 @@ async fn scale(args: Args) -> ExitCode {
     match hookline_bench::scale::run(&opts).await {
         Ok(report) => {
             print!("{}", hookline_bench::scale::render(&report));
-            match hookline_bench::scale::write_report(&report, &opts.out_dir) {
-                Ok(files) => {
-                    for f in files {
-                        println!("wrote {}", f.display());
-                    }
-                }
-                Err(e) => eprintln!("hookline-bench: {e:#}"),
-            }
-            if report.pass {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("hookline-bench: correctness FAILED");
-                ExitCode::FAILURE
-            }
+            written(hookline_bench::scale::write_report(&report, &opts.out_dir));
+            verdict(report.pass)
         }
         Err(e) => {
             eprintln!("hookline-bench: {e:#}");
