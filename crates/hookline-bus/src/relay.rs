@@ -158,7 +158,6 @@ impl Relay {
                         *inbox = None; // all senders gone: only the sweeper remains
                         continue;
                     }
-                    linger(inbox, &mut batch, self.config.batch_size as usize, self.config.linger).await;
                     self.publish_fast(&batch).await;
                     batch.clear();
                 }
@@ -331,31 +330,6 @@ async fn recv_many(
     match inbox {
         Some(rx) => rx.recv_many(buf, limit).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Lets a fast-path batch that is not full gather what arrives within `linger` (`relay.linger_ms`).
-///
-/// Why: publishing costs a confirm round and an `UPDATE` per batch whatever its size, and the relay shares the
-/// cores with the edge's request handling. Without a linger, a relay that keeps up publishes every few events
-/// and competes with the edge per event; with one, under ingest pressure its batches grow (fewer rounds, less
-/// CPU per event) at the price of a few milliseconds of relay lag.
-async fn linger(
-    inbox: &mut Option<mpsc::Receiver<EventMessage>>,
-    batch: &mut Vec<EventMessage>,
-    limit: usize,
-    linger: Duration,
-) {
-    let Some(rx) = inbox.as_mut() else {
-        return;
-    };
-    let until = tokio::time::Instant::now() + linger;
-    while batch.len() < limit && !linger.is_zero() {
-        let room = limit - batch.len();
-        match tokio::time::timeout_at(until, rx.recv_many(batch, room)).await {
-            Ok(0) | Err(_) => return, // senders gone (the next receive notices) or the linger is over
-            Ok(_) => {}
-        }
     }
 }
 

@@ -232,8 +232,6 @@ pub struct RelayConfig {
     pub sweep_min_age: Duration,
     /// Rows per sweep batch (one transaction, pipelined publishes).
     pub batch_size: u32,
-    /// How long a fast-path batch that is not full waits for more events before it is published (0 = never).
-    pub linger: Duration,
     /// How long to wait for RabbitMQ to confirm a batch before treating it as unpublished.
     pub confirm_timeout: Duration,
     /// An unpublished event older than this needs attention: `hookline status` exits 1 (its
@@ -407,7 +405,6 @@ struct RawRelay {
     sweep_interval_ms: Option<u64>,
     sweep_min_age_ms: Option<u64>,
     batch_size: Option<u32>,
-    linger_ms: Option<u64>,
     confirm_timeout_ms: Option<u64>,
     max_unpublished_age_secs: Option<u64>,
 }
@@ -674,15 +671,6 @@ impl Config {
             )?),
             sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
             batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
-            linger: match r.linger_ms.unwrap_or(5) {
-                ms @ 0..=1000 => Duration::from_millis(ms),
-                _ => {
-                    return Err(ConfigError::invalid(
-                        "relay.linger_ms",
-                        "must be at most 1000 (it adds to every event's latency)",
-                    ))
-                }
-            },
             confirm_timeout: Duration::from_millis(positive(
                 r.confirm_timeout_ms,
                 10_000,
