@@ -10,13 +10,14 @@ use hookline_bus::{EventMessage, Topology};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::acks::Acks;
 use crate::handler::{reason_text, EventRef, Handler};
 use crate::process::{
     process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, ProcessError,
@@ -218,8 +219,6 @@ impl<H: Handler> Worker<H> {
         )
         .await?;
         let tag = consumer.tag();
-        // Every settlement of this channel's deliveries goes through one tracker (one `multiple` ack per batch).
-        let acks = Arc::new(Acks::default());
         tracing::info!(
             messaging.system = "rabbitmq",
             queue = %s.topology.payments_queue,
@@ -286,11 +285,9 @@ impl<H: Handler> Worker<H> {
                             }
                         }
                         metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
-                        acks.received(&batch).await;
                         let ctx = ctx.clone();
-                        let acks = acks.clone();
                         tokio::spawn(async move {
-                            handle_batch(&ctx, &acks, batch).await;
+                            handle_batch(&ctx, batch).await;
                             drop(permit);
                         });
                         if let Some(e) = failed {
@@ -370,7 +367,7 @@ fn delivery_count(delivery: &Delivery) -> u32 {
         .unwrap_or(0)
 }
 
-async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
+async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
     let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
@@ -383,7 +380,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
                 error.message = %e,
                 "unparseable message; dead-lettering"
             );
-            reject(acks, &delivery).await;
+            reject(&delivery).await;
             metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
                 .increment(1);
             return;
@@ -413,7 +410,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
         let result = match result {
             Ok(r) => r,
             Err(reason) => {
-                requeue_panicked(ctx, acks, &delivery, msg.id, &reason).await;
+                requeue_panicked(ctx, &delivery, msg.id, &reason).await;
                 return;
             }
         };
@@ -433,7 +430,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
                     outcome,
                     "processed"
                 );
-                ack(acks, &delivery, msg.id).await;
+                ack(&delivery, msg.id).await;
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
                 metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
@@ -441,20 +438,13 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
                 return;
             }
             Err(ProcessError::Permanent(e)) => {
-                if dead_letter(ctx, acks, &delivery, &msg, &reason_text(&e)).await {
+                if dead_letter(ctx, &delivery, &msg, &reason_text(&e)).await {
                     return;
                 }
             }
             Err(ProcessError::Panicked(p)) => {
                 // Mapped to a requeue above; kept as a requeue here too rather than a panic on the delivery path.
-                requeue_panicked(
-                    ctx,
-                    acks,
-                    &delivery,
-                    msg.id,
-                    &format!("handler panicked: {p}"),
-                )
-                .await;
+                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await;
                 return;
             }
             Err(ProcessError::Transient(e)) => {
@@ -484,7 +474,6 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
 /// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
 async fn requeue_panicked<H: Handler>(
     ctx: &Arc<Ctx<H>>,
-    acks: &Acks,
     delivery: &Delivery,
     event_id: i64,
     reason: &str,
@@ -496,7 +485,7 @@ async fn requeue_panicked<H: Handler>(
             .await
             .ok();
     }
-    acks.requeue(delivery).await;
+    hookline_bus::requeue(&delivery.acker).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
         .increment(1);
 }
@@ -506,9 +495,9 @@ async fn requeue_panicked<H: Handler>(
 /// If the batch fails, the event that failed is handled according to its failure without running it again
 /// (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per delivery,
 /// batch or not), and every other delivery goes through the one-by-one path, which applies it or backs off.
-async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries: Vec<Delivery>) {
+async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Delivery>) {
     if deliveries.len() == 1 {
-        return handle_delivery(ctx, acks, deliveries.remove(0)).await;
+        return handle_delivery(ctx, deliveries.remove(0)).await;
     }
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
@@ -516,7 +505,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
     for d in deliveries {
         match serde_json::from_slice::<EventMessage>(&d.data) {
             Ok(m) => parsed.push((d, m)),
-            Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
+            Err(_) => handle_delivery(ctx, d).await, // rejects it to the DLQ
         }
     }
     // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
@@ -535,7 +524,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
                 items.push((msg.id, p));
                 ready.push((delivery, msg));
             }
-            Err(_) => handle_delivery(ctx, acks, delivery).await,
+            Err(_) => handle_delivery(ctx, delivery).await,
         }
     }
     let parsed = ready;
@@ -552,19 +541,12 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
         Ok(Ok(results)) => {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.after_commit");
-            // After the commit: one `multiple` ack for the batch where no earlier delivery is outstanding.
-            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _)| d).collect();
-            for tag in acks.ack_committed(&delivered).await {
-                tracing::warn!(
-                    delivery_tag = tag,
-                    "ack not delivered (channel closed); the event will be redelivered and deduplicated"
-                );
-            }
-            for ((_, _), processed) in parsed.iter().zip(results) {
+            for ((delivery, msg), processed) in parsed.iter().zip(results) {
                 let outcome = match &processed {
                     Processed::Applied(o) => o.kind.as_str(),
                     Processed::Duplicate => "duplicate",
                 };
+                ack(delivery, msg.id).await;
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
             }
@@ -586,17 +568,10 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
         }
         match &failed.error {
             ProcessError::Panicked(p) => {
-                requeue_panicked(
-                    ctx,
-                    acks,
-                    &delivery,
-                    msg.id,
-                    &format!("handler panicked: {p}"),
-                )
-                .await
+                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await
             }
             ProcessError::Permanent(e) => {
-                if !dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
+                if !dead_letter(ctx, &delivery, &msg, &reason_text(e)).await {
                     rest.push(delivery);
                 }
             }
@@ -607,7 +582,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
         tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
     }
     for d in rest {
-        handle_delivery(ctx, acks, d).await;
+        handle_delivery(ctx, d).await;
     }
 }
 
@@ -615,7 +590,6 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
 /// recorded (the delivery is then left for a retry rather than dead-lettered without a reason).
 async fn dead_letter<H: Handler>(
     ctx: &Arc<Ctx<H>>,
-    acks: &Acks,
     delivery: &Delivery,
     msg: &EventMessage,
     reason: &str,
@@ -632,26 +606,33 @@ async fn dead_letter<H: Handler>(
         tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
         return false;
     }
-    reject(acks, delivery).await;
+    reject(delivery).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
         .increment(1);
     true
 }
 
-async fn ack(acks: &Acks, delivery: &Delivery, event_id: i64) {
-    if !acks.ack(delivery).await {
+async fn ack(delivery: &Delivery, event_id: i64) {
+    match delivery.acker.ack(BasicAckOptions::default()).await {
+        Ok(true) => {}
         // The channel is closed or recovering: the ack was not sent. The message will be redelivered and the
         // processed marker makes that a no-op.
-        tracing::warn!(
+        Ok(false) | Err(_) => tracing::warn!(
             event_id,
             delivery_tag = delivery.delivery_tag,
             "ack not delivered (channel closed); the event will be redelivered and deduplicated"
-        );
+        ),
     }
 }
 
-async fn reject(acks: &Acks, delivery: &Delivery) {
-    if !acks.reject(delivery).await {
+async fn reject(delivery: &Delivery) {
+    if !matches!(
+        delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: false })
+            .await,
+        Ok(true)
+    ) {
         tracing::warn!(
             delivery_tag = delivery.delivery_tag,
             "reject not delivered (channel closed); the message will be redelivered"
