@@ -74,28 +74,18 @@ impl Topology {
     pub async fn declare(&self, connection: &Connection) -> anyhow::Result<()> {
         let channel =
             crate::within_setup_timeout("open channel", connection.create_channel()).await?;
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.exchange),
-            channel.exchange_declare(
-                self.exchange.as_str().into(),
-                ExchangeKind::Topic,
-                durable,
-                FieldTable::default(),
-            ),
+        declare_exchange(
+            &channel,
+            &self.exchange,
+            ExchangeKind::Topic,
+            FieldTable::default(),
         )
         .await?;
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.dead_letter_exchange),
-            channel.exchange_declare(
-                self.dead_letter_exchange.as_str().into(),
-                ExchangeKind::Fanout,
-                durable,
-                FieldTable::default(),
-            ),
+        declare_exchange(
+            &channel,
+            &self.dead_letter_exchange,
+            ExchangeKind::Fanout,
+            FieldTable::default(),
         )
         .await?;
 
@@ -105,15 +95,11 @@ impl Topology {
             self.dead_letter_queue_arguments(),
         )
         .await?;
-        crate::within_setup_timeout(
-            "bind dead-letter queue",
-            channel.queue_bind(
-                self.dead_letter_queue.as_str().into(),
-                self.dead_letter_exchange.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
+        bind(
+            &channel,
+            &self.dead_letter_queue,
+            &self.dead_letter_exchange,
+            "",
         )
         .await?;
 
@@ -123,27 +109,14 @@ impl Topology {
             self.payments_queue_arguments(),
         )
         .await?;
-        crate::within_setup_timeout(
-            "bind payments queue",
-            channel.queue_bind(
-                self.payments_queue.as_str().into(),
-                self.exchange.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
+        bind(&channel, &self.payments_queue, &self.exchange, "#").await?;
 
         // Domain events: the unrouted side first, so the domain exchange's alternate exchange exists.
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.domain_unrouted),
-            channel.exchange_declare(
-                self.domain_unrouted.as_str().into(),
-                ExchangeKind::Fanout,
-                durable,
-                FieldTable::default(),
-            ),
+        declare_exchange(
+            &channel,
+            &self.domain_unrouted,
+            ExchangeKind::Fanout,
+            FieldTable::default(),
         )
         .await?;
         self.declare_quorum_queue(
@@ -152,27 +125,14 @@ impl Topology {
             self.dead_letter_queue_arguments(),
         )
         .await?;
-        crate::within_setup_timeout(
-            "bind the domain exchange's unrouted queue",
-            channel.queue_bind(
-                self.domain_unrouted.as_str().into(),
-                self.domain_unrouted.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
+        bind(&channel, &self.domain_unrouted, &self.domain_unrouted, "").await?;
         let mut domain_args = FieldTable::default();
         domain_args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.domain_exchange),
-            channel.exchange_declare(
-                self.domain_exchange.as_str().into(),
-                ExchangeKind::Topic,
-                durable,
-                domain_args,
-            ),
+        declare_exchange(
+            &channel,
+            &self.domain_exchange,
+            ExchangeKind::Topic,
+            domain_args,
         )
         .await?;
         channel.close(200, "declared".into()).await.ok();
@@ -294,4 +254,44 @@ fn short(s: &str) -> ShortString {
 
 fn long(s: &str) -> AMQPValue {
     AMQPValue::LongString(s.into())
+}
+
+/// Declares a durable exchange, bounded by [`crate::SETUP_TIMEOUT`].
+async fn declare_exchange(
+    channel: &lapin::Channel,
+    name: &str,
+    kind: ExchangeKind,
+    args: FieldTable,
+) -> anyhow::Result<()> {
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    crate::within_setup_timeout(
+        &format!("declare exchange {name}"),
+        channel.exchange_declare(name.into(), kind, durable, args),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Binds `queue` to `exchange` with `routing_key`, bounded by [`crate::SETUP_TIMEOUT`].
+async fn bind(
+    channel: &lapin::Channel,
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+) -> anyhow::Result<()> {
+    crate::within_setup_timeout(
+        &format!("bind queue {queue} to {exchange}"),
+        channel.queue_bind(
+            queue.into(),
+            exchange.into(),
+            routing_key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    Ok(())
 }
