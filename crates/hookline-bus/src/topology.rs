@@ -74,18 +74,28 @@ impl Topology {
     pub async fn declare(&self, connection: &Connection) -> anyhow::Result<()> {
         let channel =
             crate::within_setup_timeout("open channel", connection.create_channel()).await?;
-        declare_exchange(
-            &channel,
-            &self.exchange,
-            ExchangeKind::Topic,
-            FieldTable::default(),
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.exchange),
+            channel.exchange_declare(
+                self.exchange.as_str().into(),
+                ExchangeKind::Topic,
+                durable,
+                FieldTable::default(),
+            ),
         )
         .await?;
-        declare_exchange(
-            &channel,
-            &self.dead_letter_exchange,
-            ExchangeKind::Fanout,
-            FieldTable::default(),
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.dead_letter_exchange),
+            channel.exchange_declare(
+                self.dead_letter_exchange.as_str().into(),
+                ExchangeKind::Fanout,
+                durable,
+                FieldTable::default(),
+            ),
         )
         .await?;
 
@@ -95,11 +105,15 @@ impl Topology {
             self.dead_letter_queue_arguments(),
         )
         .await?;
-        bind(
-            &channel,
-            &self.dead_letter_queue,
-            &self.dead_letter_exchange,
-            "",
+        crate::within_setup_timeout(
+            "bind dead-letter queue",
+            channel.queue_bind(
+                self.dead_letter_queue.as_str().into(),
+                self.dead_letter_exchange.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ),
         )
         .await?;
 
@@ -109,14 +123,27 @@ impl Topology {
             self.payments_queue_arguments(),
         )
         .await?;
-        bind(&channel, &self.payments_queue, &self.exchange, "#").await?;
+        crate::within_setup_timeout(
+            "bind payments queue",
+            channel.queue_bind(
+                self.payments_queue.as_str().into(),
+                self.exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
 
         // Domain events: the unrouted side first, so the domain exchange's alternate exchange exists.
-        declare_exchange(
-            &channel,
-            &self.domain_unrouted,
-            ExchangeKind::Fanout,
-            FieldTable::default(),
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.domain_unrouted),
+            channel.exchange_declare(
+                self.domain_unrouted.as_str().into(),
+                ExchangeKind::Fanout,
+                durable,
+                FieldTable::default(),
+            ),
         )
         .await?;
         self.declare_quorum_queue(
@@ -125,14 +152,27 @@ impl Topology {
             self.dead_letter_queue_arguments(),
         )
         .await?;
-        bind(&channel, &self.domain_unrouted, &self.domain_unrouted, "").await?;
+        crate::within_setup_timeout(
+            "bind the domain exchange's unrouted queue",
+            channel.queue_bind(
+                self.domain_unrouted.as_str().into(),
+                self.domain_unrouted.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await?;
         let mut domain_args = FieldTable::default();
         domain_args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
-        declare_exchange(
-            &channel,
-            &self.domain_exchange,
-            ExchangeKind::Topic,
-            domain_args,
+        crate::within_setup_timeout(
+            &format!("declare exchange {}", self.domain_exchange),
+            channel.exchange_declare(
+                self.domain_exchange.as_str().into(),
+                ExchangeKind::Topic,
+                durable,
+                domain_args,
+            ),
         )
         .await?;
         channel.close(200, "declared".into()).await.ok();
@@ -254,44 +294,4 @@ fn short(s: &str) -> ShortString {
 
 fn long(s: &str) -> AMQPValue {
     AMQPValue::LongString(s.into())
-}
-
-/// Declares a durable exchange, bounded by [`crate::SETUP_TIMEOUT`].
-async fn declare_exchange(
-    channel: &lapin::Channel,
-    name: &str,
-    kind: ExchangeKind,
-    args: FieldTable,
-) -> anyhow::Result<()> {
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    crate::within_setup_timeout(
-        &format!("declare exchange {name}"),
-        channel.exchange_declare(name.into(), kind, durable, args),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Binds `queue` to `exchange` with `routing_key`, bounded by [`crate::SETUP_TIMEOUT`].
-async fn bind(
-    channel: &lapin::Channel,
-    queue: &str,
-    exchange: &str,
-    routing_key: &str,
-) -> anyhow::Result<()> {
-    crate::within_setup_timeout(
-        &format!("bind queue {queue} to {exchange}"),
-        channel.queue_bind(
-            queue.into(),
-            exchange.into(),
-            routing_key.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        ),
-    )
-    .await?;
-    Ok(())
 }
