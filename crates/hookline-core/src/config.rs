@@ -1604,6 +1604,21 @@ mod tests {
     }
 
     #[test]
+    fn batch_linger_is_bounded_and_zero_turns_it_off() {
+        let linger = |text: &str| {
+            Config::from_toml_str(text, "t", &NO_ENV)
+                .unwrap()
+                .worker
+                .batch_linger
+        };
+        assert_eq!(linger(""), Duration::from_millis(5));
+        assert_eq!(linger("[worker]\nbatch_linger_ms = 0"), Duration::ZERO);
+        assert!(err("[worker]\nbatch_linger_ms = 1001").starts_with("worker.batch_linger_ms:"));
+        assert!(err("[worker]\nbatch_linger_ms = -1").contains("batch_linger_ms"));
+        assert!(err("[worker]\nbatch_linger_ms = \"5\"").contains("batch_linger_ms"));
+    }
+
+    #[test]
     fn debug_output_never_shows_secrets() {
         let c = Config::from_toml_str(
             "database_url = \"postgres://u:dbpassword@h/x\"\n[providers.p]\nscheme = \"github\"\nsecrets = [\"topsecretvalue\"]",
