@@ -316,8 +316,9 @@ where
     let action = decide(&mut shared.lock(), &req);
     match action {
         Some(FaultAction::Reset) => {
-            abort(req.request());
+            // Logged before the socket closes: a client that sees the close must find the entry.
             record(&shared, req.request(), 0, false, action.as_ref(), started);
+            abort(req.request());
             let response = req.into_response(HttpResponse::InternalServerError().finish());
             Box::pin(futures::future::ready(Ok(response)))
         }
@@ -344,13 +345,11 @@ where
                 let response = fut.await?;
                 let status = response.status().as_u16();
                 let replayed = response.headers().contains_key("idempotent-replayed");
-                match &action {
-                    Some(FaultAction::Delay { delay_ms }) => {
-                        tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
-                    }
-                    Some(FaultAction::DropResponse) => abort(response.request()),
-                    _ => {}
+                if let Some(FaultAction::Delay { delay_ms }) = &action {
+                    tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
                 }
+                // Logged before a dropped answer closes the socket: the client that sees the close
+                // may ask the log at once, and must find this request in it.
                 record(
                     &shared,
                     response.request(),
@@ -359,6 +358,9 @@ where
                     action.as_ref(),
                     started,
                 );
+                if let Some(FaultAction::DropResponse) = &action {
+                    abort(response.request());
+                }
                 Ok(response)
             })
         }
