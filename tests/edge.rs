@@ -97,8 +97,9 @@ async fn new_event_is_stored_byte_exact_with_metadata() {
         serde_json::Value,
         bool,
     ) = sqlx::query_as(
-        "SELECT provider, provider_event_id, event_type, body, headers, published_at IS NULL
-         FROM webhook_events WHERE id = $1",
+        "SELECT provider, provider_event_id, event_type, body, headers,
+                EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id)
+         FROM webhook_events e WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&edge.db.pool)
@@ -110,7 +111,10 @@ async fn new_event_is_stored_byte_exact_with_metadata() {
     assert_eq!(row.3, body, "body stored byte for byte");
     let headers = row.4.as_array().unwrap();
     assert!(headers.iter().any(|h| h[0] == "stripe-signature"));
-    assert!(row.5, "published_at stays NULL until the relay publishes");
+    assert!(
+        row.5,
+        "the event waits in the outbox until the relay publishes it"
+    );
 }
 
 /// Two accounts of the same scheme are separate namespaces for event ids.

@@ -111,11 +111,10 @@ async fn random_signed_requests_never_get_a_5xx_nor_stall_the_relay() {
         .await;
     assert_eq!(res.status(), 200);
     p.drain(WAIT).await;
-    let unpublished: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM webhook_events WHERE published_at IS NULL")
-            .fetch_one(p.pool())
-            .await
-            .unwrap();
+    let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM event_outbox")
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
     assert_eq!(unpublished, 0);
     let processed: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM processed_events p JOIN webhook_events e ON e.id = p.event_id

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_tests::stripe;
 use hookline_tests::*;
 use hookline_worker::{HandleError, Handler, Outcome, PaymentsHandler, StoredEvent};
 use lapin::types::FieldTable;
 use sqlx::PgConnection;
+use tokio_util::sync::CancellationToken;
 
 /// Generous: a wait ends on its outcome, the bound only catches a hang (a slow broker must not fail CI).
 const DRAIN: Duration = Duration::from_secs(120);
@@ -365,11 +367,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
     })
     .await;
     assert_eq!(
-        scalar(
-            p.pool(),
-            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
-        )
-        .await,
+        scalar(p.pool(), "SELECT count(*) FROM event_outbox").await,
         1,
         "a returned message is not published"
     );
@@ -378,11 +376,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
     p.drain(DRAIN).await;
     assert_eq!(assert_ledger_balanced(p.pool()).await, 2);
     assert_eq!(
-        scalar(
-            p.pool(),
-            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
-        )
-        .await,
+        scalar(p.pool(), "SELECT count(*) FROM event_outbox").await,
         0
     );
     conn.close(200, "".into()).await.ok();
@@ -412,11 +406,7 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
         assert_eq!(edge.post_stripe(&body).await.status(), 200);
     }
     assert_eq!(
-        scalar(
-            &edge.db.pool,
-            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
-        )
-        .await,
+        scalar(&edge.db.pool, "SELECT count(*) FROM event_outbox").await,
         20
     );
     // The real broker for the relay and the worker.
@@ -486,11 +476,85 @@ async fn concurrent_sweepers_publish_each_row_once() {
         "no duplicate on the queue"
     );
     assert_eq!(
-        scalar(
-            p.pool(),
-            "SELECT count(*) FROM webhook_events WHERE published_at IS NULL"
+        scalar(p.pool(), "SELECT count(*) FROM event_outbox").await,
+        0
+    );
+    p.teardown().await;
+}
+
+/// The fast path claims its events in the outbox before publishing: an event the sweeper already published
+/// (the edge's notification was slower than `sweep_min_age`, e.g. on a loaded machine) is not published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fast_path_skips_events_the_sweeper_already_published() {
+    let db = TestDb::new().await;
+    let toml = test_config_toml(&db.url, "", "[relay]\nembedded = false");
+    let config = parse_config(&toml);
+    let edge = TestEdge::spawn_on(db, config.clone()).await;
+    let edge_ref = &edge;
+    let post = |i: usize| async move {
+        let body = stripe::payment_intent(
+            &format!("evt_fs_{i}"),
+            "succeeded",
+            &format!("pi_fs_{i}"),
+            100,
+        );
+        edge_ref.post_stripe(&body).await.status()
+    };
+    for status in join_all((0..30).map(post)).await {
+        assert_eq!(status, 200);
+    }
+    let p = TestPipeline { edge, config, toml };
+    let relay = |min_age: Duration| {
+        hookline_bus::Relay::new(
+            p.pool().clone(),
+            p.config.amqp_urls.clone(),
+            p.topology(),
+            hookline_core::config::RelayConfig {
+                sweep_min_age: min_age,
+                ..p.config.relay.clone()
+            },
+            "hookline-test-relay",
         )
-        .await,
+    };
+    // The sweeper gets there first.
+    assert_eq!(relay(Duration::ZERO).sweep().await.expect("sweep"), 30);
+    // One more event, that only the fast path will publish (this relay's sweeper waits an hour).
+    let last = stripe::payment_intent("evt_fs_last", "succeeded", "pi_fs_last", 100);
+    assert_eq!(p.edge.post_stripe(&last).await.status(), 200);
+    let stored: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, provider, provider_event_id, event_type FROM webhook_events ORDER BY id",
+    )
+    .fetch_all(p.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), 31);
+    let (handle, inbox) = hookline_bus::relay::fast_path();
+    let cancel = CancellationToken::new();
+    let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
+    let running = {
+        let relay = relay(Duration::from_secs(3600));
+        let cancel = cancel.clone();
+        tokio::spawn(async move { relay.run(Some(inbox), cancel, &supervisor).await })
+    };
+    // The late notifications of the 30 swept events, then the new one's: the inbox is FIFO, so once the last
+    // is on the queue every earlier notification has been handled.
+    for row in stored {
+        handle.notify(row.into());
+    }
+    let queue = p.topology().payments_queue;
+    wait_until(DRAIN, "the fast path's event on the queue", || async {
+        p.queue_depth(&queue).await >= 31
+    })
+    .await;
+    cancel.cancel();
+    running.await.expect("relay stopped");
+    assert_eq!(
+        p.queue_depth(&queue).await,
+        31,
+        "each event on the queue once: the fast path skipped the 30 the sweeper had published"
+    );
+    assert_eq!(
+        scalar(p.pool(), "SELECT count(*) FROM event_outbox").await,
         0
     );
     p.teardown().await;

@@ -2,7 +2,7 @@
 //!
 //! Events go through the real code paths — stored with `insert_one` (the edge's statement), processed with `process_event` and the
 //! payments handler, dead-lettered with `record_dead_letter` — then `received_at` is backdated to simulate age
-//! and `published_at` set as the relay would.
+//! and the event taken out of `event_outbox` as the relay would.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,20 +81,22 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("event {id} must process: {e:#}"));
     }
 
-    /// Backdates an event by `age` and marks it published (by the relay, a second after receipt) or not.
+    /// Backdates an event by `age` and takes it out of the outbox (published, as the relay does) or leaves it
+    /// there.
     async fn age(&self, id: i64, age: Duration, published: bool) {
-        sqlx::query(
-            "UPDATE webhook_events
-             SET received_at = now() - make_interval(secs => $2),
-                 published_at = CASE WHEN $3 THEN now() - make_interval(secs => $2) + interval '1 second' END
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(age.as_secs_f64())
-        .bind(published)
-        .execute(self.pool())
-        .await
-        .expect("backdate event");
+        sqlx::query("UPDATE webhook_events SET received_at = now() - make_interval(secs => $2) WHERE id = $1")
+            .bind(id)
+            .bind(age.as_secs_f64())
+            .execute(self.pool())
+            .await
+            .expect("backdate event");
+        if published {
+            sqlx::query("DELETE FROM event_outbox WHERE event_id = $1")
+                .bind(id)
+                .execute(self.pool())
+                .await
+                .expect("publish event");
+        }
     }
 
     /// A done event: stored, processed, published, `age` old.
@@ -257,7 +259,7 @@ async fn seed_mixed(f: &Fixture) -> Mixed {
         .await;
     f.age(id, old, false).await;
     kept.push(id);
-    // Old, processed but not marked published (relay died between the broker's confirm and its UPDATE).
+    // Old, processed but not marked published (relay died between the broker's confirm and its commit).
     let id = f
         .store(&stripe::payment_intent(
             "evt_old_unmarked",

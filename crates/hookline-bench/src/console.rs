@@ -79,7 +79,7 @@ async fn seed(url: &str, events: i64) -> anyhow::Result<()> {
         .context("connect to the console bench database")?;
     sqlx::query(
         "INSERT INTO webhook_events
-             (provider, provider_event_id, event_type, received_at, signed_at, headers, query, body, published_at)
+             (provider, provider_event_id, event_type, received_at, signed_at, headers, query, body)
          SELECT (ARRAY['stripe','github','mercadopago'])[1 + g % 3],
                 'evt_bench_' || g,
                 (ARRAY['payment_intent.succeeded','charge.refunded','invoice.paid','charge.dispute.created'])[1 + g % 4],
@@ -87,14 +87,18 @@ async fn seed(url: &str, events: i64) -> anyhow::Result<()> {
                 now() - make_interval(secs => ($1 - g) * 0.05),
                 '[[\"content-type\",\"application/json\"],[\"stripe-signature\",\"t=1,v1=00\"]]'::jsonb,
                 '',
-                convert_to(format('{\"id\":\"evt_bench_%s\",\"type\":\"payment_intent.succeeded\",\"data\":{\"object\":{\"id\":\"pi_bench_%s\",\"amount\":%s,\"currency\":\"brl\",\"status\":\"succeeded\"}}}', g, g, 1000 + g % 9000), 'UTF8'),
-                now() - make_interval(secs => ($1 - g) * 0.05)
+                convert_to(format('{\"id\":\"evt_bench_%s\",\"type\":\"payment_intent.succeeded\",\"data\":{\"object\":{\"id\":\"pi_bench_%s\",\"amount\":%s,\"currency\":\"brl\",\"status\":\"succeeded\"}}}', g, g, 1000 + g % 9000), 'UTF8')
          FROM generate_series(1, $1) AS g",
     )
     .bind(events)
     .execute(&pool)
     .await
     .context("seed webhook_events")?;
+    // Seeded as already published: out of the outbox the insert trigger put them in.
+    sqlx::query("DELETE FROM event_outbox")
+        .execute(&pool)
+        .await
+        .context("seed: mark the events published")?;
     sqlx::query(
         "INSERT INTO processed_events (consumer, event_id, processed_at, outcome)
          SELECT 'payments', id, received_at, 'applied' FROM webhook_events WHERE id % 100 <> 0",

@@ -4,14 +4,17 @@
 //! Two paths feed it:
 //! - **fast path**: the edge hands over each event right after its commit ([`RelayHandle::notify`], never
 //!   blocking the HTTP answer); the relay publishes whatever has accumulated as one pipelined batch;
-//! - **sweeper**: every `sweep_interval`, rows still `published_at IS NULL` after `sweep_min_age` are locked with
-//!   `FOR UPDATE SKIP LOCKED` (so several relays share the work without publishing the same row twice at once),
-//!   published as a pipelined batch, and marked in the same transaction.
+//! - **sweeper**: every `sweep_interval`, `event_outbox` rows older than `sweep_min_age` are claimed.
 //!
-//! An event is marked published only when RabbitMQ acked it *and* did not return it (mandatory publish with no
-//! route gives an ack carrying the returned message). A crash, broker outage or missing confirm leaves the row
-//! unpublished and the sweeper retries it: delivery is at least once, and the worker deduplicates.
+//! Both paths work the same way, one transaction per batch ([`hookline_core::event_outbox`]): claim the outbox
+//! rows (`FOR UPDATE SKIP LOCKED`, so the two paths — or several edges' relays — never publish one event at the
+//! same time, and the fast path skips what the sweeper already published), publish them as one pipelined batch,
+//! put back what was not confirmed, commit. An event leaves the outbox only when RabbitMQ acked it *and* did not
+//! return it (mandatory publish with no route gives an ack carrying the returned message). A crash, broker
+//! outage or missing confirm leaves the row in the outbox and the sweeper retries it: delivery is at least once,
+//! and the worker deduplicates.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +22,11 @@ use anyhow::Context;
 use futures::future::join_all;
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::config::RelayConfig;
+use hookline_core::event_outbox::{self, Claimed, ClaimedEvent};
 use hookline_core::supervisor::Supervisor;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Connection};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -170,7 +174,7 @@ impl Relay {
         }
     }
 
-    /// Sweeps until no eligible unpublished row is left (or publishing fails). Returns how many were published.
+    /// Sweeps until no eligible outbox row is left (or publishing fails). Returns how many were published.
     pub async fn sweep(&mut self) -> anyhow::Result<u64> {
         self.report_backlog().await;
         let mut total = 0;
@@ -178,77 +182,118 @@ impl Relay {
             if !self.ensure_publisher().await {
                 return Ok(total);
             }
-            let mut tx = self.pool.begin().await.context("begin sweep transaction")?;
-            let rows = hookline_core::events::lock_unpublished(
+            let mut tx = begin(&self.pool).await?;
+            let rows = event_outbox::claim_due(
                 &mut tx,
                 self.config.sweep_min_age.as_secs_f64(),
                 i64::from(self.config.batch_size),
             )
             .await
-            .context("select unpublished events")?;
+            .context("claim due outbox rows")?;
             let n = rows.len();
             if n == 0 {
+                // Orphans (rows whose event was deleted by hand) may have been claimed: dropping them is right.
                 tx.commit().await.context("end sweep transaction")?;
                 return Ok(total);
             }
-            let msgs: Vec<EventMessage> = rows.into_iter().map(EventMessage::from).collect();
-            let Some(publisher) = self.publisher.as_ref() else {
+            let claimed: Vec<Claimed> = rows.iter().map(ClaimedEvent::claimed).collect();
+            let msgs: Vec<EventMessage> = rows
+                .into_iter()
+                .map(|r| EventMessage {
+                    id: r.event_id,
+                    provider: r.provider,
+                    provider_event_id: r.provider_event_id,
+                    event_type: r.event_type,
+                })
+                .collect();
+            let Some(round) = self.publish_claimed(tx, &claimed, &msgs).await? else {
                 return Ok(total);
             };
-            let Published { acked, nacked } = match publisher
-                .publish(&self.topology, &msgs, self.config.confirm_timeout)
-                .await
-            {
-                Ok(published) => published,
-                Err(e) => {
-                    tx.rollback().await.ok();
-                    self.publisher_failed(&e);
-                    return Err(e);
-                }
-            };
-            mark_published(&mut *tx, &acked).await?;
-            tx.commit().await.context("commit sweep transaction")?;
-            metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(acked.len() as u64);
-            total += acked.len() as u64;
-            if nacked > 0 {
-                self.publisher_nacked(nacked);
-                return Ok(total);
-            }
-            if acked.len() < n {
+            metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(round.acked as u64);
+            total += round.acked as u64;
+            if round.acked < n || n < self.config.batch_size as usize {
                 // Some were not confirmed (returned or nacked): stop this round rather than spin on them.
-                return Ok(total);
-            }
-            if n < self.config.batch_size as usize {
                 return Ok(total);
             }
         }
     }
 
+    /// Publishes what the edge handed over, after claiming it in the outbox: an event the sweeper (or another
+    /// relay) already published, or is publishing now, is not claimed and not published again.
     async fn publish_fast(&mut self, batch: &[EventMessage]) {
         if !self.ensure_publisher().await {
             return; // broker unavailable: the sweeper publishes these once it is back
         }
-        let Some(publisher) = self.publisher.as_ref() else {
-            return;
+        let round = async {
+            let mut tx = begin(&self.pool).await?;
+            let ids: Vec<i64> = batch.iter().map(|m| m.id).collect();
+            let claimed = event_outbox::claim(&mut tx, &ids)
+                .await
+                .context("claim outbox rows")?;
+            let mut wanted: HashSet<i64> = claimed.iter().map(|c| c.event_id).collect();
+            let msgs: Vec<EventMessage> = batch
+                .iter()
+                .filter(|m| wanted.remove(&m.id))
+                .cloned()
+                .collect();
+            self.publish_claimed(tx, &claimed, &msgs).await
         };
-        match publisher
-            .publish(&self.topology, batch, self.config.confirm_timeout)
+        match round.await {
+            Ok(Some(round)) => {
+                metrics::counter!(metric::PUBLISHED, "path" => "fast").increment(round.acked as u64)
+            }
+            Ok(None) => {}
+            // Nothing was published or the claim was undone: the rows are still in the outbox, and the sweeper
+            // publishes them.
+            Err(e) => {
+                tracing::warn!(error.cause_chain = %format!("{e:#}"), "relay batch not recorded; the sweeper retries it")
+            }
+        }
+    }
+
+    /// Publishes `msgs` (the events of the `claimed` outbox rows of `tx`), puts back what RabbitMQ did not
+    /// confirm and commits. `None` when the publish failed (the transaction is rolled back, the publisher
+    /// replaced). An error after a publish (put back, commit) leaves the rows in the outbox: they are published
+    /// again, which the worker deduplicates.
+    async fn publish_claimed(
+        &mut self,
+        mut tx: Transaction<'static, Postgres>,
+        claimed: &[Claimed],
+        msgs: &[EventMessage],
+    ) -> anyhow::Result<Option<Round>> {
+        if msgs.is_empty() {
+            tx.commit().await.context("end relay transaction")?;
+            return Ok(Some(Round { acked: 0 }));
+        }
+        let Some(publisher) = self.publisher.as_ref() else {
+            tx.rollback().await.ok();
+            return Ok(None);
+        };
+        let Published { acked, nacked } = match publisher
+            .publish(&self.topology, msgs, self.config.confirm_timeout)
             .await
         {
-            Ok(Published { acked, nacked }) => {
-                if nacked > 0 {
-                    self.publisher_nacked(nacked);
-                }
-                if let Err(e) = mark_published(&self.pool, &acked).await {
-                    // Published but not marked: the sweeper will publish again; the worker deduplicates.
-                    tracing::warn!(error.cause_chain = %format!("{e:#}"), "could not mark events published");
-                    return;
-                }
-                metrics::counter!(metric::PUBLISHED, "path" => "fast")
-                    .increment(acked.len() as u64);
+            Ok(published) => published,
+            Err(e) => {
+                tx.rollback().await.ok();
+                self.publisher_failed(&e);
+                return Ok(None);
             }
-            Err(e) => self.publisher_failed(&e),
+        };
+        if nacked > 0 {
+            self.publisher_nacked(nacked);
         }
+        let confirmed: HashSet<i64> = acked.iter().copied().collect();
+        let unconfirmed: Vec<Claimed> = claimed
+            .iter()
+            .filter(|c| !confirmed.contains(&c.event_id))
+            .copied()
+            .collect();
+        event_outbox::put_back(&mut tx, &unconfirmed)
+            .await
+            .context("put unconfirmed events back in the outbox")?;
+        tx.commit().await.context("commit relay transaction")?;
+        Ok(Some(Round { acked: acked.len() }))
     }
 
     /// True when a publisher is open, (re)opening it unless a recent attempt failed and the backoff has not
@@ -316,7 +361,7 @@ impl Relay {
     }
 
     async fn report_backlog(&self) {
-        if let Ok(backlog) = hookline_core::events::unpublished_backlog(&self.pool).await {
+        if let Ok(backlog) = event_outbox::backlog(&self.pool).await {
             backlog.report();
         }
     }
@@ -333,10 +378,19 @@ async fn recv_many(
     }
 }
 
-async fn mark_published<'c>(conn: impl sqlx::PgExecutor<'c>, ids: &[i64]) -> anyhow::Result<()> {
-    hookline_core::events::mark_published(conn, ids)
+/// Begins a relay transaction. Index plans only: the outbox is tiny most of the time and holds the whole
+/// backlog after a broker outage, and a cached plan made while it was tiny must not scan it whole then (see
+/// [`hookline_core::db::begin_without_seqscan`]).
+async fn begin(pool: &PgPool) -> anyhow::Result<Transaction<'static, Postgres>> {
+    hookline_core::db::begin_without_seqscan(pool)
         .await
-        .context("mark events published")
+        .context("begin relay transaction")
+}
+
+/// What one publish round confirmed.
+struct Round {
+    /// Events confirmed and removed from the outbox.
+    acked: usize,
 }
 
 /// What RabbitMQ said about a published batch.

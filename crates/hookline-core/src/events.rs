@@ -1,5 +1,6 @@
 //! `webhook_events`: the stored raw event, its storage bounds and every statement on the table (the edge's
-//! group-commit insert, the relay's claim and mark, operator selections, status counts). One table, one owner:
+//! group-commit insert, operator selections, status counts; the relay's outbox is `event_outbox`, in
+//! [`crate::event_outbox`]). One table, one owner:
 //! the file is long because everything that touches the table is here.
 
 use sqlx::PgExecutor;
@@ -347,40 +348,6 @@ async fn insert_rows(
     Ok(outcomes)
 }
 
-/// The outbox as the database sees it: committed events not yet confirmed by RabbitMQ.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct UnpublishedBacklog {
-    /// Rows with `published_at IS NULL`.
-    pub count: i64,
-    /// Age in seconds of the oldest of them (0 when there are none).
-    pub oldest_secs: f64,
-}
-
-impl UnpublishedBacklog {
-    /// Sets `hookline_relay_backlog` and `hookline_relay_oldest_unpublished_seconds`.
-    pub fn report(&self) {
-        metrics::gauge!("hookline_relay_backlog").set(self.count as f64);
-        metrics::gauge!("hookline_relay_oldest_unpublished_seconds").set(self.oldest_secs);
-    }
-}
-
-/// Reads the outbox backlog from the table (the partial index on unpublished rows keeps it proportional to the
-/// backlog). Health and metrics use this, never a counter kept in memory: a dead relay cannot keep it at 0.
-pub async fn unpublished_backlog<'c>(
-    conn: impl PgExecutor<'c>,
-) -> Result<UnpublishedBacklog, sqlx::Error> {
-    let (count, oldest): (i64, Option<f64>) = sqlx::query_as(
-        "SELECT count(*), extract(epoch FROM now() - min(received_at))::float8
-         FROM webhook_events WHERE published_at IS NULL",
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(UnpublishedBacklog {
-        count,
-        oldest_secs: oldest.unwrap_or(0.0).max(0.0),
-    })
-}
-
 /// Whether stored event `id` exists (it may have been purged).
 pub async fn exists<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)")
@@ -423,40 +390,6 @@ pub async fn get<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<Option<Stored
     .bind(id)
     .fetch_optional(conn)
     .await
-}
-
-/// Locks up to `limit` unpublished events older than `min_age_secs` for the relay's sweeper (`FOR UPDATE SKIP
-/// LOCKED`: several relays share the work without publishing one row twice at once), oldest first. Returns
-/// `(id, provider, provider_event_id, event_type)`.
-pub async fn lock_unpublished(
-    tx: &mut sqlx::PgConnection,
-    min_age_secs: f64,
-    limit: i64,
-) -> Result<Vec<(i64, String, String, Option<String>)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, provider, provider_event_id, event_type FROM webhook_events
-         WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)
-         ORDER BY id LIMIT $2
-         FOR UPDATE SKIP LOCKED",
-    )
-    .bind(min_age_secs)
-    .bind(limit)
-    .fetch_all(tx)
-    .await
-}
-
-/// Marks events published (RabbitMQ confirmed them). Idempotent.
-pub async fn mark_published<'c>(conn: impl PgExecutor<'c>, ids: &[i64]) -> Result<(), sqlx::Error> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "UPDATE webhook_events SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL",
-    )
-    .bind(ids)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Which stored events an operator run (replay, dead-letter redrive) selects. Stored as JSON in the run's audit
@@ -609,9 +542,8 @@ pub async fn status_by_provider<'c>(
     sqlx::query_as(
         "SELECT e.provider, c.consumer,
                 count(*) AS received,
-                count(*) FILTER (WHERE e.published_at IS NULL) AS unpublished,
-                extract(epoch FROM now() - min(e.received_at) FILTER (WHERE e.published_at IS NULL))::float8
-                    AS oldest_unpublished_secs,
+                count(o.event_id) AS unpublished,
+                extract(epoch FROM now() - min(o.enqueued_at))::float8 AS oldest_unpublished_secs,
                 count(p.event_id) AS processed,
                 count(*) FILTER (WHERE p.outcome = 'applied') AS applied,
                 count(*) FILTER (WHERE p.outcome = 'parked') AS parked,
@@ -619,6 +551,7 @@ pub async fn status_by_provider<'c>(
                 count(*) FILTER (WHERE p.outcome = 'needs_fetch') AS needs_fetch,
                 count(d.event_id) AS dead_lettered
          FROM webhook_events e
+         LEFT JOIN event_outbox o ON o.event_id = e.id
          CROSS JOIN unnest($1::text[]) AS c(consumer)
          LEFT JOIN processed_events p ON p.consumer = c.consumer AND p.event_id = e.id
          LEFT JOIN dead_letters d ON d.consumer = c.consumer AND d.event_id = e.id AND d.resolved_at IS NULL
@@ -705,7 +638,7 @@ pub async fn list_page<'c>(
 ) -> Result<Vec<ListedEvent>, sqlx::Error> {
     let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(
         "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at,
-                e.published_at IS NOT NULL AS published,
+                NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id) AS published,
                 CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.consumer = ANY(",
     );
     q.push_bind(consumers.to_vec());
@@ -764,7 +697,7 @@ pub async fn list_page<'c>(
                 );
         }
         Some("unpublished") => {
-            q.push(" AND e.published_at IS NULL");
+            q.push(" AND EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id)");
         }
         Some(outcome) => {
             q.push(" AND EXISTS (SELECT 1 FROM processed_events p WHERE p.event_id = e.id AND p.consumer = ANY(")
@@ -795,8 +728,8 @@ pub struct FullRow {
     pub received_at: time::OffsetDateTime,
     /// The timestamp the provider signed.
     pub signed_at: Option<time::OffsetDateTime>,
-    /// When RabbitMQ confirmed it.
-    pub published_at: Option<time::OffsetDateTime>,
+    /// Since when it waits in the outbox for RabbitMQ's confirm; `None` once published.
+    pub unpublished_since: Option<time::OffsetDateTime>,
     /// `webhook` or `reconcile`.
     pub source: String,
     /// Stored headers, `[[name, value], …]`.
@@ -813,9 +746,10 @@ pub async fn get_full<'c>(
     id: i64,
 ) -> Result<Option<FullRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, provider, provider_event_id, event_type, received_at, signed_at, published_at, source,
-                headers, query, body
-         FROM webhook_events WHERE id = $1",
+        "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at, e.signed_at,
+                o.enqueued_at AS unpublished_since, e.source, e.headers, e.query, e.body
+         FROM webhook_events e LEFT JOIN event_outbox o ON o.event_id = e.id
+         WHERE e.id = $1",
     )
     .bind(id)
     .fetch_optional(conn)

@@ -9,6 +9,7 @@ pub mod db;
 pub mod dead_letters;
 pub mod destinations;
 pub mod domain_events;
+pub mod event_outbox;
 pub mod events;
 pub mod intents;
 pub mod markers;

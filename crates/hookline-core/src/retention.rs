@@ -3,7 +3,7 @@
 //!
 //! Only events that are *done* are eligible, whatever their age:
 //!
-//! - published (`published_at IS NOT NULL`): the relay will never need the row again;
+//! - published (no longer in `event_outbox`): the relay will never need the row again;
 //! - processed: at least one `processed_events` marker exists for the event;
 //! - not dead-lettered: no `dead_letters` row with `resolved_at IS NULL` (an operator may still redrive it).
 //!
@@ -275,7 +275,7 @@ where
 /// Markers are looked up as `consumer = ANY($2) AND event_id = …` so the lookup uses the primary key
 /// `(consumer, event_id)` (PostgreSQL before 18 cannot skip-scan on `event_id` alone).
 const ELIGIBLE: &str = "e.received_at < $1
-    AND e.published_at IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id)
     AND EXISTS (SELECT 1 FROM processed_events p WHERE p.consumer = ANY($2) AND p.event_id = e.id)
     AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.event_id = e.id AND d.resolved_at IS NULL)";
 
@@ -370,7 +370,7 @@ async fn kept(pool: &PgPool, cutoff: OffsetDateTime) -> anyhow::Result<Kept> {
         "SELECT count(*) FILTER (WHERE dl),
                 count(*) FILTER (WHERE NOT dl AND NOT published),
                 count(*) FILTER (WHERE NOT dl AND published AND NOT marked)
-         FROM (SELECT e.published_at IS NOT NULL AS published,
+         FROM (SELECT NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id) AS published,
                       EXISTS (SELECT 1 FROM dead_letters d
                               WHERE d.event_id = e.id AND d.resolved_at IS NULL) AS dl,
                       EXISTS (SELECT 1 FROM processed_events p

@@ -88,11 +88,11 @@ impl Cluster {
         .collect()
     }
 
-    /// Provider event ids of stored events not yet marked published, older than `min_age`.
+    /// Provider event ids of stored events still in the outbox after `min_age`.
     pub async fn unpublished_ids(&self, min_age: Duration) -> HashSet<String> {
         sqlx::query_scalar(
-            "SELECT provider_event_id FROM webhook_events
-             WHERE published_at IS NULL AND received_at <= now() - make_interval(secs => $1)",
+            "SELECT e.provider_event_id FROM event_outbox o JOIN webhook_events e ON e.id = o.event_id
+             WHERE o.enqueued_at <= now() - make_interval(secs => $1)",
         )
         .bind(min_age.as_secs_f64())
         .fetch_all(self.pool())

@@ -633,7 +633,10 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
                     tr { th { "type" } td { (ev.event_type.as_deref().unwrap_or("-")) } }
                     tr { th { "received" } td { (ts(ev.received_at)) } }
                     tr { th { "signed at" } td { (ots(ev.signed_at)) } }
-                    tr { th { "published to RabbitMQ" } td { (ots(ev.published_at)) } }
+                    tr { th { "published to RabbitMQ" } td { (match ev.unpublished_since {
+                        Some(t) => format!("not yet: in the outbox since {}", ts(t)),
+                        None => "yes".to_string(),
+                    }) } }
                     tr { th { "source" } td { (ev.source) } }
                 }
                 h2 { "Signature" }

@@ -42,7 +42,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     match tokio::time::timeout(
         state.edge.db_timeout,
-        hookline_core::events::unpublished_backlog(&state.pool),
+        hookline_core::event_outbox::backlog(&state.pool),
     )
     .await
     {
