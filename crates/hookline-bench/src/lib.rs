@@ -144,11 +144,12 @@ impl LagSampler {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                // Oldest by id in the outbox (it holds only what is unpublished): cheap at any table size.
+                // Oldest by id in the outbox (it holds only what is unpublished), then that one event by key:
+                // two index lookups at any table size. (Written as a join, the planner merge-joined
+                // `webhook_events` from its first row: 54 ms per sample, billed to the phases.)
                 let age: Result<Option<f64>, _> = sqlx::query_scalar(
-                    "SELECT extract(epoch FROM clock_timestamp() - e.received_at)::float8
-                     FROM event_outbox o JOIN webhook_events e ON e.id = o.event_id
-                     ORDER BY o.event_id LIMIT 1",
+                    "SELECT extract(epoch FROM clock_timestamp() - received_at)::float8 FROM webhook_events
+                     WHERE id = (SELECT event_id FROM event_outbox ORDER BY event_id LIMIT 1)",
                 )
                 .fetch_optional(&pool)
                 .await;

@@ -3,8 +3,8 @@
 //!
 //! Same guarantees as the webhook relay ([`crate::relay`]): facts are locked in `seq` order with
 //! `FOR UPDATE SKIP LOCKED` (several relays share the work), published as one pipelined batch with `mandatory`
-//! and publisher confirms, and marked `published_at` in the same transaction only when RabbitMQ acked them
-//! without returning them. Anything else leaves them unpublished for the next round: at least once, and a
+//! and publisher confirms, and taken out of `domain_outbox` in the same transaction only when RabbitMQ acked
+//! them without returning them. Anything else stays in the outbox for the next round: at least once, and a
 //! consumer deduplicates by `message_id`. Nothing here runs inside the effect's transaction — the fact was
 //! committed with the effect; this only hands it on.
 
@@ -127,17 +127,26 @@ impl DomainRelay {
         {
             return Ok(0);
         }
-        let mut tx = self.pool.begin().await.context("begin")?;
+        // Index plans only: the outbox is tiny most of the time and holds the whole backlog after an outage.
+        let mut tx = hookline_core::db::begin_without_seqscan(&self.pool)
+            .await
+            .context("begin")?;
         let facts = domain_events::claim_unpublished(&mut tx, BATCH)
             .await
             .context("claim unpublished domain events")?;
         if facts.is_empty() {
             return Ok(0);
         }
+        // An error here drops the transaction: the claim is undone and the facts stay in the outbox.
         let (confirmed, nacked) = publish(publisher, &self.topology, &facts).await?;
-        domain_events::mark_published(&mut *tx, &confirmed)
+        let confirmed: std::collections::HashSet<i64> = confirmed.into_iter().collect();
+        let unconfirmed: Vec<&Unpublished> = facts
+            .iter()
+            .filter(|f| !confirmed.contains(&f.seq))
+            .collect();
+        domain_events::put_back(&mut tx, &unconfirmed)
             .await
-            .context("mark domain events published")?;
+            .context("put unconfirmed domain events back in the outbox")?;
         tx.commit().await.context("commit")?;
         metrics::counter!(metric::PUBLISHED).increment(confirmed.len() as u64);
         // A channel that nacks tends to keep nacking after a leader change: replace it (see the relay).

@@ -331,24 +331,24 @@ pub async fn events(config: &Config, cmd: &EventsCommand) -> anyhow::Result<Exit
         EventsCommand::Redeliver(args) => redeliver(config, args).await,
         EventsCommand::List { limit, event_type } => {
             let pool = ops::pool(config).await?;
-            let rows: Vec<(i64, String, String, OffsetDateTime, Option<OffsetDateTime>)> =
-                sqlx::query_as(
-                    "SELECT seq, id, type, created_at, published_at FROM domain_events
-                      WHERE ($1::text IS NULL OR type = $1) ORDER BY seq DESC LIMIT $2",
-                )
-                .bind(event_type.as_deref())
-                .bind(i64::from(*limit))
-                .fetch_all(&pool)
-                .await?;
+            let rows =
+                hookline_core::domain_events::list(&pool, event_type.as_deref(), u32::from(*limit))
+                    .await
+                    .context("list domain events")?;
             println!(
                 "{:<8} {:<36} {:<26} {:<26} PUBLISHED",
                 "SEQ", "ID", "TYPE", "CREATED"
             );
-            for (seq, id, ty, created, published) in rows {
+            for row in rows {
                 println!(
-                    "{seq:<8} {id:<36} {ty:<26} {:<26} {}",
-                    rfc3339(created),
-                    published.map(rfc3339).unwrap_or_else(|| "-".into())
+                    "{:<8} {:<36} {:<26} {:<26} {}",
+                    row.seq,
+                    row.id,
+                    row.ty,
+                    rfc3339(row.created_at),
+                    // Since the outbox became its own table the time of the confirm is not kept: whether it
+                    // came ("yes"), or the fact still waits in the outbox ("-").
+                    if row.published { "yes" } else { "-" }
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -9,9 +9,11 @@
 //! (`domain_deliveries`, see [`crate::destinations`]), reading the `destinations` table: the database decides,
 //! so two workers with different memories cannot disagree.
 //!
-//! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`, marks
-//! `published_at` on a clean confirm; `hookline-bus`'s `domain` module) and the HTTP delivery loop
-//! (`hookline-worker`'s `deliver` module).
+//! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`; `hookline-bus`'s
+//! `domain` module) and the HTTP delivery loop (`hookline-worker`'s `deliver` module). The relay's side is the
+//! `domain_outbox` table, also owned here: a trigger adds every recorded fact's `seq` in the recording
+//! transaction; the relay claims rows ([`claim_unpublished`]), publishes, puts back what RabbitMQ did not confirm
+//! ([`put_back`]) and commits. A fact's row is never updated.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -229,11 +231,13 @@ pub async fn record_many<D: Serialize>(
     Ok(created as u64)
 }
 
-/// A fact not yet confirmed by RabbitMQ.
+/// A fact not yet confirmed by RabbitMQ, claimed from `domain_outbox`.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Unpublished {
     /// `domain_events.seq`.
     pub seq: i64,
+    /// When it entered the outbox (kept when it is put back).
+    pub enqueued_at: OffsetDateTime,
     /// The fact's id (`evt_…`), sent as the AMQP `message_id`.
     pub id: String,
     /// The event type, the routing key.
@@ -246,49 +250,96 @@ pub struct Unpublished {
 /// Whether any fact waits for the domain relay (one index lookup, no transaction): the relay's idle check, so an
 /// idle relay costs one statement per poll and never sits in an open transaction.
 pub async fn any_unpublished<'c>(conn: impl PgExecutor<'c>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM domain_events WHERE published_at IS NULL)")
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM domain_outbox)")
         .fetch_one(conn)
         .await
 }
 
-/// Locks up to `limit` unpublished facts in `seq` order (`FOR UPDATE SKIP LOCKED`: several relays share the
-/// work without publishing one fact twice at the same time). Mark them with [`mark_published`] in the same
-/// transaction once confirmed.
+/// Claims up to `limit` outbox rows in `seq` order (`FOR UPDATE SKIP LOCKED`: several relays share the work
+/// without publishing one fact twice at the same time) with their facts. The claim deletes the rows: commit
+/// once the publish is confirmed, after [`put_back`] of what was not; a rollback undoes the claim.
 pub async fn claim_unpublished(
     tx: &mut PgConnection,
     limit: i64,
 ) -> Result<Vec<Unpublished>, sqlx::Error> {
+    // One key lookup per claimed row (LIMIT 1 keeps the planner from turning it into a merge join that walks
+    // `domain_events` from its first row).
     sqlx::query_as(
-        "SELECT seq, id, type, body FROM domain_events WHERE published_at IS NULL
-          ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
+        "WITH c AS (
+             DELETE FROM domain_outbox o
+             USING (SELECT seq FROM domain_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED) d
+             WHERE o.seq = d.seq
+             RETURNING o.seq, o.enqueued_at)
+         SELECT c.seq, c.enqueued_at, f.id, f.type, f.body
+         FROM c CROSS JOIN LATERAL (SELECT id, type, body FROM domain_events e WHERE e.seq = c.seq LIMIT 1) f
+         ORDER BY c.seq",
     )
     .bind(limit)
     .fetch_all(&mut *tx)
     .await
 }
 
-/// Marks facts confirmed by RabbitMQ.
-pub async fn mark_published<'c>(
-    conn: impl PgExecutor<'c>,
-    seqs: &[i64],
-) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE domain_events SET published_at = now() WHERE seq = ANY ($1) AND published_at IS NULL",
+/// Returns claimed facts RabbitMQ did not confirm to the outbox, with their original enqueue time.
+pub async fn put_back(tx: &mut PgConnection, facts: &[&Unpublished]) -> Result<(), sqlx::Error> {
+    if facts.is_empty() {
+        return Ok(());
+    }
+    let seqs: Vec<i64> = facts.iter().map(|f| f.seq).collect();
+    let at: Vec<OffsetDateTime> = facts.iter().map(|f| f.enqueued_at).collect();
+    sqlx::query(
+        "INSERT INTO domain_outbox (seq, enqueued_at)
+         SELECT * FROM unnest($1::int8[], $2::timestamptz[])
+         ON CONFLICT ON CONSTRAINT domain_outbox_pkey DO NOTHING",
     )
-    .bind(seqs)
-    .execute(conn)
-    .await?
-    .rows_affected())
+    .bind(&seqs)
+    .bind(&at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// Facts not yet published to RabbitMQ and the age in seconds of the oldest (0 when none): read at scrape
 /// time for `/metrics` and by `hookline destinations status`.
 pub async fn unpublished_backlog<'c>(conn: impl PgExecutor<'c>) -> Result<(i64, f64), sqlx::Error> {
     sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
-           FROM domain_events WHERE published_at IS NULL",
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at))::float8, 0)
+           FROM domain_outbox",
     )
     .fetch_one(conn)
+    .await
+}
+
+/// A fact as `hookline events list` shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Listed {
+    /// `domain_events.seq`.
+    pub seq: i64,
+    /// The fact's id.
+    pub id: String,
+    /// Its type.
+    #[sqlx(rename = "type")]
+    pub ty: String,
+    /// When it was recorded.
+    pub created_at: OffsetDateTime,
+    /// Confirmed by RabbitMQ (no longer in `domain_outbox`).
+    pub published: bool,
+}
+
+/// The newest `limit` facts, of `event_type` only when given.
+pub async fn list<'c>(
+    conn: impl PgExecutor<'c>,
+    event_type: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Listed>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT e.seq, e.id, e.type, e.created_at,
+                NOT EXISTS (SELECT 1 FROM domain_outbox o WHERE o.seq = e.seq) AS published
+         FROM domain_events e
+         WHERE ($1::text IS NULL OR e.type = $1) ORDER BY e.seq DESC LIMIT $2",
+    )
+    .bind(event_type)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
     .await
 }
 

@@ -145,11 +145,3 @@ pub async fn backlog<'c>(conn: impl PgExecutor<'c>) -> Result<Backlog, sqlx::Err
         oldest_secs: oldest.unwrap_or(0.0).max(0.0),
     })
 }
-
-/// Whether stored event `id` is still waiting in the outbox.
-pub async fn contains<'c>(conn: impl PgExecutor<'c>, id: i64) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM event_outbox WHERE event_id = $1)")
-        .bind(id)
-        .fetch_one(conn)
-        .await
-}
