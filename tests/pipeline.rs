@@ -418,22 +418,27 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
         toml: String::new(),
     };
     let worker = p.spawn_worker();
-    let mut relay = hookline_bus::Relay::new(
-        p.pool().clone(),
-        p.config.amqp_urls.clone(),
-        p.topology(),
-        hookline_core::config::RelayConfig {
-            sweep_min_age: Duration::ZERO,
-            ..p.config.relay.clone()
-        },
-        "hookline-test-relay",
-    );
+    let mut relay = test_relay(&p, Duration::ZERO, "hookline-test-relay");
     let published = relay.sweep().await.expect("sweep");
     assert_eq!(published, 20);
     p.drain(DRAIN).await;
     assert_eq!(assert_ledger_balanced(p.pool()).await, 20);
     worker.stop().await;
     p.teardown().await;
+}
+
+/// A relay of the pipeline's configuration whose sweeper takes rows older than `min_age`.
+fn test_relay(p: &TestPipeline, min_age: Duration, name: &str) -> hookline_bus::Relay {
+    hookline_bus::Relay::new(
+        p.pool().clone(),
+        p.config.amqp_urls.clone(),
+        p.topology(),
+        hookline_core::config::RelayConfig {
+            sweep_min_age: min_age,
+            ..p.config.relay.clone()
+        },
+        name,
+    )
 }
 
 /// Several relays sweeping at once (several edge processes) share the backlog through `FOR UPDATE SKIP LOCKED`:
@@ -454,18 +459,7 @@ async fn concurrent_sweepers_publish_each_row_once() {
         assert_eq!(edge.post_stripe(&body).await.status(), 200);
     }
     let p = TestPipeline { edge, config, toml };
-    let relay = |name: &str| {
-        hookline_bus::Relay::new(
-            p.pool().clone(),
-            p.config.amqp_urls.clone(),
-            p.topology(),
-            hookline_core::config::RelayConfig {
-                sweep_min_age: Duration::ZERO,
-                ..p.config.relay.clone()
-            },
-            name,
-        )
-    };
+    let relay = |name: &str| test_relay(&p, Duration::ZERO, name);
     let (mut a, mut b, mut c) = (relay("relay-a"), relay("relay-b"), relay("relay-c"));
     let (ra, rb, rc) = tokio::join!(a.sweep(), b.sweep(), c.sweep());
     let total = ra.unwrap() + rb.unwrap() + rc.unwrap();
@@ -504,18 +498,7 @@ async fn fast_path_skips_events_the_sweeper_already_published() {
         assert_eq!(status, 200);
     }
     let p = TestPipeline { edge, config, toml };
-    let relay = |min_age: Duration| {
-        hookline_bus::Relay::new(
-            p.pool().clone(),
-            p.config.amqp_urls.clone(),
-            p.topology(),
-            hookline_core::config::RelayConfig {
-                sweep_min_age: min_age,
-                ..p.config.relay.clone()
-            },
-            "hookline-test-relay",
-        )
-    };
+    let relay = |min_age: Duration| test_relay(&p, min_age, "hookline-test-relay");
     // The sweeper gets there first.
     assert_eq!(relay(Duration::ZERO).sweep().await.expect("sweep"), 30);
     // One more event, that only the fast path will publish (this relay's sweeper waits an hour).
