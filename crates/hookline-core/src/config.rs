@@ -696,7 +696,7 @@ impl Config {
                 "worker.db_max_connections",
             )? as u32,
             batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
-            batch_linger: match w.batch_linger_ms.unwrap_or(0) {
+            batch_linger: match w.batch_linger_ms.unwrap_or(5) {
                 ms @ 0..=1000 => Duration::from_millis(ms),
                 _ => {
                     return Err(ConfigError::invalid(
@@ -1611,11 +1611,7 @@ mod tests {
                 .worker
                 .batch_linger
         };
-        assert_eq!(linger(""), Duration::ZERO);
-        assert_eq!(
-            linger("[worker]\nbatch_linger_ms = 5"),
-            Duration::from_millis(5)
-        );
+        assert_eq!(linger(""), Duration::from_millis(5));
         assert_eq!(linger("[worker]\nbatch_linger_ms = 0"), Duration::ZERO);
         assert!(err("[worker]\nbatch_linger_ms = 1001").starts_with("worker.batch_linger_ms:"));
         assert!(err("[worker]\nbatch_linger_ms = -1").contains("batch_linger_ms"));
