@@ -10,14 +10,13 @@ use hookline_bus::{EventMessage, Topology};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::acks::Acks;
 use crate::handler::{reason_text, EventRef, Handler};
 use crate::process::{
     process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, ProcessError,
@@ -219,6 +218,8 @@ impl<H: Handler> Worker<H> {
         )
         .await?;
         let tag = consumer.tag();
+        // Every settlement of this channel's deliveries goes through one tracker (one `multiple` ack per batch).
+        let acks = Arc::new(Acks::default());
         tracing::info!(
             messaging.system = "rabbitmq",
             queue = %s.topology.payments_queue,
@@ -285,9 +286,11 @@ impl<H: Handler> Worker<H> {
                             }
                         }
                         metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
+                        acks.received(&batch).await;
                         let ctx = ctx.clone();
+                        let acks = acks.clone();
                         tokio::spawn(async move {
-                            handle_batch(&ctx, batch).await;
+                            handle_batch(&ctx, &acks, batch).await;
                             drop(permit);
                         });
                         if let Some(e) = failed {
@@ -367,7 +370,7 @@ fn delivery_count(delivery: &Delivery) -> u32 {
         .unwrap_or(0)
 }
 
-async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
+async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
     let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
@@ -380,7 +383,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                 error.message = %e,
                 "unparseable message; dead-lettering"
             );
-            reject(&delivery).await;
+            reject(acks, &delivery).await;
             metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
                 .increment(1);
             return;
@@ -410,7 +413,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
         let result = match result {
             Ok(r) => r,
             Err(reason) => {
-                requeue_panicked(ctx, &delivery, msg.id, &reason).await;
+                requeue_panicked(ctx, acks, &delivery, msg.id, &reason).await;
                 return;
             }
         };
@@ -430,7 +433,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                     outcome,
                     "processed"
                 );
-                ack(&delivery, msg.id).await;
+                ack(acks, &delivery, msg.id).await;
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
                 metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
@@ -438,13 +441,20 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
                 return;
             }
             Err(ProcessError::Permanent(e)) => {
-                if dead_letter(ctx, &delivery, &msg, &reason_text(&e)).await {
+                if dead_letter(ctx, acks, &delivery, &msg, &reason_text(&e)).await {
                     return;
                 }
             }
             Err(ProcessError::Panicked(p)) => {
                 // Mapped to a requeue above; kept as a requeue here too rather than a panic on the delivery path.
-                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await;
+                requeue_panicked(
+                    ctx,
+                    acks,
+                    &delivery,
+                    msg.id,
+                    &format!("handler panicked: {p}"),
+                )
+                .await;
                 return;
             }
             Err(ProcessError::Transient(e)) => {
@@ -474,6 +484,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, delivery: Delivery) {
 /// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
 async fn requeue_panicked<H: Handler>(
     ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
     delivery: &Delivery,
     event_id: i64,
     reason: &str,
@@ -485,7 +496,7 @@ async fn requeue_panicked<H: Handler>(
             .await
             .ok();
     }
-    hookline_bus::requeue(&delivery.acker).await;
+    acks.requeue(delivery).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
         .increment(1);
 }
@@ -495,9 +506,9 @@ async fn requeue_panicked<H: Handler>(
 /// If the batch fails, the event that failed is handled according to its failure without running it again
 /// (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per delivery,
 /// batch or not), and every other delivery goes through the one-by-one path, which applies it or backs off.
-async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Delivery>) {
+async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries: Vec<Delivery>) {
     if deliveries.len() == 1 {
-        return handle_delivery(ctx, deliveries.remove(0)).await;
+        return handle_delivery(ctx, acks, deliveries.remove(0)).await;
     }
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
@@ -505,7 +516,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
     for d in deliveries {
         match serde_json::from_slice::<EventMessage>(&d.data) {
             Ok(m) => parsed.push((d, m)),
-            Err(_) => handle_delivery(ctx, d).await, // rejects it to the DLQ
+            Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
         }
     }
     // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
@@ -524,7 +535,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
                 items.push((msg.id, p));
                 ready.push((delivery, msg));
             }
-            Err(_) => handle_delivery(ctx, delivery).await,
+            Err(_) => handle_delivery(ctx, acks, delivery).await,
         }
     }
     let parsed = ready;
@@ -541,12 +552,19 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
         Ok(Ok(results)) => {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.after_commit");
-            for ((delivery, msg), processed) in parsed.iter().zip(results) {
+            // After the commit: one `multiple` ack for the batch where no earlier delivery is outstanding.
+            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _)| d).collect();
+            for tag in acks.ack_committed(&delivered).await {
+                tracing::warn!(
+                    delivery_tag = tag,
+                    "ack not delivered (channel closed); the event will be redelivered and deduplicated"
+                );
+            }
+            for ((_, _), processed) in parsed.iter().zip(results) {
                 let outcome = match &processed {
                     Processed::Applied(o) => o.kind.as_str(),
                     Processed::Duplicate => "duplicate",
                 };
-                ack(delivery, msg.id).await;
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
             }
@@ -568,10 +586,17 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
         }
         match &failed.error {
             ProcessError::Panicked(p) => {
-                requeue_panicked(ctx, &delivery, msg.id, &format!("handler panicked: {p}")).await
+                requeue_panicked(
+                    ctx,
+                    acks,
+                    &delivery,
+                    msg.id,
+                    &format!("handler panicked: {p}"),
+                )
+                .await
             }
             ProcessError::Permanent(e) => {
-                if !dead_letter(ctx, &delivery, &msg, &reason_text(e)).await {
+                if !dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
                     rest.push(delivery);
                 }
             }
@@ -582,7 +607,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
         tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
     }
     for d in rest {
-        handle_delivery(ctx, d).await;
+        handle_delivery(ctx, acks, d).await;
     }
 }
 
@@ -590,6 +615,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, mut deliveries: Vec<Deliver
 /// recorded (the delivery is then left for a retry rather than dead-lettered without a reason).
 async fn dead_letter<H: Handler>(
     ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
     delivery: &Delivery,
     msg: &EventMessage,
     reason: &str,
@@ -606,33 +632,26 @@ async fn dead_letter<H: Handler>(
         tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
         return false;
     }
-    reject(delivery).await;
+    reject(acks, delivery).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
         .increment(1);
     true
 }
 
-async fn ack(delivery: &Delivery, event_id: i64) {
-    match delivery.acker.ack(BasicAckOptions::default()).await {
-        Ok(true) => {}
+async fn ack(acks: &Acks, delivery: &Delivery, event_id: i64) {
+    if !acks.ack(delivery).await {
         // The channel is closed or recovering: the ack was not sent. The message will be redelivered and the
         // processed marker makes that a no-op.
-        Ok(false) | Err(_) => tracing::warn!(
+        tracing::warn!(
             event_id,
             delivery_tag = delivery.delivery_tag,
             "ack not delivered (channel closed); the event will be redelivered and deduplicated"
-        ),
+        );
     }
 }
 
-async fn reject(delivery: &Delivery) {
-    if !matches!(
-        delivery
-            .acker
-            .reject(BasicRejectOptions { requeue: false })
-            .await,
-        Ok(true)
-    ) {
+async fn reject(acks: &Acks, delivery: &Delivery) {
+    if !acks.reject(delivery).await {
         tracing::warn!(
             delivery_tag = delivery.delivery_tag,
             "reject not delivered (channel closed); the message will be redelivered"

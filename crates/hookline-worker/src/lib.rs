@@ -4,6 +4,7 @@
 //! inserts the processed marker first and then applies the effects ([`process::process_event`]); it acks only
 //! after the commit. A redelivery finds the marker and changes nothing.
 
+pub mod acks;
 pub mod consumer;
 pub mod deliver;
 pub mod dispatch;
