@@ -175,7 +175,7 @@ impl Topology {
             ),
         )
         .await?;
-        channel.close(200, "declared".into()).await.ok();
+        close_setup_channel(channel).await;
         Ok(())
     }
 
@@ -210,7 +210,7 @@ impl Topology {
                 .await
                 .map_err(|_| anyhow::anyhow!("{what}: no answer from RabbitMQ in time"))?;
                 if declared.is_ok() {
-                    channel.close(200, "declared".into()).await.ok();
+                    close_setup_channel(channel).await;
                 }
                 anyhow::Ok(declared)
             }
@@ -294,4 +294,13 @@ fn short(s: &str) -> ShortString {
 
 fn long(s: &str) -> AMQPValue {
     AMQPValue::LongString(s.into())
+}
+
+/// Closes a channel used only to declare, waiting at most [`crate::SETUP_TIMEOUT`] for the broker's close-ok: a
+/// busy broker must not hold a process's start-up on a channel nobody needs any more (dropped unanswered, it is
+/// closed with its connection).
+async fn close_setup_channel(channel: lapin::Channel) {
+    tokio::time::timeout(crate::SETUP_TIMEOUT, channel.close(200, "declared".into()))
+        .await
+        .ok();
 }

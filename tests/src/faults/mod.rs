@@ -36,8 +36,10 @@ pub use services::*;
 
 /// How long a drain may take after the faults are over.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a process may take to start (debug build, loaded machine).
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a process may take to start (debug build, loaded machine). A worker's start declares the topology —
+/// three quorum queues among it, each step bounded by `hookline_bus::SETUP_TIMEOUT` (15 s) and the session
+/// retried after one fails — and a clean-clone CI run once took more than 30 s for it under load.
+pub const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// Stripe fee in the test configuration (`providers.stripe.fee_bps`, `fee_fixed`).
 pub const STRIPE_FEE_BPS: i64 = 399;
 /// Fixed part of the Stripe fee in the test configuration.
