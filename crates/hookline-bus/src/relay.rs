@@ -199,19 +199,16 @@ impl Relay {
             let claimed: Vec<Claimed> = rows.iter().map(ClaimedEvent::claimed).collect();
             let msgs: Vec<EventMessage> = rows
                 .into_iter()
-                .map(|r| EventMessage {
-                    id: r.event_id,
-                    provider: r.provider,
-                    provider_event_id: r.provider_event_id,
-                    event_type: r.event_type,
+                .map(|r| {
+                    EventMessage::from((r.event_id, r.provider, r.provider_event_id, r.event_type))
                 })
                 .collect();
-            let Some(round) = self.publish_claimed(tx, &claimed, &msgs).await? else {
+            let Some(acked) = self.publish_claimed(tx, &claimed, &msgs).await? else {
                 return Ok(total);
             };
-            metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(round.acked as u64);
-            total += round.acked as u64;
-            if round.acked < n || n < self.config.batch_size as usize {
+            metrics::counter!(metric::PUBLISHED, "path" => "sweep").increment(acked as u64);
+            total += acked as u64;
+            if acked < n || n < self.config.batch_size as usize {
                 // Some were not confirmed (returned or nacked): stop this round rather than spin on them.
                 return Ok(total);
             }
@@ -239,8 +236,8 @@ impl Relay {
             self.publish_claimed(tx, &claimed, &msgs).await
         };
         match round.await {
-            Ok(Some(round)) => {
-                metrics::counter!(metric::PUBLISHED, "path" => "fast").increment(round.acked as u64)
+            Ok(Some(acked)) => {
+                metrics::counter!(metric::PUBLISHED, "path" => "fast").increment(acked as u64)
             }
             Ok(None) => {}
             // Nothing was published or the claim was undone: the rows are still in the outbox, and the sweeper
@@ -252,18 +249,18 @@ impl Relay {
     }
 
     /// Publishes `msgs` (the events of the `claimed` outbox rows of `tx`), puts back what RabbitMQ did not
-    /// confirm and commits. `None` when the publish failed (the transaction is rolled back, the publisher
-    /// replaced). An error after a publish (put back, commit) leaves the rows in the outbox: they are published
-    /// again, which the worker deduplicates.
+    /// confirm and commits; returns how many were confirmed. `None` when no publisher is open. A failed publish
+    /// rolls the transaction back, replaces the publisher and is returned as the error; an error after a publish
+    /// (put back, commit) leaves the rows in the outbox: they are published again, which the worker deduplicates.
     async fn publish_claimed(
         &mut self,
         mut tx: Transaction<'static, Postgres>,
         claimed: &[Claimed],
         msgs: &[EventMessage],
-    ) -> anyhow::Result<Option<Round>> {
+    ) -> anyhow::Result<Option<usize>> {
         if msgs.is_empty() {
             tx.commit().await.context("end relay transaction")?;
-            return Ok(Some(Round { acked: 0 }));
+            return Ok(Some(0));
         }
         let Some(publisher) = self.publisher.as_ref() else {
             tx.rollback().await.ok();
@@ -277,7 +274,7 @@ impl Relay {
             Err(e) => {
                 tx.rollback().await.ok();
                 self.publisher_failed(&e);
-                return Ok(None);
+                return Err(e);
             }
         };
         if nacked > 0 {
@@ -293,7 +290,7 @@ impl Relay {
             .await
             .context("put unconfirmed events back in the outbox")?;
         tx.commit().await.context("commit relay transaction")?;
-        Ok(Some(Round { acked: acked.len() }))
+        Ok(Some(acked.len()))
     }
 
     /// True when a publisher is open, (re)opening it unless a recent attempt failed and the backoff has not
@@ -385,12 +382,6 @@ async fn begin(pool: &PgPool) -> anyhow::Result<Transaction<'static, Postgres>> 
     hookline_core::db::begin_without_seqscan(pool)
         .await
         .context("begin relay transaction")
-}
-
-/// What one publish round confirmed.
-struct Round {
-    /// Events confirmed and removed from the outbox.
-    acked: usize,
 }
 
 /// What RabbitMQ said about a published batch.
