@@ -247,8 +247,9 @@ pub struct Unpublished {
     pub body: Vec<u8>,
 }
 
-/// Whether any fact waits for the domain relay (one index lookup, no transaction): the relay's idle check, so an
-/// idle relay costs one statement per poll and never sits in an open transaction.
+/// Whether any fact waits for the domain relay (a look at the outbox, which holds only what is unpublished; no
+/// transaction): the relay's idle check, so an idle relay costs one statement per poll and never sits in an open
+/// transaction.
 pub async fn any_unpublished<'c>(conn: impl PgExecutor<'c>) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM domain_outbox)")
         .fetch_one(conn)
