@@ -3,6 +3,9 @@
 //!
 //! The events go through the real path after the broker: stored in `webhook_events` as the edge stores them,
 //! then `process_event` (marker first, effects, commit) exactly as a worker runs it per delivery.
+//!
+//! The ledger's own rules, which those properties rest on, are checked at the end: the database refuses an
+//! unbalanced statement and any rewrite of history.
 
 use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
 use hookline_tests::{parse_config, stripe, test_config_toml, TestDb};
@@ -322,4 +325,67 @@ fn any_order_in_any_batches_converges_to_the_one_by_one_result() {
             ("refund.applied".to_string(), 2 * cases),
         ]
     );
+}
+
+/// SQLSTATE of the error `sql` fails with (panics if it succeeds).
+async fn refused(pool: &PgPool, sql: &str) -> String {
+    match sqlx::query(sql).execute(pool).await {
+        Ok(done) => panic!("{sql} was accepted ({} rows)", done.rows_affected()),
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()).unwrap_or_default(),
+        Err(e) => panic!("{sql}: unexpected error {e}"),
+    }
+}
+
+/// The ledger's own rules hold whatever a statement tries, since the order property above relies on them: a new
+/// posting whose entries do not sum to zero, an entry added to an existing posting, and any rewrite of history
+/// are refused by the database; the balanced history the worker wrote is left exactly as it was.
+#[tokio::test]
+async fn ledger_refuses_unbalanced_entries_and_rewrites() {
+    let db = TestDb::new().await;
+    let config = parse_config(&test_config_toml(&db.url, "", ""));
+    let handler = PaymentsHandler::new(config.providers.values());
+    let events = history("ledger");
+    apply(
+        &db.pool,
+        &handler,
+        &events,
+        &(0..events.len()).collect::<Vec<_>>(),
+    )
+    .await;
+    let before = picture(&db.pool, "ledger").await;
+    assert!(
+        before.2.len() >= 3,
+        "the history posted entries: {before:?}"
+    );
+
+    // A whole new posting, one statement, off by one.
+    let unbalanced = "WITH p AS (
+             INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
+             SELECT 'stripe', 'payment', 'pi_forged', id, 0, 'usd' FROM payments LIMIT 1 RETURNING id)
+         INSERT INTO ledger_entries (transaction_id, account, amount)
+         SELECT p.id, l.account, l.amount FROM p, (VALUES ('revenue', -1000::bigint), ('provider_receivable', 999))
+                                                  AS l(account, amount)";
+    assert_eq!(refused(&db.pool, unbalanced).await, "23514");
+    // One more entry on an existing, balanced posting.
+    let extra = "INSERT INTO ledger_entries (transaction_id, account, amount)
+                 SELECT min(id), 'adjustment', 1 FROM ledger_transactions";
+    assert_eq!(refused(&db.pool, extra).await, "23514");
+    // History is never rewritten.
+    for rewrite in [
+        "UPDATE ledger_entries SET amount = amount * 2",
+        "DELETE FROM ledger_entries",
+        "UPDATE ledger_transactions SET currency = 'eur'",
+        "DELETE FROM ledger_transactions",
+        "TRUNCATE ledger_entries, ledger_transactions",
+    ] {
+        refused(&db.pool, rewrite).await;
+    }
+    assert_eq!(picture(&db.pool, "ledger").await, before);
+    let postings: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_transactions WHERE reference = 'pi_forged'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(postings, 0, "the refused posting left nothing behind");
 }
