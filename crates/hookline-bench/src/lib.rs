@@ -9,7 +9,8 @@
 //!    connections sending signed, unique ~1 KB `payment_intent.succeeded` events, with 10 % duplicates.
 //! 4. **Latency sweep** — open-loop load at fractions of the measured max; latency from the scheduled send time.
 //! 5. **Worker drain** — once the relay has published everything, `hookline-worker` starts on the backlog.
-//! 6. **Pipeline** — edge + relay + worker at a sustained offered rate: end-to-end lag and relay lag.
+//! 6. **Pipeline** — edge + relay + worker at a sustained offered rate, twice: at the target's rate (0.3 ×
+//!    baseline A unique events/s; end-to-end lag and relay lag where a user meets them) and near the ceiling.
 //! 7. **Correctness** — every acknowledged event processed once, no duplicate posting, ledger balanced.
 //!
 //! The edge and worker run as child processes (release binaries from `bin_dir`) on a private database and
@@ -77,10 +78,10 @@ pub struct Options {
     pub duplicate_share: f64,
     /// Fractions of the max throughput offered in the latency sweep.
     pub sweep: Vec<f64>,
-    /// Offered rate of the pipeline phase (requests/s). Default: 0.6 × baseline A (above the 0.5× target, so
-    /// meeting it is observable), but never more than 0.9 × what the pipeline can hold, estimated from the CPU
-    /// the edge and worker phases used per event (see `pipeline_capacity`), so the phase measures lag at a rate
-    /// the pipeline sustains rather than an ever-growing queue.
+    /// Offered rate of the `pipeline` (ceiling) phase (requests/s). Default: 0.6 × baseline A (above the 0.3×
+    /// target, so meeting it is observable), but never more than 0.9 × what the pipeline can hold, estimated from
+    /// the CPU the edge and worker phases used per event (see `pipeline_capacity`). The `pipeline_target` phase
+    /// before it always offers the target's rate, 0.3 × baseline A unique events/s.
     pub pipeline_rate: Option<f64>,
     /// Cap on the deliveries prepared per phase (the smoke test keeps runs to a few hundred events).
     pub max_events_per_phase: Option<usize>,
@@ -410,7 +411,28 @@ async fn run_phases(opts: &Options, env: &BenchEnv, monitor: &Monitor) -> anyhow
     let edge_max = phases::edge_max(&mut bench, &mut edge, a_rate).await?;
     phases::latency_sweep(&mut bench, &mut edge, edge_max, a_rate).await?;
     let (mut worker, drain_rate) = phases::worker_drain(&mut bench, &mut edge, b_rate).await?;
-    let pipeline = phases::pipeline(&mut bench, &mut edge, &mut worker, a_rate, drain_rate).await?;
+    let pipeline = phases::pipeline_rates(&bench, a_rate, drain_rate)?;
+    let w = &mut worker;
+    phases::pipeline(
+        &mut bench,
+        &mut edge,
+        w,
+        "pipeline_target",
+        "pt",
+        pipeline.target_rate,
+        a_rate,
+    )
+    .await?;
+    phases::pipeline(
+        &mut bench,
+        &mut edge,
+        w,
+        "pipeline",
+        "pl",
+        pipeline.rate,
+        a_rate,
+    )
+    .await?;
     phases::check_queues_empty(&mut bench).await?;
     let checks = phases::stop_and_check(&mut bench, edge, worker).await?;
     Ok(build_report(bench, checks, pipeline, started, started_unix))
@@ -461,6 +483,7 @@ fn build_report(
             bin_dir: opts.bin_dir.clone(),
             pipeline_rate: Some(pipeline.rate),
             pipeline_capacity_estimate: Some(pipeline.capacity),
+            pipeline_target_rate: Some(pipeline.target_rate),
         },
         phases,
         peak_rss: peak,
@@ -498,7 +521,9 @@ fn targets(
         let b = report_phase(baseline)?;
         (b.throughput_per_s > 0.0).then(|| p.throughput_per_s / b.throughput_per_s)
     };
-    let pipe_e2e_p99 = report_phase("pipeline").and_then(|p| p.e2e_lag.map(|l| l.p99_ms));
+    // Latency is judged where the target puts it: at 0.3 × A offered. The ceiling phase is offered about as much
+    // as the pipeline can take, where any queue grows its lag (still shown in the table).
+    let pipe_e2e_p99 = report_phase("pipeline_target").and_then(|p| p.e2e_lag.map(|l| l.p99_ms));
     vec![
         goal(
             &format!("edge durable ingest ≥ 1.0× baseline A ({conc} connections)"),
@@ -537,7 +562,7 @@ fn targets(
             pass: no_loss && pipe_ratio.is_some_and(|v| v >= 0.3),
         },
         goal(
-            "pipeline end-to-end p99 ≤ 100 ms",
+            "pipeline end-to-end p99 ≤ 100 ms at 0.3× baseline A offered",
             pipe_e2e_p99,
             " ms",
             |v| v <= 100.0,
@@ -550,7 +575,7 @@ fn targets(
         }),
         goal(
             "relay never > 1 s behind the edge at the sustained rate",
-            report_phase("pipeline").and_then(|p| p.relay_lag_max_ms),
+            report_phase("pipeline_target").and_then(|p| p.relay_lag_max_ms),
             " ms",
             |v| v <= 1000.0,
         ),

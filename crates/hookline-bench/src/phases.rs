@@ -61,12 +61,15 @@ pub(crate) struct EdgeRun {
     book: AckBook,
 }
 
-/// The offered rate of the pipeline phase and the capacity estimate it was bounded by (both in the settings).
+/// The offered rates of the two pipeline phases and the capacity estimate that bounds the second (all in the
+/// settings).
 pub(crate) struct PipelineRate {
     /// Requests/s offered.
     pub(crate) rate: f64,
     /// Unique events/s the pipeline was estimated to hold (CPU model).
     pub(crate) capacity: f64,
+    /// Requests/s offered by the `pipeline_target` phase: the target's unique events/s, duplicates on top.
+    pub(crate) target_rate: f64,
 }
 
 /// Phase 1, **Baseline A**: one `webhook_events` row per commit at the load concurrency (pgbench-equivalent), straight
@@ -409,23 +412,18 @@ pub(crate) async fn worker_drain(
     Ok((worker, drain_rate))
 }
 
-/// Phase 6, **Pipeline**: edge + relay + worker at a sustained offered rate (`pipeline_rate`, by default 0.6 × baseline
-/// A bounded by 0.9 × the CPU-model capacity, so the phase measures lag at a rate the pipeline holds rather than an
-/// ever-growing queue): the events/s processed during the load after a ramp (compared with baseline A), the end-to-end
-/// lag (`processed_at − received_at`) and the relay lag. Waits until the worker has settled every stored event. Returns
-/// the rate offered and the capacity estimate.
-pub(crate) async fn pipeline(
-    bench: &mut Bench<'_>,
-    edge: &mut EdgeRun,
-    worker: &mut ChildProcess,
+/// The pipeline's target: unique events per second, as a share of baseline A.
+pub(crate) const PIPELINE_TARGET_SHARE: f64 = 0.3;
+
+/// The offered rates of the two pipeline phases: the target's rate, and the default (or `--pipeline-rate`) rate
+/// that looks for the ceiling, bounded by the capacity estimate.
+pub(crate) fn pipeline_rates(
+    bench: &Bench<'_>,
     a_rate: f64,
     drain_rate: f64,
 ) -> anyhow::Result<PipelineRate> {
-    let (opts, monitor) = (bench.opts, bench.monitor);
-    let dur = opts.duration;
+    let opts = bench.opts;
     let dup = opts.duplicate_share;
-    let olc = opts.open_loop_connections();
-    let pool = &edge.pool;
     let drain_phase = bench
         .phases
         .iter()
@@ -439,11 +437,44 @@ pub(crate) async fn pipeline(
     progress(format!(
         "  pipeline capacity estimate (CPU model): {capacity:.0} events/s"
     ));
+    Ok(PipelineRate {
+        rate,
+        capacity,
+        target_rate: (PIPELINE_TARGET_SHARE * a_rate / (1.0 - dup)).max(1.0),
+    })
+}
+
+/// Phase 6, **Pipeline**: edge + relay + worker at a sustained offered rate, run twice. `pipeline_target` offers
+/// the target's rate (0.3 × baseline A unique events/s, duplicates on top) and answers the target's question:
+/// does the pipeline hold that rate, and with what end-to-end lag. `pipeline` offers more (by default 0.6 ×
+/// baseline A bounded by 0.9 × the CPU-model capacity) and measures the ceiling: what it processes when offered
+/// about as much as it can take — its lag there says how close to the ceiling the rate was, not what a user sees
+/// at a rate the pipeline holds. Each reports the events/s processed during the load after a ramp (compared with
+/// baseline A), the end-to-end lag (`processed_at − received_at`) and the relay lag, and waits until the worker
+/// has settled every stored event.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn pipeline(
+    bench: &mut Bench<'_>,
+    edge: &mut EdgeRun,
+    worker: &mut ChildProcess,
+    key: &str,
+    tag: &str,
+    rate: f64,
+    a_rate: f64,
+) -> anyhow::Result<()> {
+    let (opts, monitor) = (bench.opts, bench.monitor);
+    let dur = opts.duration;
+    let dup = opts.duplicate_share;
+    let olc = opts.open_loop_connections();
+    let pool = &edge.pool;
     let n = opts.cap((rate * dur.as_secs_f64()).ceil() as usize);
     progress(format!(
-        "pipeline: edge + relay + worker, open loop at {rate:.0}/s, {n} deliveries"
+        "{key}: edge + relay + worker, open loop at {rate:.0}/s ({:.0} unique events/s), {n} deliveries",
+        rate * (1.0 - dup)
     ));
-    let plan = Arc::new(bench.factory.plan("pl", n, dup)?);
+    // Each run starts with the relay caught up, as the sweep points do.
+    settle_relay(pool, &mut edge.edge).await?;
+    let plan = Arc::new(bench.factory.plan(tag, n, dup)?);
     let clock = PhaseClock::begin(monitor);
     let load_start = unix_now();
     let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
@@ -462,9 +493,9 @@ pub(crate) async fn pipeline(
     .await?;
     anyhow::ensure!(
         settled == stored_now,
-        "after the pipeline phase the worker settled {settled} of {stored_now} events within 120 s"
+        "after the {key} phase the worker settled {settled} of {stored_now} events within 120 s"
     );
-    let prefix = bench.factory.event_prefix("pl");
+    let prefix = bench.factory.event_prefix(tag);
     let lags: Vec<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM p.processed_at - e.received_at)::float8
          FROM webhook_events e JOIN processed_events p ON p.consumer = 'payments' AND p.event_id = e.id
@@ -491,8 +522,8 @@ pub(crate) async fn pipeline(
     .context("sustained throughput")?;
     let sustained = processed as f64 / (w1 - w0).max(1e-3);
     let mut pipe = edge_phase(
-        "pipeline".into(),
-        format!("pipeline @{rate:.0}/s"),
+        key.into(),
+        format!("{key} @{rate:.0}/s"),
         Some(rate),
         &run,
         cpu,
@@ -512,7 +543,7 @@ pub(crate) async fn pipeline(
         relay_lag.map_or("-".into(), |l| format!("{l:.0}"))
     ));
     bench.phases.push(pipe);
-    Ok(PipelineRate { rate, capacity })
+    Ok(())
 }
 
 /// After the pipeline everything is processed: the queue must be empty too (nothing left to deliver twice later),

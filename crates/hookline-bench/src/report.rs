@@ -147,10 +147,12 @@ pub struct Settings {
     pub relay_sweep_min_age_ms: u64,
     /// Directory of the edge and worker binaries.
     pub bin_dir: PathBuf,
-    /// Offered rate of the pipeline phase (requests/s).
+    /// Offered rate of the `pipeline` (ceiling) phase (requests/s).
     pub pipeline_rate: Option<f64>,
     /// Unique events/s the pipeline was estimated to hold (CPU model), which bounds the default rate.
     pub pipeline_capacity_estimate: Option<f64>,
+    /// Offered rate of the `pipeline_target` phase (requests/s): 0.3 × baseline A unique events/s.
+    pub pipeline_target_rate: Option<f64>,
 }
 
 /// Everything a run produced.
@@ -217,11 +219,18 @@ pub fn render_table(r: &Report) -> String {
         s.edge_workers, s.edge_db_max_connections, s.worker_prefetch, s.worker_concurrency,
         s.worker_db_max_connections, s.relay_batch_size, s.relay_sweep_interval_ms, s.relay_sweep_min_age_ms
     );
+    if let Some(target) = s.pipeline_target_rate {
+        let _ = writeln!(
+            out,
+            "pipeline_target offered {target:.0} requests/s: 0.3 × baseline A unique events/s (the target's rate), \
+             duplicates on top"
+        );
+    }
     if let (Some(rate), Some(cap)) = (s.pipeline_rate, s.pipeline_capacity_estimate) {
         let _ = writeln!(
             out,
-            "pipeline offered {rate:.0} requests/s: min(0.6 × baseline A, 0.9 × estimated capacity {cap:.0} events/s \
-             / unique share), unless --pipeline-rate"
+            "pipeline offered {rate:.0} requests/s (the ceiling): min(0.6 × baseline A, 0.9 × estimated capacity \
+             {cap:.0} events/s / unique share), unless --pipeline-rate"
         );
     }
     let _ = writeln!(out);

@@ -49,6 +49,7 @@ async fn quick_pipeline_run_is_correct() {
         "baseline_worker_tx",
         "edge_max",
         "worker_drain",
+        "pipeline_target",
         "pipeline",
     ] {
         let p = report
