@@ -117,6 +117,7 @@ pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> a
         cfg.worker.db_max_connections,
         stored_ids.len()
     ));
+    crate::fresh_checkpoint(&env.baseline_db_url).await;
     let b = baseline::worker_transaction(
         &env.baseline_db_url,
         cfg,
@@ -174,6 +175,7 @@ pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
     ];
     for (key, label, unit, clients, baseline) in runs {
         progress(format!("{label}: {clients} clients, {:?}", opts.duration));
+        crate::fresh_checkpoint(&env.baseline_db_url).await;
         let cpu0 = bench.monitor.snapshot();
         let started = std::time::Instant::now();
         let (url, dur, dir) = (env.baseline_db_url.clone(), opts.duration, dir.clone());
@@ -191,7 +193,8 @@ pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
                     elapsed: started.elapsed(),
                     latency: None,
                     errors: r.failed,
-                    cpu: bench.monitor.usage(&cpu0, &cpu1),
+                    // pgbench is this process's child, reaped before `cpu1`: its CPU is the load generator's.
+                    cpu: bench.monitor.usage_with_reaped_children(&cpu0, &cpu1),
                     exhausted: false,
                     started_unix: 0.0,
                 };
@@ -265,11 +268,12 @@ pub(crate) async fn edge_max(
     progress(format!(
         "edge max: closed loop, {conc} connections, {dur:?} ({n} prepared deliveries)"
     ));
+    crate::fresh_checkpoint(&bench.env.db_url).await;
     let clock = PhaseClock::begin(monitor);
     let run = load::closed_loop(&edge.target, plan.clone(), conc, dur).await?;
     let (cpu, rss, end) = clock.end(monitor);
     edge.book.record(&plan, &run);
-    let max_phase = edge_phase(
+    let mut max_phase = edge_phase(
         "edge_max".into(),
         format!("edge max c={conc}"),
         None,
@@ -279,6 +283,7 @@ pub(crate) async fn edge_max(
         edge.lag.max_ms(clock.start, end),
         a_rate,
     );
+    max_phase.pg_writes = edge.lag.pg_writes(clock.start, end);
     let edge_max = max_phase.throughput_per_s;
     progress(format!("  {edge_max:.0} acks/s"));
     bench.phases.push(max_phase);
@@ -308,11 +313,12 @@ pub(crate) async fn latency_sweep(
         // show up as this phase's relay lag or CPU.
         settle_relay(&edge.pool, &mut edge.edge).await?;
         let plan = Arc::new(bench.factory.plan(&format!("o{pct}"), n, dup)?);
+        crate::fresh_checkpoint(&bench.env.db_url).await;
         let clock = PhaseClock::begin(monitor);
         let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
         let (cpu, rss, end) = clock.end(monitor);
         edge.book.record(&plan, &run);
-        let p = edge_phase(
+        let mut p = edge_phase(
             format!("edge_open_{pct}"),
             format!("edge open {pct}% of max"),
             Some(rate),
@@ -322,6 +328,7 @@ pub(crate) async fn latency_sweep(
             edge.lag.max_ms(clock.start, end),
             a_rate,
         );
+        p.pg_writes = edge.lag.pg_writes(clock.start, end);
         if let Some(l) = &p.latency {
             progress(format!(
                 "  p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
@@ -352,6 +359,7 @@ pub(crate) async fn worker_drain(
         "worker drain: {backlog} stored events, {depth} messages on {}",
         env.topology.payments_queue
     ));
+    crate::fresh_checkpoint(&env.db_url).await;
     let clock = PhaseClock::begin(monitor);
     let spawned_unix = unix_now();
     let mut worker = ChildProcess::spawn(
@@ -365,7 +373,7 @@ pub(crate) async fn worker_drain(
     let drain_timeout =
         Duration::from_secs_f64((backlog as f64 / (b_rate * 0.2).max(1.0)).max(120.0));
     let settled = wait_count(pool, SETTLED, backlog, drain_timeout, Some(&mut worker)).await?;
-    let (cpu, rss, _) = clock.end(monitor);
+    let (cpu, rss, drain_end) = clock.end(monitor);
     anyhow::ensure!(
         settled == backlog,
         "the worker settled {settled} of {backlog} events within {drain_timeout:?}"
@@ -408,6 +416,7 @@ pub(crate) async fn worker_drain(
         cpu_per_1k: CpuPer1k::new(&cpu, n as u64),
         cpu,
         rss,
+        pg_writes: edge.lag.pg_writes(clock.start, drain_end),
     });
     Ok((worker, drain_rate))
 }
@@ -475,6 +484,7 @@ pub(crate) async fn pipeline(
     // Each run starts with the relay caught up, as the sweep points do.
     settle_relay(pool, &mut edge.edge).await?;
     let plan = Arc::new(bench.factory.plan(tag, n, dup)?);
+    crate::fresh_checkpoint(&bench.env.db_url).await;
     let clock = PhaseClock::begin(monitor);
     let load_start = unix_now();
     let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
@@ -535,6 +545,7 @@ pub(crate) async fn pipeline(
     pipe.throughput_per_s = sustained;
     pipe.ratio = Some(sustained / a_rate.max(1e-9));
     pipe.e2e_lag = Latency::from_secs(&lags);
+    pipe.pg_writes = edge.lag.pg_writes(clock.start, end);
     pipe.cpu_per_1k = CpuPer1k::new(&cpu, pipe.events);
     progress(format!(
         "  {sustained:.0} events/s processed; end-to-end p99 {} ms; relay lag max {} ms",

@@ -4,7 +4,15 @@
 //! worker children by pid, PostgreSQL (every process named `postgres`: postmaster and backends, counted process
 //! by process), RabbitMQ (the Erlang VM `beam.smp` and its helpers), and the benchmark itself (the load
 //! generator). PostgreSQL's figure covers the whole server, so other clients running at the same time inflate
-//! it: run on an otherwise idle machine. Machine-wide busy time
+//! it: run on an otherwise idle machine.
+//!
+//! A process that exits between two readings cannot be read at the second one. For the groups (PostgreSQL,
+//! RabbitMQ) its time is recovered from its parent: a reaped child's whole lifetime is added to the parent's
+//! `cutime + cstime` (fields 16 and 17), so a member's reading is its own plus its reaped children's ticks, and
+//! what a member that exited had already used at the first reading is subtracted (see [`group_delta`]). Without
+//! this, the backends of a client that disconnects before the phase ends — pgbench's, every one of them — were
+//! billed to "other". The same counter gives the benchmark's child processes (pgbench) to the bench column.
+//! Machine-wide busy time
 //! comes from the first line of `/proc/stat`, so the table can say whether the box was saturated.
 //!
 //! Memory: `VmHWM` (peak resident set) from `/proc/PID/status`. Writing `5` to `/proc/PID/clear_refs` resets the
@@ -30,26 +38,35 @@ pub fn clock_ticks_per_sec() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// `(comm, utime + stime)` of one process, or `None` if it is gone.
-fn stat(pid: u32) -> Option<(String, u64)> {
+/// One process's CPU ticks: its own (`utime + stime`) and those of its children it has reaped
+/// (`cutime + cstime`: each reaped child's whole lifetime, its own reaped children included).
+#[derive(Debug, Clone, Copy, Default)]
+struct Ticks {
+    own: u64,
+    children: u64,
+}
+
+/// `(comm, ticks)` of one process, or `None` if it is gone.
+fn stat(pid: u32) -> Option<(String, Ticks)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // comm is in parentheses and may itself contain spaces or parentheses: split at the last ')'.
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text[open + 1..close].to_string();
     let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    // fields[0] is field 3 (state), so utime (14) and stime (15) are at 11 and 12.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+    // fields[0] is field 3 (state), so utime, stime, cutime, cstime (14–17) are at 11–14.
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let own = field(11)? + field(12)?;
+    let children = field(13).unwrap_or(0) + field(14).unwrap_or(0);
+    Some((comm, Ticks { own, children }))
 }
 
-/// CPU ticks (user + system) consumed so far by `pid`.
+/// CPU ticks (user + system) consumed so far by `pid` itself.
 pub fn process_ticks(pid: u32) -> Option<u64> {
-    stat(pid).map(|(_, t)| t)
+    stat(pid).map(|(_, t)| t.own)
 }
 
-/// Ticks of every live process whose command name is in `names`, by pid.
+/// Ticks of every live process whose command name is in `names`, by pid: its own plus its reaped children's.
 fn ticks_by_comm(names: &[&str]) -> HashMap<u32, u64> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return HashMap::new();
@@ -58,17 +75,28 @@ fn ticks_by_comm(names: &[&str]) -> HashMap<u32, u64> {
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
         .filter_map(|pid| stat(pid).map(|s| (pid, s)))
         .filter(|(_, (comm, _))| names.contains(&comm.as_str()))
-        .map(|(pid, (_, t))| (pid, t))
+        .map(|(pid, (_, t))| (pid, t.own + t.children))
         .collect()
 }
 
-/// Ticks a group of processes used between two readings, process by process: a process that started in
-/// between counts from zero, one that exited in between is lost (its last ticks cannot be read). Summing the
-/// groups first would be wrong: a backend that exits would subtract its whole lifetime.
+/// Ticks a group of processes used between two readings (each reading: own + reaped children's ticks, by pid).
+///
+/// Process by process: one that started in between counts from zero. One that exited in between cannot be read
+/// at `b`, but its parent — a member of the group: PostgreSQL's backends are the postmaster's children — reaped
+/// it, and its whole lifetime is in the parent's delta; what it had used at `a` belongs to earlier windows and is
+/// subtracted. Summing the groups first would be wrong (a pid's reading is not comparable across processes).
+/// A child not yet reaped at `b` is counted in the window that reaps it.
 fn group_delta(a: &HashMap<u32, u64>, b: &HashMap<u32, u64>) -> u64 {
-    b.iter()
+    let grown: u64 = b
+        .iter()
         .map(|(pid, t)| t.saturating_sub(a.get(pid).copied().unwrap_or(0)))
-        .sum()
+        .sum();
+    let gone: u64 = a
+        .iter()
+        .filter(|(pid, _)| !b.contains_key(pid))
+        .map(|(_, t)| *t)
+        .sum();
+    grown.saturating_sub(gone)
 }
 
 /// Machine-wide `(busy, total)` ticks from `/proc/stat` (idle and iowait count as not busy).
@@ -111,6 +139,7 @@ pub struct CpuSnapshot {
     postgres: HashMap<u32, u64>,
     rabbitmq: HashMap<u32, u64>,
     bench: u64,
+    bench_children: u64,
     busy: u64,
     total: u64,
 }
@@ -198,6 +227,9 @@ impl Monitor {
             postgres: ticks_by_comm(&["postgres"]),
             rabbitmq: ticks_by_comm(&["beam.smp", "erl_child_setup", "epmd", "inet_gethost"]),
             bench: process_ticks(std::process::id()).unwrap_or(0),
+            bench_children: stat(std::process::id())
+                .map(|(_, t)| t.children)
+                .unwrap_or(0),
             busy,
             total,
         }
@@ -205,6 +237,17 @@ impl Monitor {
 
     /// CPU seconds per component between `a` and `b`.
     pub fn usage(&self, a: &CpuSnapshot, b: &CpuSnapshot) -> CpuUsage {
+        self.usage_inner(a, b, false)
+    }
+
+    /// As [`Monitor::usage`], with the CPU of the benchmark's child processes that exited and were reaped
+    /// between `a` and `b` (an external load generator such as pgbench) counted as the benchmark's own. Only for
+    /// windows in which no measured child (edge, worker) is reaped: its lifetime would be billed to the bench.
+    pub fn usage_with_reaped_children(&self, a: &CpuSnapshot, b: &CpuSnapshot) -> CpuUsage {
+        self.usage_inner(a, b, true)
+    }
+
+    fn usage_inner(&self, a: &CpuSnapshot, b: &CpuSnapshot, reaped_children: bool) -> CpuUsage {
         let s = |x: u64, y: u64| y.saturating_sub(x) as f64 / self.ticks_per_sec;
         let opt = |x: Option<u64>, y: Option<u64>| match (x, y) {
             (Some(x), Some(y)) => Some(s(x, y)),
@@ -216,7 +259,10 @@ impl Monitor {
         let worker_s = opt(a.worker, b.worker);
         let postgres_s = s(0, group_delta(&a.postgres, &b.postgres));
         let rabbitmq_s = s(0, group_delta(&a.rabbitmq, &b.rabbitmq));
-        let bench_s = s(a.bench, b.bench);
+        let mut bench_s = s(a.bench, b.bench);
+        if reaped_children {
+            bench_s += s(a.bench_children, b.bench_children);
+        }
         let known =
             edge_s.unwrap_or(0.0) + worker_s.unwrap_or(0.0) + postgres_s + rabbitmq_s + bench_s;
         CpuUsage {
@@ -295,5 +341,17 @@ mod tests {
         let b = m.snapshot();
         let u = m.usage(&a, &b);
         assert!(u.bench_s >= 0.0 && u.edge_s.is_none());
+    }
+
+    #[test]
+    fn a_member_that_exited_counts_only_its_time_after_the_first_reading() {
+        // pid 1 = the parent; pid 2 exited between the readings having used 30 ticks at `a` and 50 in its life
+        // (its 50 are in the parent's reaped-children count at `b`); pid 3 started after `a`.
+        let a = HashMap::from([(1, 100), (2, 30)]);
+        let b = HashMap::from([(1, 100 + 5 + 50), (3, 7)]);
+        assert_eq!(group_delta(&a, &b), 5 + (50 - 30) + 7);
+        // A member gone but not yet reaped: nothing is invented, the window is not negative.
+        let b = HashMap::from([(1, 100)]);
+        assert_eq!(group_delta(&a, &b), 0);
     }
 }

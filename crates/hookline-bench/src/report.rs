@@ -93,6 +93,20 @@ pub struct PhaseReport {
     pub cpu_per_1k: CpuPer1k,
     /// Peak RSS of the children during the phase.
     pub rss: RssPeaks,
+    /// PostgreSQL's checkpoints and backend writes during the phase (edge, drain and pipeline phases).
+    pub pg_writes: Option<PgWrites>,
+}
+
+/// PostgreSQL's writes of dirty pages during a phase, from `pg_stat_bgwriter`. A checkpoint (every
+/// `checkpoint_timeout`, or sooner when `max_wal_size` of WAL was written) flushes every dirty page while the
+/// phase runs; backends that write pages themselves (`buffers_backend`) found no clean buffer — `shared_buffers`
+/// too small for the working set. Either shows up as latency the product's code did not cause.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PgWrites {
+    /// Checkpoints started during the phase.
+    pub checkpoints: u64,
+    /// Buffers written by backends themselves.
+    pub backend_writes: u64,
 }
 
 /// One of the issue's targets. Informational: a missed target does not fail the run.
@@ -301,6 +315,23 @@ pub fn render_table(r: &Report) -> String {
          transactions (B), 200 answers incl. duplicates (edge), processed events (drain, pipeline). * = input ran out early.\n\
          CPU: pg = every PostgreSQL process, bench = this process (load generator / baseline client), other = the rest of \
          the machine (non-zero = the phase shared the machine with something else); busy = machine-wide CPU use."
+    );
+    let with_checkpoints: Vec<String> = r
+        .phases
+        .iter()
+        .filter_map(|p| {
+            let w = p.pg_writes?;
+            (w.checkpoints > 0).then(|| format!("{} ({})", p.label, w.checkpoints))
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "PostgreSQL checkpoints during a phase (its dirty pages written while the phase runs; latency rises): {}",
+        if with_checkpoints.is_empty() {
+            "none in the edge, drain and pipeline phases".to_string()
+        } else {
+            with_checkpoints.join(", ")
+        }
     );
     let _ = writeln!(
         out,
