@@ -117,6 +117,16 @@ fn machine_ticks() -> (u64, u64) {
     (total.saturating_sub(idle), total)
 }
 
+/// Microseconds during which at least one task was stalled on I/O (`some total` of `/proc/pressure/io`, Linux
+/// ≥ 4.20 with PSI); `None` where the kernel does not expose it.
+fn io_stall_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/io").ok()?;
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))
+        .and_then(|t| t.parse().ok())
+}
+
 /// Peak resident set (`VmHWM`) of `pid` in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -140,6 +150,7 @@ pub struct CpuSnapshot {
     rabbitmq: HashMap<u32, u64>,
     bench: u64,
     bench_children: u64,
+    io_stall_us: Option<u64>,
     busy: u64,
     total: u64,
 }
@@ -164,6 +175,10 @@ pub struct CpuUsage {
     pub other_s: f64,
     /// Machine-wide busy share of all cores, 0–100.
     pub machine_busy_pct: f64,
+    /// Share of the wall time during which some task waited on the disk (PSI `io some`), 0–100. PostgreSQL's
+    /// commits wait for fsync: a phase with a high value measured the disk (a shared virtual disk's bad
+    /// moment), not the code. `None` without PSI.
+    pub io_stall_pct: Option<f64>,
 }
 
 /// Pids of the children being measured (0 = not running) and the peaks seen so far.
@@ -230,6 +245,7 @@ impl Monitor {
             bench_children: stat(std::process::id())
                 .map(|(_, t)| t.children)
                 .unwrap_or(0),
+            io_stall_us: io_stall_us(),
             busy,
             total,
         }
@@ -265,8 +281,15 @@ impl Monitor {
         }
         let known =
             edge_s.unwrap_or(0.0) + worker_s.unwrap_or(0.0) + postgres_s + rabbitmq_s + bench_s;
+        let wall_s = b.at.duration_since(a.at).as_secs_f64();
+        let io_stall_pct = match (a.io_stall_us, b.io_stall_us) {
+            (Some(x), Some(y)) if wall_s > 0.0 => {
+                Some((100.0 * y.saturating_sub(x) as f64 / 1e6 / wall_s).min(100.0))
+            }
+            _ => None,
+        };
         CpuUsage {
-            wall_s: b.at.duration_since(a.at).as_secs_f64(),
+            wall_s,
             edge_s,
             worker_s,
             postgres_s,
@@ -279,6 +302,7 @@ impl Monitor {
             } else {
                 100.0 * b.busy.saturating_sub(a.busy) as f64 / total as f64
             },
+            io_stall_pct,
         }
     }
 

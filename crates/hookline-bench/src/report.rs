@@ -249,13 +249,13 @@ pub fn render_table(r: &Report) -> String {
     }
     let _ = writeln!(out);
     let header = format!(
-        "{:<30} {:>9} {:>9} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5}",
+        "{:<30} {:>9} {:>9} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}",
         "phase", "offered/s", "thrpt/s", "×base", "p50 ms", "p99 ms", "p99.9 ms", "e2e p50", "e2e p99",
-        "relay", "RSS MiB", "errors", "events", "edge", "worker", "pg", "rabbit", "bench", "other", "busy"
+        "relay", "RSS MiB", "errors", "events", "edge", "worker", "pg", "rabbit", "bench", "other", "busy", "io"
     );
     let _ = writeln!(
         out,
-        "{:<30} {:>9} {:>9} {:>6} {:>24} {:>15} {:>7} {:>11} {:>14} | {:>41} {:>5}",
+        "{:<30} {:>9} {:>9} {:>6} {:>24} {:>15} {:>7} {:>11} {:>14} | {:>41} {:>11}",
         "",
         "",
         "",
@@ -286,7 +286,7 @@ pub fn render_table(r: &Report) -> String {
         let c = &p.cpu_per_1k;
         let _ = writeln!(
             out,
-            "{:<30} {:>9} {:>9.0} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5.0}",
+            "{:<30} {:>9} {:>9.0} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5.0} {:>5}",
             format!("{}{}", p.label, if p.exhausted { "*" } else { "" }),
             opt(p.offered_per_s, 0),
             p.throughput_per_s,
@@ -307,6 +307,7 @@ pub fn render_table(r: &Report) -> String {
             opt(Some(c.bench), 3),
             opt(Some(c.other), 3),
             p.cpu.machine_busy_pct,
+            opt(p.cpu.io_stall_pct, 0),
         );
     }
     let _ = writeln!(
@@ -314,7 +315,8 @@ pub fn render_table(r: &Report) -> String {
         "×base: throughput / baseline (A = one row per commit, B = worker transaction); thrpt counts commits (A), \
          transactions (B), 200 answers incl. duplicates (edge), processed events (drain, pipeline). * = input ran out early.\n\
          CPU: pg = every PostgreSQL process, bench = this process (load generator / baseline client), other = the rest of \
-         the machine (non-zero = the phase shared the machine with something else); busy = machine-wide CPU use."
+         the machine (non-zero = the phase shared the machine with something else); busy = machine-wide CPU use;\n\
+         io = share of the phase some task waited on the disk (PSI; high = the disk, not the code, set the latency)."
     );
     let with_checkpoints: Vec<String> = r
         .phases
