@@ -183,27 +183,34 @@ impl LagSampler {
         LagSampler { samples, task }
     }
 
-    /// Largest lag sampled between `from` and `to`, in ms.
-    fn max_ms(&self, from: Instant, to: Instant) -> Option<f64> {
+    /// What was sampled between `from` and `to`: the largest relay lag and PostgreSQL's writes (first and last
+    /// sample inside the window).
+    fn window(&self, from: Instant, to: Instant) -> LagWindow {
         let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
-        samples
+        let inside: Vec<&LagSample> = samples
             .iter()
             .filter(|x| x.at >= from && x.at <= to)
-            .map(|x| x.lag_s * 1000.0)
-            .reduce(f64::max)
+            .collect();
+        let (first, last) = match (inside.first(), inside.last()) {
+            (Some(f), Some(l)) => (f, l),
+            _ => return LagWindow::default(),
+        };
+        LagWindow {
+            relay_lag_max_ms: inside.iter().map(|x| x.lag_s * 1000.0).reduce(f64::max),
+            pg_writes: Some(PgWrites {
+                checkpoints: u64::try_from(last.checkpoints - first.checkpoints).unwrap_or(0),
+                backend_writes: u64::try_from(last.backend_writes - first.backend_writes)
+                    .unwrap_or(0),
+            }),
+        }
     }
+}
 
-    /// PostgreSQL's own writes between `from` and `to` (first and last sample inside the window).
-    fn pg_writes(&self, from: Instant, to: Instant) -> Option<PgWrites> {
-        let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
-        let mut inside = samples.iter().filter(|x| x.at >= from && x.at <= to);
-        let first = *inside.next()?;
-        let last = inside.next_back().copied().unwrap_or(first);
-        Some(PgWrites {
-            checkpoints: u64::try_from(last.checkpoints - first.checkpoints).unwrap_or(0),
-            backend_writes: u64::try_from(last.backend_writes - first.backend_writes).unwrap_or(0),
-        })
-    }
+/// [`LagSampler`]'s readings over one phase.
+#[derive(Debug, Clone, Copy, Default)]
+struct LagWindow {
+    relay_lag_max_ms: Option<f64>,
+    pg_writes: Option<PgWrites>,
 }
 
 impl Drop for LagSampler {
@@ -304,7 +311,7 @@ fn edge_phase(
     run: &RunResult,
     cpu: CpuUsage,
     rss: RssPeaks,
-    relay_lag_max_ms: Option<f64>,
+    lag: LagWindow,
     baseline_a: f64,
 ) -> PhaseReport {
     let acked: Vec<&load::Sample> = run
@@ -334,13 +341,13 @@ fn edge_phase(
         latency: Latency::from_micros(&mut lat),
         service_latency: offered.and_then(|_| Latency::from_micros(&mut svc)),
         e2e_lag: None,
-        relay_lag_max_ms,
+        relay_lag_max_ms: lag.relay_lag_max_ms,
         errors: (run.samples.len() - acked.len()) as u64,
         exhausted: run.exhausted,
         cpu_per_1k: CpuPer1k::new(&cpu, acked.len() as u64),
         cpu,
         rss,
-        pg_writes: None,
+        pg_writes: lag.pg_writes,
     }
 }
 

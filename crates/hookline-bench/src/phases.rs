@@ -273,17 +273,16 @@ pub(crate) async fn edge_max(
     let run = load::closed_loop(&edge.target, plan.clone(), conc, dur).await?;
     let (cpu, rss, end) = clock.end(monitor);
     edge.book.record(&plan, &run);
-    let mut max_phase = edge_phase(
+    let max_phase = edge_phase(
         "edge_max".into(),
         format!("edge max c={conc}"),
         None,
         &run,
         cpu,
         rss,
-        edge.lag.max_ms(clock.start, end),
+        edge.lag.window(clock.start, end),
         a_rate,
     );
-    max_phase.pg_writes = edge.lag.pg_writes(clock.start, end);
     let edge_max = max_phase.throughput_per_s;
     progress(format!("  {edge_max:.0} acks/s"));
     bench.phases.push(max_phase);
@@ -318,17 +317,16 @@ pub(crate) async fn latency_sweep(
         let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
         let (cpu, rss, end) = clock.end(monitor);
         edge.book.record(&plan, &run);
-        let mut p = edge_phase(
+        let p = edge_phase(
             format!("edge_open_{pct}"),
             format!("edge open {pct}% of max"),
             Some(rate),
             &run,
             cpu,
             rss,
-            edge.lag.max_ms(clock.start, end),
+            edge.lag.window(clock.start, end),
             a_rate,
         );
-        p.pg_writes = edge.lag.pg_writes(clock.start, end);
         if let Some(l) = &p.latency {
             progress(format!(
                 "  p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
@@ -416,7 +414,7 @@ pub(crate) async fn worker_drain(
         cpu_per_1k: CpuPer1k::new(&cpu, n as u64),
         cpu,
         rss,
-        pg_writes: edge.lag.pg_writes(clock.start, drain_end),
+        pg_writes: edge.lag.window(clock.start, drain_end).pg_writes,
     });
     Ok((worker, drain_rate))
 }
@@ -491,7 +489,7 @@ pub(crate) async fn pipeline(
     let load_end = unix_now();
     let (cpu, rss, end) = clock.end(monitor);
     edge.book.record(&plan, &run);
-    let relay_lag = edge.lag.max_ms(clock.start, end);
+    let lag = edge.lag.window(clock.start, end);
     let stored_now = count(pool, STORED).await?;
     let settled = wait_count(
         pool,
@@ -538,20 +536,20 @@ pub(crate) async fn pipeline(
         &run,
         cpu,
         rss,
-        relay_lag,
+        lag,
         a_rate,
     );
     pipe.unit = "events";
     pipe.throughput_per_s = sustained;
     pipe.ratio = Some(sustained / a_rate.max(1e-9));
     pipe.e2e_lag = Latency::from_secs(&lags);
-    pipe.pg_writes = edge.lag.pg_writes(clock.start, end);
     pipe.cpu_per_1k = CpuPer1k::new(&cpu, pipe.events);
     progress(format!(
         "  {sustained:.0} events/s processed; end-to-end p99 {} ms; relay lag max {} ms",
         pipe.e2e_lag
             .map_or("-".into(), |l| format!("{:.1}", l.p99_ms)),
-        relay_lag.map_or("-".into(), |l| format!("{l:.0}"))
+        lag.relay_lag_max_ms
+            .map_or("-".into(), |l| format!("{l:.0}"))
     ));
     bench.phases.push(pipe);
     Ok(())
