@@ -882,7 +882,7 @@ async fn a_dead_letter_is_redriven_from_the_console_with_the_cli_engine_and_audi
     let console = p.edge.console.clone().expect("the console listens");
     let worker = p.spawn_worker();
     let bad = stripe::payment_intent("evt_console_bad", "succeeded", "pi_console_bad", -500);
-    assert_eq!(p.edge.post_stripe(&bad).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&bad).await, 200);
     wait_for_count(
         &pool,
         DRAIN,

@@ -136,9 +136,9 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
     let delivery = hookline_worker::spawn_delivery(&p.config, pool.clone(), &supervisor, &cancel)
         .expect("delivery");
 
-    let answers = join_all(inbound().iter().map(|body| p.edge.post_stripe(body))).await;
+    let answers = join_all(inbound().iter().map(|body| p.edge.deliver_stripe(body))).await;
     for a in &answers {
-        assert_eq!(a.status().as_u16(), 200, "the edge stored every event");
+        assert_eq!(*a, 200, "the edge stored every event");
     }
     p.drain(WAIT).await;
 

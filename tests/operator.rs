@@ -64,7 +64,7 @@ async fn post_many(p: &TestPipeline, n: usize, prefix: &str) {
                 &format!("pi_{prefix}_{i}"),
                 1_000 + i as i64,
             );
-            p.edge.post_stripe(&body).await.status().as_u16()
+            p.edge.deliver_stripe(&body).await
         })
         .buffer_unordered(32)
         .collect()

@@ -92,7 +92,7 @@ async fn two_workers_never_double_apply() {
     });
     let results = join_all(posts.map(|(body, _)| {
         let p = p.clone();
-        async move { p.edge.post_stripe(&body).await.status().as_u16() }
+        async move { p.edge.deliver_stripe(&body).await }
     }))
     .await;
     assert!(results.iter().all(|s| *s == 200), "{results:?}");
@@ -138,7 +138,7 @@ async fn early_refund_and_dispute_are_parked_then_applied() {
             "lost",
         ),
     ] {
-        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     }
     p.drain(DRAIN).await;
     assert_eq!(
@@ -160,7 +160,7 @@ async fn early_refund_and_dispute_are_parked_then_applied() {
     );
 
     let body = stripe::payment_intent("evt_early_ok", "succeeded", "pi_early", 10_000);
-    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     p.drain(DRAIN).await;
     assert_eq!(assert_ledger_balanced(pool).await, 3);
     let kinds: Vec<(String, String)> =
@@ -200,7 +200,7 @@ async fn invoice_cycle_charged_once_and_unknown_types_ignored() {
         stripe::invoice_paid("evt_inv_3", "in_2", "sub_1", 1_769_904_000, 4_990),
         br#"{"id":"evt_cust","type":"customer.created","data":{"object":{"id":"cus_1"}}}"#.to_vec(),
     ] {
-        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     }
     p.drain(DRAIN).await;
     let pool = p.pool();
@@ -228,9 +228,9 @@ async fn invalid_amount_is_dead_lettered_with_reason() {
     let p = TestPipeline::start().await;
     let worker = p.spawn_worker();
     let bad = stripe::payment_intent("evt_bad_amount", "succeeded", "pi_bad", -500);
-    assert_eq!(p.edge.post_stripe(&bad).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&bad).await, 200);
     let good = stripe::payment_intent("evt_good_after", "succeeded", "pi_good", 700);
-    assert_eq!(p.edge.post_stripe(&good).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&good).await, 200);
     p.drain(DRAIN).await;
     let pool = p.pool();
     let reason: String = sqlx::query_scalar("SELECT reason FROM dead_letters")
@@ -286,7 +286,7 @@ async fn poison_message_reaches_dlq_after_delivery_limit() {
         attempts: attempts.clone(),
     });
     let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
-    assert_eq!(p.edge.post_stripe(&poison).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&poison).await, 200);
     for i in 0..10 {
         let body = stripe::payment_intent(
             &format!("evt_flow_{i}"),
@@ -294,7 +294,7 @@ async fn poison_message_reaches_dlq_after_delivery_limit() {
             &format!("pi_flow_{i}"),
             100,
         );
-        assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     }
     let dlq = p.topology().dead_letter_queue;
     wait_until(DRAIN, "poison message in the DLQ", || async {
@@ -337,7 +337,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
         .unwrap();
     let ch = conn.create_channel().await.unwrap();
     let first = stripe::payment_intent("evt_routable", "succeeded", "pi_routable", 100);
-    assert_eq!(p.edge.post_stripe(&first).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&first).await, 200);
     p.drain(DRAIN).await;
     warmup.stop().await;
     ch.queue_unbind(
@@ -350,7 +350,7 @@ async fn unroutable_publish_stays_in_outbox_until_routable() {
     .unwrap();
 
     let body = stripe::payment_intent("evt_unroutable", "succeeded", "pi_unroutable", 100);
-    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     let metrics_url = format!("{}/metrics", p.edge.base);
     wait_until(DRAIN, "the relay saw the message returned", || async {
         let text = p
@@ -403,7 +403,7 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
             &format!("pi_out_{i}"),
             100 + i,
         );
-        assert_eq!(edge.post_stripe(&body).await.status(), 200);
+        assert_eq!(edge.deliver_stripe(&body).await, 200);
     }
     assert_eq!(
         scalar(&edge.db.pool, "SELECT count(*) FROM event_outbox").await,
@@ -456,7 +456,7 @@ async fn concurrent_sweepers_publish_each_row_once() {
             &format!("pi_sw_{i}"),
             100,
         );
-        assert_eq!(edge.post_stripe(&body).await.status(), 200);
+        assert_eq!(edge.deliver_stripe(&body).await, 200);
     }
     let p = TestPipeline { edge, config, toml };
     let relay = |name: &str| test_relay(&p, Duration::ZERO, name);
@@ -492,7 +492,7 @@ async fn fast_path_skips_events_the_sweeper_already_published() {
             &format!("pi_fs_{i}"),
             100,
         );
-        edge_ref.post_stripe(&body).await.status()
+        edge_ref.deliver_stripe(&body).await
     };
     for status in join_all((0..30).map(post)).await {
         assert_eq!(status, 200);
@@ -503,7 +503,7 @@ async fn fast_path_skips_events_the_sweeper_already_published() {
     assert_eq!(relay(Duration::ZERO).sweep().await.expect("sweep"), 30);
     // One more event, that only the fast path will publish (this relay's sweeper waits an hour).
     let last = stripe::payment_intent("evt_fs_last", "succeeded", "pi_fs_last", 100);
-    assert_eq!(p.edge.post_stripe(&last).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&last).await, 200);
     let stored: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
         "SELECT id, provider, provider_event_id, event_type FROM webhook_events ORDER BY id",
     )

@@ -52,7 +52,7 @@ async fn killed_after_commit_before_ack_applies_once() {
         &[("FAILPOINTS", "worker.after_commit=sleep(60000)")],
     );
     let body = stripe::payment_intent("evt_w1", "succeeded", "pi_w1", 5_000);
-    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     let pool = p.pool().clone();
     wait_until(WAIT, "the worker committed", || {
         let pool = pool.clone();
@@ -102,7 +102,7 @@ async fn killed_inside_transaction_applies_once() {
         &[("FAILPOINTS", "worker.before_commit=sleep(60000)")],
     );
     let body = stripe::payment_intent("evt_w2", "succeeded", "pi_w2", 5_000);
-    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     let pool = p.pool().clone();
     wait_worker_in_transaction(&p, "the worker holds an open transaction").await;
     assert_eq!(
@@ -135,7 +135,7 @@ async fn sigterm_finishes_in_flight_work_then_exits() {
         &[("FAILPOINTS", "worker.before_commit=sleep(1500)")],
     );
     let body = stripe::payment_intent("evt_term", "succeeded", "pi_term", 5_000);
-    assert_eq!(p.edge.post_stripe(&body).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     let pool = p.pool().clone();
     wait_worker_in_transaction(&p, "the worker is inside its transaction").await;
     let pid = worker.0.id().to_string();
@@ -196,7 +196,7 @@ async fn later_batches_never_acknowledge_an_earlier_delivery_still_in_flight() {
         &[],
     );
     let held = stripe::payment_intent("evt_held", "succeeded", "pi_held", 5_000);
-    assert_eq!(p.edge.post_stripe(&held).await.status(), 200);
+    assert_eq!(p.edge.deliver_stripe(&held).await, 200);
     wait_until(
         WAIT,
         "the worker waits for the held payment's lock",

@@ -3,7 +3,7 @@
 //! Isolation: every test gets its own database `hookline_test_<uuid>` (and, from the worker stage on, its own
 //! RabbitMQ name prefix), so tests run in parallel. Set `HOOKLINE_TEST_PG` to point at another server.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hookline_core::Config;
 use secrecy::SecretString;
@@ -254,6 +254,23 @@ impl TestEdge {
     pub async fn post_stripe(&self, body: &[u8]) -> reqwest::Response {
         let headers = stripe_headers(secrets::STRIPE, now(), body);
         self.post("stripe", "", &headers, body.to_vec()).await
+    }
+
+    /// Delivers a Stripe-style event the way Stripe does: a 503 (the edge's "retry me", e.g. when a disk stall
+    /// outlasts `edge.db_timeout_ms`) is followed by the same event, freshly signed, after a growing pause; up
+    /// to 8 attempts. Returns the last status, so a test asserting 200 still fails when the edge keeps refusing
+    /// or answers anything else. Tests of the edge's own answers use [`TestEdge::post_stripe`].
+    pub async fn deliver_stripe(&self, body: &[u8]) -> u16 {
+        let mut pause = Duration::from_millis(100);
+        for _ in 1..8 {
+            let status = self.post_stripe(body).await.status().as_u16();
+            if status != 503 {
+                return status;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+        self.post_stripe(body).await.status().as_u16()
     }
 }
 
