@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use hookline_tests::faults::*;
+use hookline_tests::wait_until;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const WAIT: Duration = Duration::from_secs(60);
@@ -45,6 +46,42 @@ async fn reconnected(c: &Cluster, n: usize) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// How many times the worker's domain relay has connected to RabbitMQ.
+fn domain_relay_connections(c: &Cluster) -> usize {
+    c.log_messages("worker", "connected to RabbitMQ")
+        .iter()
+        .filter(|f| f["connection"] == "hookline-domain-relay")
+        .count()
+}
+
+/// A connection the broker closes while nothing is being published is replaced by itself, before any event
+/// needs it: the edge's relay and the worker's domain relay notice the closed connection (not a failed publish,
+/// which on a closing connection may never return) and reconnect; events sent afterwards go all the way through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_publishers_reconnect_after_connection_loss() {
+    let _serial = SERIAL.lock().await;
+    let _broker = BrokerGuard::new();
+    let mut c = Cluster::new("idle_publishers_reconnect_after_connection_loss", options()).await;
+    c.start_worker(None).await;
+    c.start_edge(None).await;
+    reconnected(&c, 1).await;
+    wait_until(WAIT, "the domain relay connected", || async {
+        domain_relay_connections(&c) >= 1
+    })
+    .await;
+    rabbitmqctl(&["close_all_connections", "fault test: idle connection loss"]).await;
+    reconnected(&c, 2).await;
+    wait_until(WAIT, "the domain relay reconnected", || async {
+        domain_relay_connections(&c) >= 2
+    })
+    .await;
+    let run = Load::new("idle", 40).rate(40.0).start(&c.base);
+    let report = run.finish().await;
+    assert_edge_always_2xx(&report);
+    c.check(&[&report]).await;
+    c.teardown().await;
 }
 
 /// `rabbitmqctl close_all_connections`, twice during load.

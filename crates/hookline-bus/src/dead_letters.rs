@@ -90,18 +90,13 @@ pub async fn remove(
     let mut removed = 0;
     for msg in hold_all(&channel, topology, u64::MAX).await? {
         if event_id(&msg).is_some_and(|id| ids.contains(&id)) {
-            msg.delivery
-                .acker
-                .ack(BasicAckOptions::default())
-                .await
-                .ok();
+            crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
             removed += 1;
         } else {
             return_to_queue(&msg).await;
         }
     }
-    channel.close(200, "done".into()).await.ok();
-    conn.close(200, "done".into()).await.ok();
+    close(channel, conn, "done").await;
     Ok(removed)
 }
 
@@ -131,11 +126,7 @@ pub async fn reconcile(
         match event_id(&msg) {
             Some(id) if applied.contains(&id) => {
                 // Applied after all (e.g. committed, then the worker died before acking, repeatedly).
-                msg.delivery
-                    .acker
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .ok();
+                crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
                 report.dropped_applied += 1;
             }
             Some(id) => {
@@ -159,8 +150,7 @@ pub async fn reconcile(
             None => return_to_queue(&msg).await,
         }
     }
-    channel.close(200, "reconciled".into()).await.ok();
-    conn.close(200, "reconciled".into()).await.ok();
+    close(channel, conn, "reconciled").await;
     if report.recorded > 0 || report.dropped_applied > 0 {
         tracing::warn!(
             recorded = report.recorded,
@@ -174,4 +164,13 @@ pub async fn reconcile(
 /// Returns a held message to its queue.
 async fn return_to_queue(msg: &BasicGetMessage) {
     crate::requeue(&msg.delivery.acker).await;
+}
+
+/// Closes the channel and the connection, each bounded (see [`crate::abandon`]): the broker answers a close
+/// within milliseconds when it is healthy, and a close on a connection it is tearing down may never resolve.
+async fn close(channel: Channel, conn: lapin::Connection, reason: &str) {
+    tokio::time::timeout(crate::SETTLE_TIMEOUT, channel.close(200, reason.into()))
+        .await
+        .ok();
+    crate::abandon(conn, reason).await;
 }

@@ -11,13 +11,12 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::future::join_all;
 use hookline_core::domain_events::{self, Unpublished};
-use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::publisher::Outgoing;
 use crate::{Publisher, Topology};
 
 /// Metric names of the domain relay.
@@ -110,6 +109,8 @@ impl DomainRelay {
         // The previous round found facts: the outbox is probably not empty, so go straight to the claim.
         let mut busy = false;
         while !cancel.is_cancelled() {
+            // A connection the broker closed while the outbox was empty is replaced before facts wait on it.
+            anyhow::ensure!(publisher.is_open(), "the connection to RabbitMQ was closed");
             let claimed = self.publish_batch(publisher, !busy).await?;
             busy = claimed > 0;
             if claimed < BATCH as usize {
@@ -172,71 +173,43 @@ impl DomainRelay {
     }
 }
 
-/// Publishes `facts` pipelined and returns the `seq`s RabbitMQ acked without returning them, and how many it
-/// nacked.
+/// Publishes `facts` pipelined (see [`Publisher::publish_confirmed`]) and returns the `seq`s RabbitMQ acked
+/// without returning them, and how many it nacked.
 async fn publish(
     publisher: &Publisher,
     topology: &Topology,
     facts: &[Unpublished],
 ) -> anyhow::Result<(Vec<i64>, usize)> {
-    let mut pending = Vec::with_capacity(facts.len());
-    for f in facts {
-        let props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into())
-            .with_message_id(f.id.as_str().into())
-            .with_type(f.ty.as_str().into());
-        let confirm = publisher
-            .channel
-            .basic_publish(
-                topology.domain_exchange.as_str().into(),
-                f.ty.as_str().into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
-                &f.body,
-                props,
-            )
-            .await
-            .context("basic.publish")?;
-        pending.push((f.seq, confirm));
+    let outgoing = facts
+        .iter()
+        .map(|f| Outgoing {
+            key: f.seq,
+            routing_key: f.ty.as_str(),
+            body: &f.body,
+            properties: BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_content_type("application/json".into())
+                .with_message_id(f.id.as_str().into())
+                .with_type(f.ty.as_str().into()),
+        })
+        .collect();
+    let confirmed = publisher
+        .publish_confirmed(topology.domain_exchange.as_str(), outgoing, CONFIRM_TIMEOUT)
+        .await?;
+    for (seq, _, _) in &confirmed.returned {
+        metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned").increment(1);
+        tracing::error!(
+            domain_event_seq = seq,
+            "RabbitMQ returned the domain event as unroutable; it stays unpublished (check {}'s alternate exchange)",
+            topology.domain_exchange
+        );
     }
-    let confirms = tokio::time::timeout(
-        CONFIRM_TIMEOUT,
-        join_all(
-            pending
-                .into_iter()
-                .map(|(seq, c)| async move { (seq, c.await) }),
-        ),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("no publisher confirm within {CONFIRM_TIMEOUT:?}"))?;
-    let mut acked = Vec::with_capacity(confirms.len());
-    let mut nacked = 0;
-    for (seq, confirm) in confirms {
-        match confirm {
-            Ok(c) if c.is_ack() => match c.take_message() {
-                None => acked.push(seq),
-                Some(_) => {
-                    metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned").increment(1);
-                    tracing::error!(
-                        domain_event_seq = seq,
-                        "RabbitMQ returned the domain event as unroutable; it stays unpublished (check {}'s alternate exchange)",
-                        topology.domain_exchange
-                    );
-                }
-            },
-            Ok(_) => {
-                nacked += 1;
-                metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
-                tracing::warn!(
-                    domain_event_seq = seq,
-                    "RabbitMQ nacked the domain event; it stays unpublished"
-                );
-            }
-            Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
-        }
+    for seq in &confirmed.nacked {
+        metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
+        tracing::warn!(
+            domain_event_seq = seq,
+            "RabbitMQ nacked the domain event; it stays unpublished"
+        );
     }
-    Ok((acked, nacked))
+    Ok((confirmed.acked, confirmed.nacked.len()))
 }

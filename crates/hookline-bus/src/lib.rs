@@ -11,13 +11,15 @@ pub mod dead_letters;
 pub mod domain;
 pub mod inspect;
 pub mod message;
+pub mod publisher;
 pub mod relay;
 pub mod replay;
 pub mod status;
 pub mod topology;
 
 pub use message::EventMessage;
-pub use relay::{Published, Publisher, Relay, RelayHandle};
+pub use publisher::{Published, Publisher};
+pub use relay::{Relay, RelayHandle};
 pub use topology::Topology;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -122,14 +124,25 @@ where
     }
 }
 
-/// Returns a delivery to its queue (`basic.nack` with requeue). An error means the channel is already gone,
+/// How long one settle frame (ack, nack, reject) may take to be written.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends one settle frame, bounded by [`SETTLE_TIMEOUT`]; true only when lapin reports it sent. lapin can leave a
+/// frame queued on a connection the broker is closing unresolved forever (amqp-rs/lapin#409); a settle that is
+/// not sent in time is treated like one on a closed channel: RabbitMQ redelivers the message.
+pub async fn settle(frame: impl std::future::Future<Output = Result<bool, lapin::Error>>) -> bool {
+    matches!(
+        tokio::time::timeout(SETTLE_TIMEOUT, frame).await,
+        Ok(Ok(true))
+    )
+}
+
+/// Returns a delivery to its queue (`basic.nack` with requeue). A failure means the channel is already gone,
 /// which returns the delivery to the queue all the same, so it is ignored.
 pub async fn requeue(acker: &lapin::Acker) {
-    acker
-        .nack(lapin::options::BasicNackOptions {
-            requeue: true,
-            ..Default::default()
-        })
-        .await
-        .ok();
+    settle(acker.nack(lapin::options::BasicNackOptions {
+        requeue: true,
+        ..Default::default()
+    }))
+    .await;
 }

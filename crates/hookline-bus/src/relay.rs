@@ -19,17 +19,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::future::join_all;
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::config::RelayConfig;
 use hookline_core::event_outbox::{self, Claimed, ClaimedEvent};
 use hookline_core::supervisor::Supervisor;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{BasicProperties, Channel, Connection};
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::publisher::{Published, Publisher};
 use crate::{EventMessage, Topology};
 
 /// Metric names of the relay.
@@ -296,6 +294,15 @@ impl Relay {
     /// True when a publisher is open, (re)opening it unless a recent attempt failed and the backoff has not
     /// elapsed.
     async fn ensure_publisher(&mut self) -> bool {
+        if self.publisher.as_ref().is_some_and(|p| !p.is_open()) {
+            // The broker closed it (or a heartbeat was missed) since the last batch: replace it now rather than
+            // find out by a publish that fails or, on a closing connection, never returns (see `publisher`).
+            tracing::warn!(
+                messaging.system = "rabbitmq",
+                "relay connection lost; reconnecting"
+            );
+            self.discard_publisher();
+        }
         if self.publisher.is_none() {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {
                 return false;
@@ -333,11 +340,7 @@ impl Relay {
     /// Closes the current publisher in the background (bounded; see [`crate::abandon`]).
     fn discard_publisher(&mut self) {
         if let Some(p) = self.publisher.take() {
-            tokio::spawn(async move {
-                tokio::time::timeout(Duration::from_secs(5), p.close())
-                    .await
-                    .ok();
-            });
+            tokio::spawn(p.close());
         }
     }
 
@@ -382,144 +385,4 @@ async fn begin(pool: &PgPool) -> anyhow::Result<Transaction<'static, Postgres>> 
     hookline_core::db::begin_without_seqscan(pool)
         .await
         .context("begin relay transaction")
-}
-
-/// What RabbitMQ said about a published batch.
-#[derive(Debug, Default)]
-pub struct Published {
-    /// Ids confirmed and not returned: safe to mark published.
-    pub acked: Vec<i64>,
-    /// Messages nacked: they stay unpublished, and the channel should be replaced.
-    pub nacked: usize,
-}
-
-/// One connection and one confirm-mode channel, publishing event references with confirms and `mandatory`.
-/// Used by the relay and by operator commands (replay, dead-letter redrive).
-pub struct Publisher {
-    pub(crate) connection: Connection,
-    pub(crate) channel: Channel,
-}
-
-impl Publisher {
-    /// Connects as `name` to any node of `urls` (see [`crate::connect`]), declares the topology and enables
-    /// publisher confirms. Every step is bounded in time: a node that accepts connections but whose queues have
-    /// lost their majority must not hold the caller.
-    pub async fn open(
-        urls: &AmqpEndpoints,
-        topology: &Topology,
-        name: &str,
-    ) -> anyhow::Result<Publisher> {
-        let connection = crate::connect(urls, name).await?;
-        let setup = async {
-            topology.declare(&connection).await?;
-            let channel =
-                crate::within_setup_timeout("open channel", connection.create_channel()).await?;
-            crate::within_setup_timeout(
-                "enable publisher confirms",
-                channel.confirm_select(ConfirmSelectOptions::default()),
-            )
-            .await?;
-            anyhow::Ok(channel)
-        };
-        match setup.await {
-            Ok(channel) => Ok(Publisher {
-                connection,
-                channel,
-            }),
-            Err(e) => {
-                crate::abandon(connection, "publisher set-up failed").await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Publishes the whole batch before awaiting any confirm (pipelined), then returns the ids RabbitMQ acked
-    /// without returning them. An error means the channel is unusable. A nack is an error too (after the acked
-    /// ids are reported, see [`Published`]): on a quorum queue it means the channel's view of the queue's leader
-    /// is stale (seen after the leader's node died: every later publish on that channel was nacked), and only a
-    /// new channel recovers.
-    pub async fn publish(
-        &self,
-        topology: &Topology,
-        msgs: &[EventMessage],
-        confirm_timeout: Duration,
-    ) -> anyhow::Result<Published> {
-        #[cfg(feature = "failpoints")]
-        fail::fail_point!("relay.before_publish");
-        let mut pending = Vec::with_capacity(msgs.len());
-        for m in msgs {
-            let body = serde_json::to_vec(m).context("serialise event message")?;
-            let props = BasicProperties::default()
-                .with_delivery_mode(2) // persistent
-                .with_content_type("application/json".into())
-                .with_message_id(m.message_id().into());
-            let confirm = self
-                .channel
-                .basic_publish(
-                    topology.exchange.as_str().into(),
-                    m.routing_key().as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..Default::default()
-                    },
-                    &body,
-                    props,
-                )
-                .await
-                .context("basic.publish")?;
-            pending.push((m.id, confirm));
-        }
-        let confirms = tokio::time::timeout(
-            confirm_timeout,
-            join_all(
-                pending
-                    .into_iter()
-                    .map(|(id, c)| async move { (id, c.await) }),
-            ),
-        )
-        .await
-        .map_err(|_| anyhow::anyhow!("no publisher confirm within {confirm_timeout:?}"))?;
-        let mut acked = Vec::with_capacity(confirms.len());
-        let mut nacked = 0;
-        for (id, confirm) in confirms {
-            match confirm {
-                Ok(c) if c.is_ack() => match c.take_message() {
-                    None => acked.push(id),
-                    Some(returned) => {
-                        metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned")
-                            .increment(1);
-                        tracing::error!(
-                            event_id = id,
-                            reply_code = returned.reply_code,
-                            reply_text = %returned.reply_text,
-                            "RabbitMQ returned the event as unroutable; it stays unpublished (check the bindings)"
-                        );
-                    }
-                },
-                Ok(_) => {
-                    metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(1);
-                    nacked += 1;
-                }
-                Err(e) => return Err(anyhow::Error::new(e).context("publisher confirm failed")),
-            }
-        }
-        if nacked > 0 {
-            tracing::warn!(
-                messaging.system = "rabbitmq",
-                nacked,
-                acked = acked.len(),
-                "RabbitMQ nacked events; they stay unpublished"
-            );
-        }
-        Ok(Published { acked, nacked })
-    }
-
-    /// Closes the channel and the connection.
-    pub async fn close(self) {
-        self.channel.close(200, "relay stopping".into()).await.ok();
-        self.connection
-            .close(200, "relay stopping".into())
-            .await
-            .ok();
-    }
 }

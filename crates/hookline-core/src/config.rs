@@ -232,7 +232,8 @@ pub struct RelayConfig {
     pub sweep_min_age: Duration,
     /// Rows per sweep batch (one transaction, pipelined publishes).
     pub batch_size: u32,
-    /// How long to wait for RabbitMQ to confirm a batch before treating it as unpublished.
+    /// One deadline for a batch's writes and confirms: past it the batch is treated as unpublished and the
+    /// publisher replaced.
     pub confirm_timeout: Duration,
     /// An unpublished event older than this needs attention: `hookline status` exits 1 (its
     /// `--max-unpublished-age` overrides it for one run).

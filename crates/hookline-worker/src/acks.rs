@@ -11,9 +11,16 @@
 //! lower tag is outstanding; otherwise each of its deliveries is acked on its own, exactly as before. The decision
 //! and the frame are made under one lock, so no tag is ever settled twice (which RabbitMQ answers by closing the
 //! channel: `PRECONDITION_FAILED - unknown delivery tag`).
+//!
+//! Every settle frame is bounded by [`SETTLE_TIMEOUT`] (see [`hookline_bus::settle`]): lapin can leave a frame
+//! queued on a connection the broker is closing unresolved forever (amqp-rs/lapin#409), and a batch task stuck
+//! there would keep its concurrency permit (shared by every session of the consumer) and this tracker's lock.
+//! A settle that times out counts as not sent: the delivery is redelivered on the next session and the processed
+//! marker makes it a no-op.
 
 use std::collections::BTreeSet;
 
+use hookline_bus::settle;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicRejectOptions};
 use tokio::sync::Mutex;
@@ -73,16 +80,17 @@ impl Acks {
                     return tags;
                 };
                 metrics::counter!(metric::ACK_FRAMES, "mode" => "multiple").increment(1);
-                match last.acker.ack(BasicAckOptions { multiple: true }).await {
-                    Ok(true) => Vec::new(),
-                    _ => tags,
+                if settle(last.acker.ack(BasicAckOptions { multiple: true })).await {
+                    Vec::new()
+                } else {
+                    tags
                 }
             }
             AckPlan::Each => {
                 let mut failed = Vec::new();
                 for d in deliveries {
                     metrics::counter!(metric::ACK_FRAMES, "mode" => "single").increment(1);
-                    if !matches!(d.acker.ack(BasicAckOptions::default()).await, Ok(true)) {
+                    if !settle(d.acker.ack(BasicAckOptions::default())).await {
                         failed.push(d.delivery_tag);
                     }
                 }
@@ -100,13 +108,7 @@ impl Acks {
     pub async fn reject(&self, delivery: &Delivery) -> bool {
         let mut outstanding = self.outstanding.lock().await;
         outstanding.remove(&delivery.delivery_tag);
-        matches!(
-            delivery
-                .acker
-                .reject(BasicRejectOptions { requeue: false })
-                .await,
-            Ok(true)
-        )
+        settle(delivery.acker.reject(BasicRejectOptions { requeue: false })).await
     }
 
     /// Returns one delivery to the queue (counted against its delivery limit).

@@ -130,10 +130,12 @@ impl<H: Handler> Worker<H> {
                                     _ = cancel.cancelled() => return Ok(()),
                                     _ = tick.tick() => {}
                                 }
-                                if let Err(e) =
-                                    hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000).await
-                                {
-                                    tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry");
+                                // Bounded: a broker that stops answering mid-pass must not stop every later pass.
+                                let pass = hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000);
+                                match tokio::time::timeout(DLQ_RECONCILE_INTERVAL, pass).await {
+                                    Ok(Ok(_)) => {}
+                                    Ok(Err(e)) => tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry"),
+                                    Err(_) => tracing::warn!(timeout_ms = DLQ_RECONCILE_INTERVAL.as_millis() as u64, "dead-letter reconciliation did not finish in time; will retry"),
                                 }
                             }
                         }
@@ -233,7 +235,8 @@ impl<H: Handler> Worker<H> {
         let result = loop {
             tokio::select! {
                 _ = cancel.cancelled() => {
-                    channel.basic_cancel(tag.clone(), BasicCancelOptions::default()).await.ok();
+                    let cancel_consumer = channel.basic_cancel(tag.clone(), BasicCancelOptions::default());
+                    tokio::time::timeout(hookline_bus::SETTLE_TIMEOUT, cancel_consumer).await.ok();
                     break Ok(());
                 }
                 _ = health.tick() => {
@@ -308,8 +311,14 @@ impl<H: Handler> Worker<H> {
                 .acquire_many(self.settings.concurrency as u32)
                 .await
                 .context("wait for in-flight deliveries")?;
-            channel.close(200, "worker stopping".into()).await.ok();
-            connection.close(200, "worker stopping".into()).await.ok();
+            // Bounded like every other frame (lapin#409): a broker going away must not hold the shutdown.
+            let bounded = hookline_bus::SETTLE_TIMEOUT;
+            tokio::time::timeout(bounded, channel.close(200, "worker stopping".into()))
+                .await
+                .ok();
+            tokio::time::timeout(bounded, connection.close(200, "worker stopping".into()))
+                .await
+                .ok();
         }
         result
     }
