@@ -122,10 +122,16 @@ async fn broker_app_stopped_and_started_during_load() {
     let mut c = Cluster::new("broker_app_stopped_and_started_during_load", options()).await;
     c.start_worker(None).await;
     c.start_edge(None).await;
-    let run = Load::new("app", 240).rate(60.0).start(&c.base);
+    // 600 events at 60/s last 10 s: enough for 60 more after `stop_app` returns even when stopping the app takes
+    // seconds on a loaded machine (with 240 the load once ended before it returned, and 60 more never came).
+    let run = Load::new("app", 600).rate(60.0).start(&c.base);
     run.progress.wait_acked(60, WAIT).await;
     rabbitmqctl(&["stop_app"]).await;
     let down_at = run.progress.acked();
+    assert!(
+        down_at + 60 <= 600,
+        "stop_app took the whole load ({down_at} acknowledged)"
+    );
     // The edge keeps acknowledging from the database while the broker is away.
     run.progress.wait_acked(down_at + 60, WAIT).await;
     rabbitmqctl(&["start_app"]).await;
