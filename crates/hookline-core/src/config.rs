@@ -232,6 +232,9 @@ pub struct RelayConfig {
     pub sweep_min_age: Duration,
     /// Rows per sweep batch (one transaction, pipelined publishes).
     pub batch_size: u32,
+    /// How long a fast-path batch that is not full waits for more committed events before its publish round
+    /// (0 = never): under ingest pressure fewer, larger rounds for a few milliseconds of relay lag.
+    pub linger: Duration,
     /// One deadline for a batch's writes and confirms: past it the batch is treated as unpublished and the
     /// publisher replaced.
     pub confirm_timeout: Duration,
@@ -406,6 +409,7 @@ struct RawRelay {
     sweep_interval_ms: Option<u64>,
     sweep_min_age_ms: Option<u64>,
     batch_size: Option<u32>,
+    linger_ms: Option<u64>,
     confirm_timeout_ms: Option<u64>,
     max_unpublished_age_secs: Option<u64>,
 }
@@ -672,6 +676,15 @@ impl Config {
             )?),
             sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
             batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
+            linger: match r.linger_ms.unwrap_or(5) {
+                ms @ 0..=1000 => Duration::from_millis(ms),
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "relay.linger_ms",
+                        "must be at most 1000 (it adds to every event's latency)",
+                    ))
+                }
+            },
             confirm_timeout: Duration::from_millis(positive(
                 r.confirm_timeout_ms,
                 10_000,
@@ -1617,6 +1630,22 @@ mod tests {
         assert!(err("[worker]\nbatch_linger_ms = 1001").starts_with("worker.batch_linger_ms:"));
         assert!(err("[worker]\nbatch_linger_ms = -1").contains("batch_linger_ms"));
         assert!(err("[worker]\nbatch_linger_ms = \"5\"").contains("batch_linger_ms"));
+    }
+
+    #[test]
+    fn relay_linger_is_bounded_and_zero_turns_it_off() {
+        let linger = |text: &str| {
+            Config::from_toml_str(text, "t", &NO_ENV)
+                .unwrap()
+                .relay
+                .linger
+        };
+        assert_eq!(linger(""), Duration::from_millis(5));
+        assert_eq!(linger("[relay]\nlinger_ms = 0"), Duration::ZERO);
+        assert_eq!(linger("[relay]\nlinger_ms = 1000"), Duration::from_secs(1));
+        assert!(err("[relay]\nlinger_ms = 1001").starts_with("relay.linger_ms:"));
+        assert!(err("[relay]\nlinger_ms = -1").contains("linger_ms"));
+        assert!(err("[relay]\nlinger_ms = \"5\"").contains("linger_ms"));
     }
 
     #[test]
