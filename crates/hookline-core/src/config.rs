@@ -676,15 +676,7 @@ impl Config {
             )?),
             sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
             batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
-            linger: match r.linger_ms.unwrap_or(5) {
-                ms @ 0..=1000 => Duration::from_millis(ms),
-                _ => {
-                    return Err(ConfigError::invalid(
-                        "relay.linger_ms",
-                        "must be at most 1000 (it adds to every event's latency)",
-                    ))
-                }
-            },
+            linger: linger(r.linger_ms, "relay.linger_ms")?,
             confirm_timeout: Duration::from_millis(positive(
                 r.confirm_timeout_ms,
                 10_000,
@@ -710,15 +702,7 @@ impl Config {
                 "worker.db_max_connections",
             )? as u32,
             batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
-            batch_linger: match w.batch_linger_ms.unwrap_or(5) {
-                ms @ 0..=1000 => Duration::from_millis(ms),
-                _ => {
-                    return Err(ConfigError::invalid(
-                        "worker.batch_linger_ms",
-                        "must be at most 1000 (it adds to every event's latency)",
-                    ))
-                }
-            },
+            batch_linger: linger(w.batch_linger_ms, "worker.batch_linger_ms")?,
             listen: match w.listen {
                 None => None,
                 Some(text) => Some(text.parse().map_err(|_| {
@@ -1279,6 +1263,17 @@ fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, Config
         Some(0) => Err(ConfigError::invalid(field, "must be greater than 0")),
         Some(v) => Ok(v),
         None => Ok(default),
+    }
+}
+
+/// A batch linger in milliseconds (the worker's and the relay's): 5 unless set, 0 turns it off, at most 1000.
+fn linger(value: Option<u64>, field: &str) -> Result<Duration, ConfigError> {
+    match value.unwrap_or(5) {
+        ms @ 0..=1000 => Ok(Duration::from_millis(ms)),
+        _ => Err(ConfigError::invalid(
+            field,
+            "must be at most 1000 (it adds to every event's latency)",
+        )),
     }
 }
 
