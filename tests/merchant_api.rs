@@ -1,13 +1,52 @@
 //! The merchant API against the real PostgreSQL: authentication, validation, idempotency decided by the
 //! database (the double click creates one intent), refunds never beyond the captured amount, and the two
-//! listeners kept apart.
+//! listeners kept apart. Issue 25: clients see and refund only their own intents, idempotency belongs to the
+//! client's name (removing, reordering or rotating keys changes nothing), NUL in any field is a 400, currencies
+//! are the provider's ISO 4217 list, and a refund the gateway refused releases its reservation.
+
+use std::time::Duration;
 
 use futures::future::join_all;
+use hookline_sandbox::{FaultAction, FaultSpec, Sandbox, SandboxProvider, SandboxSettings, Scheme};
 use hookline_tests::*;
+use hookline_worker::dispatch::{DispatchSettings, Dispatcher};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
+/// The client `shop`'s key.
 const KEY_ONE: &str = "sk_hl_test_key_one";
+/// The client `shop`'s second key (rotation: both valid).
+const KEY_ONE_NEXT: &str = "sk_hl_test_key_one_next";
+/// The client `other`'s key.
 const KEY_TWO: &str = "sk_hl_test_key_two";
+
+/// Two named clients: `shop` (two keys) and `other`.
+fn clients_section() -> String {
+    format!(
+        "[api]\nlisten = \"127.0.0.1:0\"\n\
+         [[api.clients]]\nname = \"shop\"\nkeys = [\"{KEY_ONE}\", \"{KEY_ONE_NEXT}\"]\n\
+         [[api.clients]]\nname = \"other\"\nkeys = [\"{KEY_TWO}\"]\n"
+    )
+}
+
+/// Starts an edge with `api_section` on the database `url`; returns (edge base, API base).
+async fn start_edge(url: &str, api_section: &str, providers: &str) -> (String, String) {
+    let tail = format!("[relay]\nembedded = false\n{providers}{api_section}");
+    let config = parse_config(&test_config_toml(url, "", &tail));
+    let app = hookline_edge::Application::build(config)
+        .await
+        .expect("build the edge");
+    let port = app.port();
+    let api_port = app.api_port().expect("the API listener is bound");
+    tokio::spawn(app.run_until_stopped());
+    (
+        format!("http://127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{api_port}"),
+    )
+}
+
+const PROVIDERS: &str = "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_api_test\"]\napi_base = \"http://127.0.0.1:9\"\n\
+     [providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_api_test\"]\napi_base = \"http://127.0.0.1:9\"\n";
 
 /// An edge with `[api]` on its own port and an `st` provider that can be charged (it has an `api_base`).
 struct Api {
@@ -21,29 +60,31 @@ struct Api {
 
 impl Api {
     async fn spawn() -> Api {
+        Api::spawn_with(&clients_section()).await
+    }
+
+    async fn spawn_with(api_section: &str) -> Api {
         let db = TestDb::new().await;
-        let tail = format!(
-            "[relay]\nembedded = false\n\
-             [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_api_test\"]\napi_base = \"http://127.0.0.1:9\"\n\
-             [providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_api_test\"]\napi_base = \"http://127.0.0.1:9\"\n\
-             [api]\nlisten = \"127.0.0.1:0\"\nkeys = [\"{KEY_ONE}\", \"{KEY_TWO}\"]\n"
-        );
-        let config = parse_config(&test_config_toml(&db.url, "", &tail));
-        let app = hookline_edge::Application::build(config)
-            .await
-            .expect("build the edge");
-        let port = app.port();
-        let api_port = app.api_port().expect("the API listener is bound");
-        tokio::spawn(app.run_until_stopped());
+        let (edge, api) = start_edge(&db.url, api_section, PROVIDERS).await;
+        Api::on(db, edge, api)
+    }
+
+    fn on(db: TestDb, edge: String, api: String) -> Api {
         Api {
-            edge: format!("http://127.0.0.1:{port}"),
-            api: format!("http://127.0.0.1:{api_port}"),
+            edge,
+            api,
             db,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
                 .build()
                 .expect("http client"),
         }
+    }
+
+    /// The same database behind an edge restarted with another `[api]` section.
+    async fn restart(self, api_section: &str) -> Api {
+        let (edge, api) = start_edge(&self.db.url, api_section, PROVIDERS).await;
+        Api { edge, api, ..self }
     }
 
     async fn post(&self, path: &str, auth: Option<&str>, key: Option<&str>, body: &str) -> Answer {
@@ -260,11 +301,6 @@ async fn missing_key_bad_json_and_bad_fields_get_stable_codes() {
             "customer",
         ),
         (
-            json!({"provider": "st", "amount": 1, "currency": "brl", "customer": "a\u{0}b"}),
-            "customer_invalid",
-            "customer",
-        ),
-        (
             json!({"provider": "st", "amount": 1, "currency": "brl", "description": "d".repeat(1001)}),
             "description_invalid",
             "description",
@@ -319,16 +355,18 @@ async fn the_double_click_creates_one_intent_and_every_click_gets_the_same_answe
     assert_eq!(kind, "charge");
     assert!(key.starts_with("hookline-intent-"), "{key}");
 
-    // The stored client is the key's index, never the secret.
-    let clients: Vec<String> = sqlx::query_scalar("SELECT client FROM api_idempotency_keys")
-        .fetch_all(&api.db.pool)
-        .await
-        .unwrap();
-    assert_eq!(clients, vec!["0".to_string()]);
+    // The stored client is the client's name, never the secret nor the key's position.
+    let clients: Vec<String> = sqlx::query_scalar(
+        "SELECT client FROM api_idempotency_keys UNION ALL SELECT client FROM payment_intents",
+    )
+    .fetch_all(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(clients, vec!["shop".to_string(), "shop".to_string()]);
 
-    // GET answers the same intent.
+    // GET answers the same intent, also with the client's other key.
     let got = api
-        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_TWO))
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE_NEXT))
         .await;
     assert_eq!(got.status, 200, "{got:?}");
     assert_eq!(got.json(), intent);
@@ -557,4 +595,435 @@ async fn each_listener_serves_only_its_own_routes() {
     assert_eq!(req.send().await.unwrap().status().as_u16(), 200);
     assert_eq!(api.db.event_count().await, 1);
     assert_eq!(api.count("payment_intents").await, 0);
+}
+
+/// Marks an intent captured, as the dispatcher and the provider's webhook would.
+async fn capture(api: &Api, public_id: &str) {
+    sqlx::query("UPDATE payment_intents SET status = 'succeeded' WHERE public_id = $1")
+        .bind(public_id)
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+}
+
+async fn post_as(api: &Api, auth: &str, path: &str, key: &str, body: &Value) -> Answer {
+    api.post(path, Some(auth), Some(key), &body.to_string())
+        .await
+}
+
+/// Issue 25, finding 3: an intent created with key A was read (200, A's customer and amount) and refunded (201)
+/// with key B. Now another client's intent does not exist for it: 404 `intent_not_found` on GET and on refund
+/// (not 403: nothing confirms the id), nothing is reserved or queued; hookline's own intents (billing, CLI) are
+/// no API client's.
+#[tokio::test]
+async fn a_client_never_reads_nor_refunds_another_clients_intent() {
+    let api = Api::spawn().await;
+    let created = api.create("mine", &order(2500)).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    capture(&api, &id).await;
+    let mut tx = api.db.pool.begin().await.unwrap();
+    let internal = hookline_core::intents::create_intent(
+        &mut tx,
+        &hookline_core::intents::NewIntent {
+            provider: "st",
+            amount: 900,
+            currency: "brl",
+            customer: Some("billing"),
+            description: None,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    capture(&api, &internal.public_id).await;
+
+    for (target, auths) in [
+        (id.as_str(), vec![KEY_TWO]),
+        (internal.public_id.as_str(), vec![KEY_ONE, KEY_TWO]),
+    ] {
+        for auth in auths {
+            let got = api
+                .get(&format!("/v1/payment_intents/{target}"), Some(auth))
+                .await;
+            assert_eq!(
+                (got.status, got.code().as_str()),
+                (404, "intent_not_found"),
+                "{got:?}"
+            );
+            assert!(
+                !got.text.contains("cus_1") && !got.text.contains("2500"),
+                "{got:?}"
+            );
+            let refund = post_as(
+                &api,
+                auth,
+                &format!("/v1/payment_intents/{target}/refunds"),
+                &format!("steal-{target}-{auth}"),
+                &json!({"amount": 100}),
+            )
+            .await;
+            assert_eq!(
+                (refund.status, refund.code().as_str()),
+                (404, "intent_not_found"),
+                "{refund:?}"
+            );
+        }
+    }
+    assert_eq!(api.count("outbound_refunds").await, 0);
+    let refunded: i64 = sqlx::query_scalar("SELECT sum(refunded)::bigint FROM payment_intents")
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(refunded, 0);
+    // The owner, with either of its keys, still reads and refunds it.
+    let own = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE_NEXT))
+        .await;
+    assert_eq!(own.status, 200, "{own:?}");
+    let refund = post_as(
+        &api,
+        KEY_ONE_NEXT,
+        &format!("/v1/payment_intents/{id}/refunds"),
+        "own-refund",
+        &json!({"amount": 100}),
+    )
+    .await;
+    assert_eq!(refund.status, 201, "{refund:?}");
+}
+
+/// Issue 25, finding 4: with keys [A, B], A removed and the edge restarted, B retrying `kb` created a SECOND
+/// intent and B sending `ka` got A's stored answer; rotating a key gave two intents for one Idempotency-Key.
+/// Now idempotency belongs to the client's name: the legacy list is one client (`default`), and with named
+/// clients removing, reordering or rotating keys never changes which stored answer a key returns.
+#[tokio::test]
+async fn idempotency_survives_removing_reordering_and_rotating_keys() {
+    const A: &str = "sk_hl_legacy_a";
+    const B: &str = "sk_hl_legacy_b";
+    let legacy = |keys: &str| format!("[api]\nlisten = \"127.0.0.1:0\"\nkeys = [{keys}]\n");
+    let api = Api::spawn_with(&legacy(&format!("\"{A}\", \"{B}\""))).await;
+    let path = "/v1/payment_intents";
+    let ka = post_as(&api, A, path, "ka", &order(1000)).await;
+    let kb = post_as(&api, B, path, "kb", &order(2000)).await;
+    assert_eq!((ka.status, kb.status), (201, 201), "{ka:?} {kb:?}");
+
+    // A removed, the edge restarted: B's retry replays B's own answer, no second intent.
+    let api = api.restart(&legacy(&format!("\"{B}\""))).await;
+    let retry = post_as(&api, B, path, "kb", &order(2000)).await;
+    assert_eq!((retry.status, retry.replayed), (201, true), "{retry:?}");
+    assert_eq!(retry.json()["id"], kb.json()["id"]);
+    assert_eq!(api.count("payment_intents").await, 2);
+
+    // Named clients: shop [A1], other [B1]; then shop's key rotated (A1 + A2, then A2 alone) and the list
+    // reordered, other's key removed and back.
+    let named = |shop: &str, other: &str, reversed: bool| {
+        let mut entries = vec![("shop", shop), ("other", other)];
+        if reversed {
+            entries.reverse();
+        }
+        let mut s = "[api]\nlisten = \"127.0.0.1:0\"\n".to_string();
+        for (name, keys) in entries.into_iter().filter(|(_, k)| !k.is_empty()) {
+            s += &format!("[[api.clients]]\nname = \"{name}\"\nkeys = [{keys}]\n");
+        }
+        s
+    };
+    let mut api = api.restart(&named("\"sk_A1\"", "\"sk_B1\"", false)).await;
+    let first = post_as(&api, "sk_A1", path, "order-9", &order(900)).await;
+    let theirs = post_as(&api, "sk_B1", path, "order-b", &order(800)).await;
+    assert_eq!(
+        (first.status, theirs.status),
+        (201, 201),
+        "{first:?} {theirs:?}"
+    );
+    for (shop, other, reversed) in [
+        ("\"sk_A1\", \"sk_A2\"", "\"sk_B1\"", true),
+        ("\"sk_A2\"", "", false),
+        ("\"sk_A2\"", "\"sk_B1\"", true),
+    ] {
+        api = api.restart(&named(shop, other, reversed)).await;
+        let again = post_as(&api, "sk_A2", path, "order-9", &order(900)).await;
+        assert_eq!(
+            (again.status, again.replayed),
+            (201, true),
+            "{shop} / {other}: {again:?}"
+        );
+        assert_eq!(again.json()["id"], first.json()["id"]);
+        if !other.is_empty() {
+            let b = post_as(&api, "sk_B1", path, "order-b", &order(800)).await;
+            assert_eq!((b.status, b.replayed), (201, true), "{b:?}");
+            assert_eq!(b.json()["id"], theirs.json()["id"]);
+        }
+        // Another client's Idempotency-Key is not this client's: never its stored answer.
+        let cross = post_as(&api, "sk_A2", path, "order-b", &order(800)).await;
+        assert_eq!(cross.status, 201, "{cross:?}");
+        assert_ne!(cross.json()["id"], theirs.json()["id"]);
+    }
+    // order-9 once, order-b once per client: 2 legacy + 2 + shop's own order-b.
+    assert_eq!(api.count("payment_intents").await, 5);
+}
+
+/// Issue 25, finding 8 (API side): `GET /v1/payment_intents/pi_hl_%00x` and `POST …/pi_%00/refunds` answered
+/// 500 (`invalid byte sequence for encoding "UTF8": 0x00`). Every route × every field with a NUL: 400 with a
+/// stable code naming the field, never 500, nothing written.
+#[tokio::test]
+async fn nul_in_any_path_id_or_json_field_is_a_400_never_a_500() {
+    let api = Api::spawn().await;
+    let created = api.create("base", &order(2500)).await;
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    capture(&api, &id).await;
+    let create = "/v1/payment_intents";
+    let refunds = format!("/v1/payment_intents/{id}/refunds");
+    let base_intent = json!({"provider": "st", "amount": 100, "currency": "brl", "customer": "c", "description": "d"});
+    let mut cases: Vec<(String, &str, Option<Value>, &str)> = Vec::new();
+    // (path, method, body, param)
+    for path in [
+        "/v1/payment_intents/pi_hl_%00x",
+        "/v1/payment_intents/%00",
+        "/v1/payment_intents/pi_hl_%01x",
+    ] {
+        cases.push((path.to_string(), "GET", None, "id"));
+    }
+    for path in [
+        "/v1/payment_intents/pi_%00/refunds",
+        "/v1/payment_intents/pi_hl_%0Ax/refunds",
+    ] {
+        cases.push((path.to_string(), "POST", Some(json!({"amount": 1})), "id"));
+    }
+    for field in ["provider", "currency", "customer", "description"] {
+        let mut body = base_intent.clone();
+        body[field] = json!("a\u{0}b");
+        cases.push((create.to_string(), "POST", Some(body), field));
+    }
+    let mut unknown = base_intent.clone();
+    unknown["k\u{0}"] = json!(1);
+    cases.push((create.to_string(), "POST", Some(unknown), "k\u{0}"));
+    cases.push((
+        refunds.clone(),
+        "POST",
+        Some(json!({"amount": 1, "reason": "r\u{0}"})),
+        "reason",
+    ));
+    let mut unknown = json!({"amount": 1});
+    unknown["x"] = json!(["\u{0}"]);
+    cases.push((refunds.clone(), "POST", Some(unknown), "x/0"));
+
+    for (i, (path, method, body, param)) in cases.iter().enumerate() {
+        let a = match (method, body) {
+            (&"GET", _) => api.get(path, Some(KEY_ONE)).await,
+            (_, body) => {
+                let body = body.as_ref().map(Value::to_string).unwrap_or_default();
+                api.post(path, Some(KEY_ONE), Some(&format!("nul-{i}")), &body)
+                    .await
+            }
+        };
+        assert_eq!(a.status, 400, "{method} {path} {body:?}: {a:?}");
+        let code = a.code();
+        assert!(
+            code == "invalid_text" || code == "control_character",
+            "{method} {path}: {a:?}"
+        );
+        let want = param.replace('\u{0}', "");
+        assert_eq!(
+            a.json()["error"]["param"],
+            want.as_str(),
+            "{method} {path}: {a:?}"
+        );
+    }
+    // A NUL in a header never gets past the HTTP parser: 400 too, raw on the socket.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = api.api.trim_start_matches("http://").to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let body = order(1).to_string();
+    s.write_all(
+        format!(
+            "POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY_ONE}\r\n\
+             Idempotency-Key: a\0b\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .expect("the API answers")
+        .ok();
+    let head = String::from_utf8_lossy(&answer);
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert_eq!(api.count("payment_intents").await, 1);
+    assert_eq!(api.count("outbound_refunds").await, 0);
+    assert_eq!(api.count("api_idempotency_keys").await, 1);
+}
+
+/// Issue 25, finding 9 (currencies): `zzz` and `xxx` were accepted (a regex). Now a currency is one of the ISO
+/// 4217 codes the provider accepts: 422 `currency_unsupported` naming `currency`; Mercado Pago only its
+/// countries' currencies.
+#[tokio::test]
+async fn currencies_are_the_providers_iso_4217_codes() {
+    let api = Api::spawn().await;
+    let cases = [
+        ("st", "zzz", false),
+        ("st", "xxx", false),
+        ("st", "XTS", false),
+        ("st", "xau", false),
+        ("mp", "eur", false),
+        ("mp", "jpy", false),
+        ("st", "EUR", true),
+        ("st", "jpy", true),
+        ("st", "xof", true),
+        ("mp", "ars", true),
+        ("mp", "mxn", true),
+    ];
+    for (i, (provider, currency, ok)) in cases.iter().enumerate() {
+        let a = api
+            .create(
+                &format!("cur-{i}"),
+                &json!({"provider": provider, "amount": 100, "currency": currency}),
+            )
+            .await;
+        if *ok {
+            assert_eq!(a.status, 201, "{provider} {currency}: {a:?}");
+            assert_eq!(a.json()["currency"], currency.to_ascii_lowercase());
+        } else {
+            assert_eq!(
+                (a.status, a.code().as_str()),
+                (422, "currency_unsupported"),
+                "{provider} {currency}: {a:?}"
+            );
+            assert_eq!(a.json()["error"]["param"], "currency", "{a:?}");
+        }
+    }
+    assert_eq!(api.count("payment_intents").await, 5);
+}
+
+/// Issue 25, finding 5, end to end with the real dispatcher and the provider sandbox: the gateway refuses a
+/// refund of 2500 with 400; the refund is `needs_attention` and nothing moved at the gateway, and the intent's
+/// `refunded` is back to 0 (it stayed 2500, so the corrected refund got 422 `refund_above_captured`). The
+/// corrected refund is accepted (201) and succeeds at the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_the_gateway_refused_releases_its_reservation() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let sandbox_port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let providers = format!(
+        "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_refused\"]\n\
+         api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"sk_test_refused\"\n"
+    );
+    let db = TestDb::new().await;
+    let (edge, api_base) = start_edge(&db.url, &clients_section(), &providers).await;
+    let config = parse_config(&test_config_toml(
+        &db.url,
+        "",
+        &format!("[relay]\nembedded = false\n{providers}"),
+    ));
+    let mut settings = SandboxSettings::new(
+        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
+        edge.parse().expect("edge url"),
+        vec![SandboxProvider {
+            name: "st".into(),
+            scheme: Scheme::Stripe,
+            webhook_secret: b"whsec_refused".to_vec(),
+            api_token: Some("sk_test_refused".into()),
+        }],
+    );
+    settings.webhook_backoff = Duration::from_millis(100);
+    let sandbox = Sandbox::start(settings).await.expect("sandbox");
+    let dispatcher = Dispatcher::from_config(
+        db.pool.clone(),
+        &config,
+        DispatchSettings {
+            idle_interval: Duration::from_millis(50),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(10),
+            ..DispatchSettings::default()
+        },
+    );
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let task = tokio::spawn(async move { dispatcher.run(token).await.expect("dispatcher") });
+    let api = Api::on(db, edge, api_base);
+
+    let created = api.create("refused-1", &order(2500)).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "the charge succeeded at the gateway",
+        "SELECT count(*) FROM payment_intents WHERE status = 'succeeded'",
+        1,
+    )
+    .await;
+
+    sandbox
+        .control()
+        .arm_fault(FaultSpec {
+            method: Some("POST".into()),
+            ..FaultSpec::next(
+                "/v1/refunds",
+                1,
+                FaultAction::Status {
+                    status: 400,
+                    retry_after_secs: None,
+                },
+            )
+        })
+        .expect("arm");
+    let path = format!("/v1/payment_intents/{id}/refunds");
+    let refund = post_as(&api, KEY_ONE, &path, "refund-1", &json!({"amount": 2500})).await;
+    assert_eq!(refund.status, 201, "{refund:?}");
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "the refused refund needs attention",
+        "SELECT count(*) FROM outbound_refunds WHERE status = 'needs_attention'",
+        1,
+    )
+    .await;
+    let report = sandbox.control().charges();
+    let book = report.provider("st").expect("provider");
+    assert_eq!(
+        (book.refunds, book.refunded_amount),
+        (0, 0),
+        "nothing refunded at the gateway"
+    );
+    let got = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE))
+        .await;
+    assert_eq!(
+        got.json()["refunded"],
+        0,
+        "the refusal released the reservation: {got:?}"
+    );
+
+    let corrected = post_as(&api, KEY_ONE, &path, "refund-2", &json!({"amount": 2500})).await;
+    assert_eq!(corrected.status, 201, "{corrected:?}");
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "the corrected refund succeeded",
+        "SELECT count(*) FROM outbound_refunds WHERE status = 'succeeded'",
+        1,
+    )
+    .await;
+    let report = sandbox.control().charges();
+    let book = report.provider("st").expect("provider");
+    assert_eq!((book.refunds, book.refunded_amount), (1, 2500));
+    let got = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE))
+        .await;
+    assert_eq!(got.json()["refunded"], 2500, "{got:?}");
+    // Still never beyond the capture.
+    let more = post_as(&api, KEY_ONE, &path, "refund-3", &json!({"amount": 1})).await;
+    assert_eq!(
+        (more.status, more.code().as_str()),
+        (422, "refund_above_captured"),
+        "{more:?}"
+    );
+    cancel.cancel();
+    task.await.unwrap();
+    sandbox.stop().await;
 }

@@ -4,6 +4,14 @@
 //! An intent and its outbound request are written in ONE transaction ([`create_intent`] calls
 //! [`crate::outbox::enqueue`] on the same connection): either both exist or neither. The gateway's idempotency key
 //! is derived from the intent's id, so it is the same on every attempt and after any crash.
+//!
+//! Intents belong to a merchant API client (`client`, its `[[api.clients]]` name): the `*_for_client`
+//! functions see and refund only that client's intents, so one client never reads or refunds another's (issue
+//! 25, finding 3). Intents of hookline's own (billing runs, the CLI) have no client and no API client sees them.
+//!
+//! A refund reserves its amount on the intent (`refunded`) when requested, so concurrent requests never exceed
+//! what was captured; a refund the gateway refused or failed releases it again, in the transaction that records
+//! the refusal ([`record_refund_answer`]).
 
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -29,6 +37,9 @@ pub struct Intent {
     pub customer: Option<String>,
     /// Free text.
     pub description: Option<String>,
+    /// The API client that created it (`None`: hookline's own — billing, CLI). Not part of the API's answer.
+    #[serde(skip)]
+    pub client: Option<String>,
     /// `requires_dispatch`, `processing`, `succeeded`, `failed`, `needs_attention`.
     pub status: String,
     /// The gateway's payment id once known.
@@ -55,7 +66,8 @@ pub struct NewIntent<'a> {
     pub description: Option<&'a str>,
 }
 
-const COLUMNS: &str = "id, public_id, provider, amount, currency, customer, description, status, \
+const COLUMNS: &str =
+    "id, public_id, provider, amount, currency, customer, description, client, status, \
                        provider_payment_id, refunded, created_at";
 
 /// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
@@ -68,14 +80,33 @@ pub fn refund_key(refund_id: i64) -> String {
     format!("hookline-refund-{refund_id}")
 }
 
-/// Creates an intent and its outbound charge request in the caller's transaction.
+/// Creates an intent of hookline's own (no API client: billing runs, the CLI, tests) and its outbound charge
+/// request in the caller's transaction.
 pub async fn create_intent(
     tx: &mut PgConnection,
     new: &NewIntent<'_>,
 ) -> Result<Intent, sqlx::Error> {
+    insert_intent(tx, None, new).await
+}
+
+/// Creates an intent owned by the merchant API client `client` (its `[[api.clients]]` name) and its outbound
+/// charge request in the caller's transaction.
+pub async fn create_intent_for_client(
+    tx: &mut PgConnection,
+    client: &str,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
+    insert_intent(tx, Some(client), new).await
+}
+
+async fn insert_intent(
+    tx: &mut PgConnection,
+    client: Option<&str>,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
     let intent: Intent = sqlx::query_as(&format!(
-        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description)
-         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5)
+        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client)
+         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6)
          RETURNING {COLUMNS}"
     ))
     .bind(new.provider)
@@ -83,6 +114,7 @@ pub async fn create_intent(
     .bind(new.currency)
     .bind(new.customer)
     .bind(new.description)
+    .bind(client)
     .fetch_one(&mut *tx)
     .await?;
     crate::outbox::enqueue(
@@ -106,6 +138,22 @@ pub async fn get_by_public_id(
         "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1"
     ))
     .bind(public_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// An intent by its public id, if it belongs to the API client `client` (another client's intent, or one of
+/// hookline's own, is `None`: the API does not confirm that it exists).
+pub async fn get_for_client(
+    conn: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1 AND client = $2"
+    ))
+    .bind(public_id)
+    .bind(client)
     .fetch_optional(conn)
     .await
 }
@@ -218,7 +266,7 @@ pub async fn complete_from_payments(
 
 /// Columns returned by the updates above (`p` is the updated row).
 const RETURNED: &str =
-    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, \
+    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, \
                         p.status, p.provider_payment_id, p.refunded, p.created_at";
 
 /// An intent after an update, and its status before.
@@ -294,11 +342,34 @@ pub enum RefundError {
     Database(#[from] sqlx::Error),
 }
 
-/// Requests a refund of `amount` on intent `public_id`, in the caller's transaction: the refund record, the
-/// intent's `refunded` counter (the database refuses going above the amount, also under concurrent requests:
-/// the UPDATE's condition and the CHECK decide) and the outbound request.
+/// Requests a refund of `amount` on intent `public_id` (any intent: the operator's `hookline refund`), in the
+/// caller's transaction: the refund record, the intent's `refunded` counter (the database refuses going above
+/// the amount, also under concurrent requests: the UPDATE's condition and the CHECK decide) and the outbound
+/// request.
 pub async fn request_refund(
     tx: &mut PgConnection,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    refund(tx, None, public_id, amount, reason).await
+}
+
+/// [`request_refund`] for the merchant API: only an intent of `client`; another client's intent (or one of
+/// hookline's own) is [`RefundError::UnknownIntent`].
+pub async fn request_refund_for_client(
+    tx: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    refund(tx, Some(client), public_id, amount, reason).await
+}
+
+async fn refund(
+    tx: &mut PgConnection,
+    client: Option<&str>,
     public_id: &str,
     amount: i64,
     reason: &str,
@@ -306,17 +377,21 @@ pub async fn request_refund(
     let row: Option<(i64, String, String)> = sqlx::query_as(
         "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
           WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
+            AND ($3::text IS NULL OR client = $3)
           RETURNING id, provider, status",
     )
     .bind(public_id)
     .bind(amount)
+    .bind(client)
     .fetch_optional(&mut *tx)
     .await?;
     let Some((intent_id, provider, _)) = row else {
         let intent: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT status, amount, refunded FROM payment_intents WHERE public_id = $1",
+            "SELECT status, amount, refunded FROM payment_intents
+              WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)",
         )
         .bind(public_id)
+        .bind(client)
         .fetch_optional(&mut *tx)
         .await?;
         return Err(match intent {
@@ -362,7 +437,14 @@ pub async fn get_refund(
 }
 
 /// Records the gateway's answer to a refund: its refund id (kept once known) and the refund's status
-/// (`succeeded`, `failed` or `needs_attention`).
+/// (`succeeded`, `failed` or `needs_attention`), and moves the intent's `refunded` reservation with it, in the
+/// caller's transaction (one statement).
+///
+/// A refund holds its amount on the intent while it is `requires_dispatch` or `succeeded`; a refused
+/// (`needs_attention`) or `failed` refund moved nothing at the gateway and releases it, so a corrected refund
+/// fits (issue 25, finding 5). The release happens once: recording the same refusal again changes nothing, and
+/// a refund that later turns out to have succeeded takes its amount back (the intent's CHECK still bounds the
+/// sum by what was captured).
 pub async fn record_refund_answer(
     conn: &mut PgConnection,
     refund_id: i64,
@@ -370,9 +452,20 @@ pub async fn record_refund_answer(
     status: &str,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE outbound_refunds
-            SET provider_refund_id = coalesce(provider_refund_id, $2), status = $3, updated_at = now()
-          WHERE id = $1",
+        "WITH old AS (
+              SELECT id, intent_id, amount, status FROM outbound_refunds WHERE id = $1 FOR UPDATE),
+          moved AS (
+              UPDATE outbound_refunds r
+                 SET provider_refund_id = coalesce(r.provider_refund_id, $2), status = $3, updated_at = now()
+                FROM old
+               WHERE r.id = old.id
+              RETURNING old.intent_id, old.amount,
+                        (CASE WHEN r.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END)
+                      - (CASE WHEN old.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END) AS held)
+         UPDATE payment_intents p
+            SET refunded = p.refunded + moved.held * moved.amount, updated_at = now()
+           FROM moved
+          WHERE p.id = moved.intent_id AND moved.held <> 0",
     )
     .bind(refund_id)
     .bind(provider_refund_id)

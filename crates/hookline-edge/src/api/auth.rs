@@ -1,18 +1,21 @@
 //! Bearer-key authentication. Keys are kept only as SHA-256 digests and compared in constant time (every
 //! configured key is compared, whatever matches), so neither timing nor a memory dump of the state reveals
-//! them. A key's position in `[api] keys` is its client identity: what idempotency keys are stored under.
+//! them. A key stands for its client's NAME (`[[api.clients]]`): intents, refunds and idempotency keys are
+//! stored under the name, so removing, reordering or rotating keys never moves a client onto another's data.
 
 use actix_web::http::header;
 use actix_web::HttpRequest;
-use secrecy::{ExposeSecret, SecretString};
+use hookline_core::config::ApiClient;
+use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::error::ApiError;
 
-/// The configured keys, as digests.
+/// The configured keys, as digests, each with the index of its client.
 pub struct Keys {
-    digests: Vec<[u8; 32]>,
+    digests: Vec<([u8; 32], u64)>,
+    clients: Vec<String>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -26,18 +29,24 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
 }
 
 impl Keys {
-    /// Digests of the configured keys, in order.
-    pub fn new(keys: &[SecretString]) -> Keys {
+    /// Digests of every client's keys.
+    pub fn new(clients: &[ApiClient]) -> Keys {
         Keys {
-            digests: keys
+            digests: clients
                 .iter()
-                .map(|k| digest(k.expose_secret().as_bytes()))
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    c.keys
+                        .iter()
+                        .map(move |k| (digest(k.expose_secret().as_bytes()), i as u64))
+                })
                 .collect(),
+            clients: clients.iter().map(|c| c.name.clone()).collect(),
         }
     }
 
-    /// The client (index of the matching key) of a request, or 401.
-    pub fn authenticate(&self, req: &HttpRequest) -> Result<usize, ApiError> {
+    /// The client (its name) of a request, or 401.
+    pub fn authenticate(&self, req: &HttpRequest) -> Result<&str, ApiError> {
         let token = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -51,13 +60,17 @@ impl Keys {
         let presented = digest(token.as_bytes());
         let mut found = subtle::Choice::from(0);
         let mut index = 0u64;
-        for (i, d) in self.digests.iter().enumerate() {
+        for (d, client) in &self.digests {
             let hit = presented.ct_eq(d);
-            index.conditional_assign(&(i as u64), hit & !found);
+            index.conditional_assign(client, hit & !found);
             found |= hit;
         }
         if bool::from(found) {
-            Ok(index as usize)
+            usize::try_from(index)
+                .ok()
+                .and_then(|i| self.clients.get(i))
+                .map(String::as_str)
+                .ok_or(ApiError::Unauthorized)
         } else {
             Err(ApiError::Unauthorized)
         }

@@ -51,6 +51,11 @@ pub enum ApiError {
         /// What is wrong with it.
         message: String,
     },
+    /// A path id, header or JSON string PostgreSQL cannot hold (NUL) or a one-line value with a control
+    /// character: 400 with the input check's stable code (`invalid_text`, `control_character`, `too_long`) and
+    /// the field as `param` (a JSON string by its pointer, e.g. `customer`).
+    #[error("{0}")]
+    InvalidInput(#[from] hookline_core::input::InputError),
     /// No such payment intent (for this API).
     #[error("no such payment intent")]
     IntentNotFound,
@@ -114,6 +119,7 @@ impl ApiError {
             ApiError::BodyRead(_) => "body_read_failed",
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidField { code, .. } => code,
+            ApiError::InvalidInput(e) => e.code(),
             ApiError::IntentNotFound => "intent_not_found",
             ApiError::IntentNotCaptured => "intent_not_captured",
             ApiError::RefundAboveCaptured { .. } => "refund_above_captured",
@@ -148,6 +154,7 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyMissing
             | ApiError::IdempotencyKeyInvalid
             | ApiError::BodyRead(_)
+            | ApiError::InvalidInput(_)
             | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::IdempotencyKeyReused
             | ApiError::InvalidField { .. }
@@ -186,8 +193,14 @@ impl ResponseError for ApiError {
             "code": self.code(),
             "message": message,
         });
-        if let ApiError::InvalidField { param, .. } = self {
-            error["param"] = serde_json::Value::from(param.as_str());
+        match self {
+            ApiError::InvalidField { param, .. } => {
+                error["param"] = serde_json::Value::from(param.as_str());
+            }
+            ApiError::InvalidInput(e) => {
+                error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));
+            }
+            _ => {}
         }
         res.json(serde_json::json!({ "error": error }))
     }

@@ -1,7 +1,7 @@
 //! The API's idempotency, decided by the database (in the style of the edge's group commit: the answer is sent
 //! only after what it reports is committed).
 //!
-//! One transaction per request: claim `(client, Idempotency-Key)` in `api_idempotency_keys`, run the operation
+//! One transaction per request: claim `(client name, Idempotency-Key)` in `api_idempotency_keys`, run the operation
 //! (which writes the intent or refund and its outbox row), store the response on the key row, commit. A
 //! concurrent request with the same key waits on the key's primary-key entry until the first commits, then
 //! replays the stored response (`Idempotent-Replayed: true`): a double click creates one intent and both clicks
@@ -32,8 +32,10 @@ pub fn key_of(req: &actix_web::HttpRequest) -> Result<String, ApiError> {
     if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
         return Err(ApiError::IdempotencyKeyInvalid);
     }
-    // Printable ASCII, checked above: always valid UTF-8.
-    Ok(String::from_utf8_lossy(bytes).into_owned())
+    // Printable ASCII, checked above: always valid UTF-8 and storable; still through the one input check.
+    let key = String::from_utf8_lossy(bytes);
+    hookline_core::input::line("Idempotency-Key", &key, 255).map_err(ApiError::from)?;
+    Ok(key.into_owned())
 }
 
 /// sha256 (hex) of what makes two requests "the same": method, path and body.
@@ -50,12 +52,11 @@ pub fn request_hash(method: &str, path: &str, body: &[u8]) -> String {
 /// Runs `op` once per `(client, key)`: the first request executes it, the others replay its response.
 pub async fn run(
     state: &ApiState,
-    client: usize,
+    client: &str,
     key: &str,
     request_hash: &str,
     op: Operation,
 ) -> Result<Reply, ApiError> {
-    let client = client.to_string();
     let mut tx = state
         .pool
         .begin()
@@ -66,7 +67,7 @@ pub async fn run(
         .execute(&mut *tx)
         .await
         .map_err(|e| ApiError::database(e, "set the key's lock timeout"))?;
-    let claim = intents::claim_idempotency_key(&mut tx, &client, key, request_hash, state.window)
+    let claim = intents::claim_idempotency_key(&mut tx, client, key, request_hash, state.window)
         .await
         .map_err(|e| match &e {
             // 55P03 lock_not_available: the first request with this key holds it past the timeout.
@@ -97,9 +98,9 @@ pub async fn run(
         }
         KeyClaim::Incomplete => Err(ApiError::IdempotencyKeyInFlight),
         KeyClaim::Claimed => {
-            let reply = op.execute(&mut tx).await?;
+            let reply = op.execute(&mut tx, client).await?;
             let status = i16::try_from(reply.status.as_u16()).unwrap_or(500);
-            intents::complete_idempotency_key(&mut tx, &client, key, status, &reply.body)
+            intents::complete_idempotency_key(&mut tx, client, key, status, &reply.body)
                 .await
                 .map_err(|e| ApiError::database(e, "store the response on the idempotency key"))?;
             tx.commit()

@@ -1,10 +1,15 @@
 //! `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
 //!
 //! Input is checked field by field before anything touches the database (each mistake has its own stable code
-//! and names its `param`); the writes go through [`super::idempotency::run`].
+//! and names its `param`): the path id through [`input::line`], every string of the body through
+//! [`input::json_strings`] (a NUL is 400 `invalid_text`, never a database error). Currencies are the ISO 4217
+//! codes the provider accepts ([`hookline_core::currency`]). Every read and write is scoped to the
+//! authenticated client: another client's intent is 404 `intent_not_found`. The writes go through
+//! [`super::idempotency::run`].
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use hookline_core::input;
 use hookline_core::intents::{self, NewIntent, RefundError};
 use hookline_signature::Scheme;
 use serde_json::{Map, Value};
@@ -50,11 +55,12 @@ pub struct CreateIntent {
 
 impl Operation {
     /// Performs the write in the request's transaction and builds the response to store and send.
-    pub async fn execute(self, tx: &mut PgConnection) -> Result<Reply, ApiError> {
+    pub async fn execute(self, tx: &mut PgConnection, client: &str) -> Result<Reply, ApiError> {
         match self {
             Operation::CreateIntent(c) => {
-                let intent = intents::create_intent(
+                let intent = intents::create_intent_for_client(
                     tx,
+                    client,
                     &NewIntent {
                         provider: &c.provider,
                         amount: c.amount,
@@ -72,7 +78,7 @@ impl Operation {
                 amount,
                 reason,
             } => {
-                let id = intents::request_refund(tx, &intent, amount, &reason)
+                let id = intents::request_refund_for_client(tx, client, &intent, amount, &reason)
                     .await
                     .map_err(|e| match e {
                         RefundError::UnknownIntent(_) => ApiError::IntentNotFound,
@@ -122,11 +128,8 @@ pub async fn get(
     state: web::Data<ApiState>,
 ) -> HttpResponse {
     serve(Route::GetIntent, async {
-        state.keys.authenticate(&req)?;
-        let id = path.into_inner();
-        if id.is_empty() || id.len() > MAX_ID_BYTES {
-            return Err(ApiError::IntentNotFound);
-        }
+        let client = state.keys.authenticate(&req)?;
+        let id = path_id(path.into_inner())?;
         let intent = state
             .within_budget(async {
                 let mut conn = state
@@ -134,7 +137,7 @@ pub async fn get(
                     .acquire()
                     .await
                     .map_err(|e| ApiError::database(e, "acquire a connection"))?;
-                intents::get_by_public_id(&mut conn, &id)
+                intents::get_for_client(&mut conn, client, &id)
                     .await
                     .map_err(|e| ApiError::database(e, "read the payment intent"))
             })
@@ -155,12 +158,9 @@ pub async fn refund(
     serve(Route::CreateRefund, async {
         let client = state.keys.authenticate(&req)?;
         let key = idempotency::key_of(&req)?;
-        let intent = path.into_inner();
+        let intent = path_id(path.into_inner())?;
         let body = read_body(&req, payload, &state).await?;
         let (amount, reason) = parse_refund(&body)?;
-        if intent.is_empty() || intent.len() > MAX_ID_BYTES {
-            return Err(ApiError::IntentNotFound);
-        }
         let hash = idempotency::request_hash("POST", req.path(), &body);
         let op = Operation::Refund {
             intent,
@@ -174,9 +174,24 @@ pub async fn refund(
     .await
 }
 
+/// An intent id from the path: an id no intent can have (empty, too long) is 404; one PostgreSQL cannot
+/// hold (NUL) or with a control character is 400 from [`input::line`].
+fn path_id(id: String) -> Result<String, ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(ApiError::IntentNotFound);
+    }
+    input::line("id", &id, MAX_ID_BYTES)?;
+    Ok(id)
+}
+
+/// The body as a JSON object whose every key and string is storable (no NUL).
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Object(m)) => {
+            // Field "" so the error's param is the JSON pointer of the string: `/customer` → `customer`.
+            input::json_strings("", &Value::Object(m.clone()))?;
+            Ok(m)
+        }
         Ok(_) => Err(ApiError::InvalidJson("expected an object".into())),
         // serde_json's syntax errors name a line and column, never the input.
         Err(e) => Err(ApiError::InvalidJson(e.to_string())),
@@ -287,6 +302,15 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             )
         })?
         .to_ascii_lowercase();
+    if !hookline_core::currency::accepts(configured.scheme, &currency) {
+        return Err(ApiError::field(
+            "currency_unsupported",
+            "currency",
+            format!(
+                "{provider} cannot be charged in {currency}: not one of the ISO 4217 currencies the provider accepts"
+            ),
+        ));
+    }
     Ok(CreateIntent {
         provider: provider.to_string(),
         amount,

@@ -4,8 +4,11 @@
 //! * `GET /v1/payment_intents/{id}` — read one;
 //! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured.
 //!
-//! Every request carries `Authorization: Bearer KEY` (one of `[api] keys`); writes carry an `Idempotency-Key`
-//! whose first response is stored and replayed (see [`idempotency`]). Errors follow [`error::ApiError`].
+//! Every request carries `Authorization: Bearer KEY`, a key of one `[[api.clients]]` entry (or of the legacy
+//! `[api] keys`, the client `default`); the request acts as that client's NAME: it sees and refunds only that
+//! client's intents (another's is 404, as if it did not exist). Writes carry an `Idempotency-Key` whose first
+//! response is stored under (client name, key) and replayed (see [`idempotency`]). Every path id, header and
+//! JSON string goes through [`hookline_core::input`] before SQL. Errors follow [`error::ApiError`].
 
 mod auth;
 mod error;
@@ -232,7 +235,7 @@ pub fn start(
     let port = listener.local_addr()?.port();
     let state = web::Data::new(ApiState {
         pool: pool.clone(),
-        keys: auth::Keys::new(&api.keys),
+        keys: auth::Keys::new(&api.clients),
         providers,
         window: api.idempotency_window,
         db_timeout: edge.db_timeout,
@@ -257,7 +260,7 @@ pub fn start(
         supervisor.clone(),
         prune.clone(),
     );
-    tracing::info!(listen = %api.listen, port, keys = api.keys.len(), "merchant API listening");
+    tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
     Ok(ApiServer {
         port,
         server,

@@ -1,0 +1,73 @@
+//! The currencies an intent may be charged in, per provider: ISO 4217 codes the gateway accepts, as lists.
+//!
+//! Why lists and not a `^[a-z]{3}$` check: `zzz` or `xxx` (ISO's "no currency") passed the regex, reached the
+//! outbox and came back from the gateway as a refusal the merchant only saw later as `needs_attention`. Refusing
+//! them at the API answers the caller at once, naming the parameter.
+
+use hookline_signature::Scheme;
+
+/// Currencies Stripe charges in: its "Supported currencies" list (stripe.com/docs/currencies, presentment
+/// currencies, 2024), lower-case ISO 4217. Includes the real currencies with an X code (XAF, XCD, XOF, XPF);
+/// excludes ISO's non-currency X codes (XXX no currency, XTS testing, XAU/XAG/XPD/XPT metals, XDR, …).
+pub const STRIPE: &[&str] = &[
+    "aed", "afn", "all", "amd", "ang", "aoa", "ars", "aud", "awg", "azn", "bam", "bbd", "bdt",
+    "bgn", "bhd", "bif", "bmd", "bnd", "bob", "brl", "bsd", "bwp", "byn", "bzd", "cad", "cdf",
+    "chf", "clp", "cny", "cop", "crc", "cve", "czk", "djf", "dkk", "dop", "dzd", "egp", "etb",
+    "eur", "fjd", "fkp", "gbp", "gel", "gip", "gmd", "gnf", "gtq", "gyd", "hkd", "hnl", "htg",
+    "huf", "idr", "ils", "inr", "isk", "jmd", "jod", "jpy", "kes", "kgs", "khr", "kmf", "krw",
+    "kwd", "kyd", "kzt", "lak", "lbp", "lkr", "lrd", "lsl", "mad", "mdl", "mga", "mkd", "mmk",
+    "mnt", "mop", "mur", "mvr", "mwk", "mxn", "myr", "mzn", "nad", "ngn", "nio", "nok", "npr",
+    "nzd", "omr", "pab", "pen", "pgk", "php", "pkr", "pln", "pyg", "qar", "ron", "rsd", "rub",
+    "rwf", "sar", "sbd", "scr", "sek", "sgd", "shp", "sle", "sos", "srd", "std", "szl", "thb",
+    "tjs", "tnd", "top", "try", "ttd", "twd", "tzs", "uah", "ugx", "usd", "uyu", "uzs", "vnd",
+    "vuv", "wst", "xaf", "xcd", "xof", "xpf", "yer", "zar", "zmw",
+];
+
+/// Currencies Mercado Pago charges in: the `currency_id` of its countries' sites (Argentina ARS, Brazil BRL,
+/// Chile CLP, Colombia COP, Mexico MXN, Peru PEN, Uruguay UYU; USD where a site accepts it), from Mercado
+/// Pago's developer documentation (`currency_id` of `/v1/payments`).
+pub const MERCADO_PAGO: &[&str] = &["ars", "brl", "clp", "cop", "mxn", "pen", "usd", "uyu"];
+
+/// The currencies a provider of `scheme` can be charged in; empty for schemes hookline does not charge.
+pub fn accepted(scheme: Scheme) -> &'static [&'static str] {
+    match scheme {
+        Scheme::Stripe => STRIPE,
+        Scheme::MercadoPago => MERCADO_PAGO,
+        _ => &[],
+    }
+}
+
+/// Whether `code` (lower-case ISO 4217) can be charged through a provider of `scheme`.
+pub fn accepts(scheme: Scheme, code: &str) -> bool {
+    accepted(scheme).contains(&code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_sorted_lower_case_codes_without_non_currencies() {
+        for list in [STRIPE, MERCADO_PAGO] {
+            assert!(
+                list.windows(2).all(|w| w[0] < w[1]),
+                "sorted, no duplicates"
+            );
+            assert!(list
+                .iter()
+                .all(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_lowercase())));
+            for not_money in ["xxx", "xts", "xau", "xag", "xpd", "xpt", "xdr", "zzz"] {
+                assert!(!list.contains(&not_money), "{not_money}");
+            }
+        }
+        assert!(MERCADO_PAGO.iter().all(|c| STRIPE.contains(c)));
+    }
+
+    #[test]
+    fn providers_differ() {
+        assert!(accepts(Scheme::Stripe, "eur"));
+        assert!(!accepts(Scheme::MercadoPago, "eur"));
+        assert!(accepts(Scheme::MercadoPago, "brl"));
+        assert!(!accepts(Scheme::Github, "brl"));
+    }
+}
