@@ -22,6 +22,7 @@ pub mod console;
 pub mod env;
 pub mod gen;
 pub mod load;
+pub mod login_flood;
 pub mod pgbench;
 mod phases;
 pub mod procfs;

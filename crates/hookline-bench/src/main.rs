@@ -65,6 +65,15 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         requests: usize,
     },
+    /// Webhook ack latency of the edge with and without a flood of unauthenticated console logins.
+    LoginFlood {
+        /// Webhooks timed per run (one after another).
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        /// Concurrent console logins of the flood.
+        #[arg(long, default_value_t = 500)]
+        logins: usize,
+    },
     /// Two edges and two workers on the same database and broker: zero loss, exactly once, and how the
     /// throughput splits (--duration, --concurrency: connections over both edges).
     Scale,
@@ -118,6 +127,9 @@ async fn main() -> ExitCode {
             return console(args, events, requests).await;
         }
         Some(Command::Scale) => return scale(args).await,
+        Some(Command::LoginFlood { requests, logins }) => {
+            return login_flood(args, requests, logins).await;
+        }
         None => {}
     }
     let opts = match options(args) {
@@ -216,6 +228,35 @@ async fn scale(args: Args) -> ExitCode {
             print!("{}", hookline_bench::scale::render(&report));
             written(hookline_bench::scale::write_report(&report, &opts.out_dir));
             verdict(report.pass)
+        }
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn login_flood(args: Args, requests: usize, logins: usize) -> ExitCode {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let flood_opts = hookline_bench::login_flood::LoginFloodOptions {
+        requests: requests.max(1),
+        logins: logins.max(1),
+        bin_dir: opts.bin_dir.clone(),
+        pg_base_url: opts.pg_base_url.clone(),
+        out_dir: opts.out_dir.clone(),
+    };
+    match hookline_bench::login_flood::run(&flood_opts).await {
+        Ok(report) => {
+            written(
+                hookline_bench::login_flood::write_report(&report, &opts.out_dir).map(|p| vec![p]),
+            );
+            verdict(report.quiet.ok == report.requests && report.flood.ok == report.requests)
         }
         Err(e) => {
             eprintln!("hookline-bench: {e:#}");
