@@ -838,8 +838,18 @@ async fn in_a_browser_an_operator_finds_an_event_replays_it_and_sees_the_audit_r
     let dry = http.post("/replay", &form).await;
     assert_eq!(dry.status, 200, "{}", dry.text);
     assert!(dry.text.contains("data-count=\"1\""), "{}", dry.text);
-    let mut confirmed = form.to_vec();
-    confirmed.push(("confirm", "1"));
+    // The confirmation carries what the dry run counted (the selection and the count).
+    let marker = "name=\"confirmation\" value=\"";
+    let start = dry.text.find(marker).expect("a confirmation field") + marker.len();
+    let end = dry.text[start..]
+        .find('"')
+        .expect("end of the confirmation");
+    let token = dry.text[start..start + end].to_string();
+    let confirmed = [
+        ("csrf", csrf.as_str()),
+        ("reason", set_reason),
+        ("confirmation", token.as_str()),
+    ];
     let res = http.post("/replay", &confirmed).await;
     assert_eq!(res.status, 303, "{}", res.text);
     wait_for_count(

@@ -136,6 +136,114 @@ pub async fn start(
     })
 }
 
+/// What a dry run counted: the selection (times already resolved, so `--since 2h` means the same instant when
+/// it is confirmed) and its size. A confirmed run starts only while the selection still holds exactly that
+/// many events ([`start_confirmed`]); otherwise the operator re-runs the dry run and looks again.
+///
+/// Carried as one opaque token (the console's hidden `confirmation` field, the CLI's `--confirm`):
+/// hex of the JSON, a dot, and a SHA-256 digest of that JSON, so a truncated or edited token is refused
+/// rather than read as another selection. It is a checksum, not a secret: whoever can confirm a replay can
+/// start any replay.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Confirmation {
+    /// The selection that was counted.
+    pub filter: Filter,
+    /// How many events it held.
+    pub count: i64,
+}
+
+/// Longest provider or type in a confirmation (as the console's filters).
+const MAX_CONFIRMED_TEXT: usize = 200;
+/// Most explicit ids in a confirmation.
+const MAX_CONFIRMED_IDS: usize = 10_000;
+
+/// Why a confirmation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfirmError {
+    /// Not a token a dry run printed (truncated, edited, or from another tool).
+    #[error("the confirmation is not one a dry run produced (truncated or edited?): run the dry run again")]
+    Malformed,
+    /// The token's selection holds a value that cannot be used.
+    #[error("the confirmation's selection is not usable: {0}")]
+    Input(#[from] hookline_core::input::InputError),
+    /// The selection no longer holds what was counted: nothing was started.
+    #[error(
+        "the selection changed since the dry run: it counted {counted} events, it now holds {now};          nothing was replayed — run the dry run again and confirm the new count"
+    )]
+    Changed {
+        /// What the dry run counted.
+        counted: i64,
+        /// What the selection holds now.
+        now: i64,
+    },
+    /// Reading the database failed.
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl Confirmation {
+    fn digest(json: &[u8]) -> String {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(json)[..16])
+    }
+
+    /// The token that carries this confirmation.
+    pub fn token(&self) -> String {
+        // Serializing plain data to JSON cannot fail; an empty token would only be refused later.
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        format!("{}.{}", hex::encode(&json), Self::digest(&json))
+    }
+
+    /// Reads a token made by [`Confirmation::token`]; its provider and type are checked with
+    /// [`hookline_core::input`] (the token comes back from outside).
+    pub fn parse(token: &str) -> Result<Confirmation, ConfirmError> {
+        let (data, digest) = token
+            .trim()
+            .split_once('.')
+            .ok_or(ConfirmError::Malformed)?;
+        let json = hex::decode(data).map_err(|_| ConfirmError::Malformed)?;
+        if Self::digest(&json) != digest {
+            return Err(ConfirmError::Malformed);
+        }
+        let c: Confirmation = serde_json::from_slice(&json).map_err(|_| ConfirmError::Malformed)?;
+        if let Some(p) = &c.filter.provider {
+            hookline_core::input::line("provider", p, MAX_CONFIRMED_TEXT)?;
+        }
+        if let Some(t) = &c.filter.event_type {
+            hookline_core::input::text("type", t, MAX_CONFIRMED_TEXT)?;
+        }
+        if !["all", "unprocessed", "dead"].contains(&c.filter.state.as_str())
+            || c.filter.ids.len() > MAX_CONFIRMED_IDS
+            || c.count < 0
+        {
+            return Err(ConfirmError::Malformed);
+        }
+        Ok(c)
+    }
+}
+
+/// [`start`], only if the selection still holds exactly what the dry run counted; refused with
+/// [`ConfirmError::Changed`] (nothing recorded, nothing replayed) otherwise.
+///
+/// The recount and the audit row's own count are a few milliseconds apart; the run re-delivers what its
+/// audit row selected, and a difference in that window shows there (`selected`).
+pub async fn start_confirmed(
+    pool: &PgPool,
+    kind: RunKind,
+    confirmation: &Confirmation,
+    reason: &str,
+    operator: &str,
+) -> Result<Run, ConfirmError> {
+    let now = count(pool, &confirmation.filter, 0).await?;
+    if now != confirmation.count {
+        return Err(ConfirmError::Changed {
+            counted: confirmation.count,
+            now,
+        });
+    }
+    Ok(start(pool, kind, confirmation.filter.clone(), reason, operator).await?)
+}
+
 /// What [`resume`] found.
 #[derive(Debug)]
 pub enum Resumed {
@@ -277,23 +385,99 @@ pub async fn redrive(
     interrupted: &CancellationToken,
     progress: impl FnMut(u64),
 ) -> anyhow::Result<Redriven> {
-    let (outcome, sent) = execute(pool, target, run, interrupted, progress).await?;
+    // The copies this redrive replaces are taken out of the DLQ BEFORE anything is re-published (see
+    // `dead_letters::Held`): an event that fails again at once gets a fresh copy, which must stay.
+    let mut selected = HashSet::new();
+    let mut cursor = run.cursor;
+    loop {
+        let rows = page(pool, &run.filter, cursor, target.page_size.max(1)).await?;
+        let Some(last) = rows.last() else { break };
+        cursor = last.id;
+        selected.extend(rows.iter().map(|r| r.id));
+    }
+    let held = if selected.is_empty() {
+        None
+    } else {
+        Some(crate::dead_letters::hold(&target.amqp_urls, &target.topology, &selected).await?)
+    };
+    let (outcome, sent) = match execute(pool, target, run, interrupted, progress).await {
+        Ok(done) => done,
+        Err(e) => {
+            if let Some(held) = held {
+                held.release().await;
+            }
+            return Err(e);
+        }
+    };
     if sent.is_empty() && outcome == Outcome::Done {
+        if let Some(held) = held {
+            held.release().await;
+        }
         return Ok(Redriven {
             outcome,
             sent,
             removed: None,
         });
     }
-    let removed = crate::dead_letters::remove(
-        &target.amqp_urls,
-        &target.topology,
-        &sent.iter().copied().collect::<HashSet<i64>>(),
-    )
-    .await?;
+    let removed = match held {
+        Some(held) => {
+            held.remove_sent(&sent.iter().copied().collect::<HashSet<i64>>())
+                .await
+        }
+        None => 0,
+    };
     Ok(Redriven {
         outcome,
         sent,
         removed: Some(removed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Confirmation {
+        Confirmation {
+            filter: Filter {
+                provider: Some("stripe".into()),
+                event_type: Some("charge.refunded".into()),
+                since: None,
+                until: None,
+                ids: vec![],
+                state: "all".into(),
+            },
+            count: 93,
+        }
+    }
+
+    #[test]
+    fn a_token_carries_the_selection_and_the_count() {
+        let c = sample();
+        let back = Confirmation::parse(&c.token()).unwrap();
+        assert_eq!(back.count, 93);
+        assert_eq!(
+            serde_json::to_string(&back.filter).unwrap(),
+            serde_json::to_string(&c.filter).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_edited_or_truncated_token_is_refused() {
+        let token = sample().token();
+        let (data, digest) = token.split_once('.').unwrap();
+        let json = String::from_utf8(hex::decode(data).unwrap()).unwrap();
+        let edited = hex::encode(json.replace("93", "94"));
+        for bad in [
+            "93".to_string(),
+            format!("{edited}.{digest}"),
+            token[..token.len() - 1].to_string(),
+            String::new(),
+        ] {
+            assert!(
+                matches!(Confirmation::parse(&bad), Err(ConfirmError::Malformed)),
+                "{bad}"
+            );
+        }
+    }
 }

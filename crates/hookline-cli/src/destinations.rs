@@ -17,6 +17,7 @@ use clap::{Args, Subcommand};
 use hookline_core::config::CONFIG_ENV;
 use hookline_core::destinations::{self, RedeliverFilter};
 use hookline_core::domain_events::EventType;
+use hookline_core::input::redacted_url;
 use hookline_core::Config;
 use time::OffsetDateTime;
 
@@ -159,7 +160,7 @@ pub async fn destinations(
                     .iter()
                     .map(|d| {
                         serde_json::json!({
-                            "name": d.name, "url": d.url, "events": d.events,
+                            "name": d.name, "url": redacted_url(&d.url), "events": d.events,
                             "disabled": d.disabled_at.is_some(), "removed": d.removed_at.is_some(),
                         })
                     })
@@ -172,7 +173,7 @@ pub async fn destinations(
                         "{:<24} {:<10} {:<48} {}",
                         d.name,
                         state(d),
-                        terminal_safe(&d.url),
+                        redacted_url(&d.url),
                         d.events.join(",")
                     );
                 }
@@ -239,7 +240,7 @@ async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             .iter()
             .map(|d| {
                 serde_json::json!({
-                    "name": d.name, "state": state(d), "url": d.url,
+                    "name": d.name, "state": state(d), "url": redacted_url(&d.url),
                     "pending": d.pending, "failing": d.failing, "dead": d.dead, "delivered": d.delivered,
                     "oldest_pending_secs": d.oldest_pending_secs,
                     "last_success_at": d.last_success_at.map(rfc3339),
@@ -264,7 +265,7 @@ async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             config.amqp.prefix
         );
         for d in &all {
-            println!("\n{} [{}] {}", d.name, state(d), terminal_safe(&d.url));
+            println!("\n{} [{}] {}", d.name, state(d), redacted_url(&d.url));
             if let Some(reason) = &d.disabled_reason {
                 println!("  disabled: {}", terminal_safe(reason));
             }

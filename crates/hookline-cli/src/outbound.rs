@@ -66,6 +66,30 @@ pub struct BillingRunArgs {
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
+    /// Allow a cycle other than the current or the previous one (UTC); must name the same cycle as --cycle
+    #[arg(long, value_name = "CYCLE")]
+    allow_cycle: Option<String>,
+}
+
+/// Whether `cycle` may be charged in `today`'s month: the current and the previous cycle only (a late run of
+/// last month's billing is normal), unless `allow` names that very cycle. A typo such as `0001-01` would
+/// otherwise charge every subscription for a cycle two thousand years ago.
+fn cycle_allowed(cycle: &str, allow: Option<&str>, today: time::Date) -> Result<(), String> {
+    let current = format!("{:04}-{:02}", today.year(), u8::from(today.month()));
+    let prev_month = today.month().previous();
+    let prev_year = if prev_month == time::Month::December {
+        today.year() - 1
+    } else {
+        today.year()
+    };
+    let previous = format!("{prev_year:04}-{:02}", u8::from(prev_month));
+    if cycle == current || cycle == previous || allow == Some(cycle) {
+        return Ok(());
+    }
+    Err(format!(
+        "--cycle {cycle} is neither the current cycle ({current}) nor the previous one ({previous}); \
+         to charge it anyway, say so with --allow-cycle {cycle}"
+    ))
 }
 
 /// Arguments of `hookline refund`.
@@ -187,6 +211,14 @@ pub async fn billing(config: &Config, cmd: &BillingCommand) -> anyhow::Result<Ex
         );
         return Ok(ExitCode::from(2));
     }
+    if let Err(e) = cycle_allowed(
+        &args.cycle,
+        args.allow_cycle.as_deref(),
+        time::OffsetDateTime::now_utc().date(),
+    ) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     let pool = ops::pool(config).await?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);
@@ -301,4 +333,28 @@ pub async fn dispatch(config: &Config, args: &DispatchArgs) -> anyhow::Result<Ex
         .run(hookline_core::supervisor::shutdown_signal())
         .await?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod cycle_tests {
+    use super::cycle_allowed;
+    use time::macros::date;
+
+    #[test]
+    fn only_the_current_and_previous_cycle_unless_allowed_by_name() {
+        let today = date!(2026 - 12 - 02);
+        assert!(cycle_allowed("2026-12", None, today).is_ok());
+        assert!(cycle_allowed("2026-11", None, today).is_ok());
+        assert!(cycle_allowed("2026-10", None, today).is_err());
+        assert!(cycle_allowed("0001-01", None, today).is_err());
+        assert!(cycle_allowed("2027-01", None, today).is_err());
+        assert!(cycle_allowed("0001-01", Some("2026-10"), today).is_err());
+        assert!(cycle_allowed("2026-10", Some("2026-10"), today).is_ok());
+        let january = date!(2027 - 01 - 15);
+        assert!(
+            cycle_allowed("2026-12", None, january).is_ok(),
+            "across a year"
+        );
+        assert!(cycle_allowed("2026-11", None, january).is_err());
+    }
 }

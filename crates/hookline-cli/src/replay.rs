@@ -29,7 +29,8 @@ use crate::ops;
     after_help = "A replay re-delivers: events already applied change nothing (the worker deduplicates), \
 events never applied are applied once. No flag re-applies an applied effect.\n\n\
 Examples:\n  hookline replay --unprocessed --since 2h --reason 'RabbitMQ outage INC-42'\n  \
-hookline replay --dead --provider stripe --dry-run --reason 'check'\n  hookline replay --resume 17"
+hookline replay --dead --provider stripe --dry-run --reason 'check'\n  \
+hookline replay --confirm TOKEN --reason 'check'   (the token the dry run printed)\n  hookline replay --resume 17"
 )]
 pub struct ReplayArgs {
     /// Only events of this configured provider.
@@ -71,6 +72,10 @@ pub struct ReplayArgs {
     /// Continue an interrupted run from its cursor (its filter and reason are reused).
     #[arg(long, conflicts_with_all = ["provider", "event_type", "since", "until", "ids", "unprocessed", "dead", "all", "dry_run"])]
     pub resume: Option<i64>,
+    /// Replay exactly what a dry run counted: the token it printed carries the selection (times resolved) and
+    /// the count; the run is refused, and nothing replayed, if the selection no longer holds that many events.
+    #[arg(long, value_name = "TOKEN", conflicts_with_all = ["provider", "event_type", "since", "until", "ids", "unprocessed", "dead", "all", "dry_run", "resume"])]
+    pub confirm: Option<String>,
     /// Who runs the replay (default: $SUDO_USER or $USER).
     #[arg(long)]
     pub operator: Option<String>,
@@ -242,12 +247,26 @@ async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCod
             None => return Ok(ExitCode::SUCCESS),
         },
         None => {
-            let filter = filter_from_args(args)?;
             let reason = args
                 .reason
                 .clone()
                 .filter(|r| !r.trim().is_empty())
                 .ok_or_else(|| UsageError("--reason is required: say why you replay".into()))?;
+            hookline_core::input::text("--reason", &reason, 500)
+                .map_err(|e| UsageError(e.to_string()))?;
+            if let Some(token) = &args.confirm {
+                return run_confirmed(config, &pool, args, token, &reason).await;
+            }
+            let filter = filter_from_args(args)?;
+            for (flag, value) in [
+                ("--provider", &filter.provider),
+                ("--type", &filter.event_type),
+            ] {
+                if let Some(v) = value {
+                    hookline_core::input::text(flag, v, 200)
+                        .map_err(|e| UsageError(e.to_string()))?;
+                }
+            }
             if let Some(p) = &filter.provider {
                 if !config.providers.contains_key(p) {
                     anyhow::bail!(UsageError(format!(
@@ -257,7 +276,7 @@ async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCod
             }
             if args.dry_run {
                 let selected = count(&pool, &filter, 0).await?;
-                return dry_run(&pool, &filter, selected).await;
+                return dry_run(&pool, filter, selected, &reason).await;
             }
             start(
                 &pool,
@@ -273,9 +292,58 @@ async fn run_inner(config: &Config, args: &ReplayArgs) -> anyhow::Result<ExitCod
     Ok(report(&run, outcome))
 }
 
-async fn dry_run(pool: &PgPool, filter: &Filter, selected: i64) -> anyhow::Result<ExitCode> {
+/// `--confirm TOKEN`: the dry run's selection, started only if it still holds the counted number of events
+/// (exit 4 and nothing replayed otherwise).
+async fn run_confirmed(
+    config: &Config,
+    pool: &PgPool,
+    args: &ReplayArgs,
+    token: &str,
+    reason: &str,
+) -> anyhow::Result<ExitCode> {
+    use hookline_bus::replay::{ConfirmError, Confirmation};
+    let confirmation = Confirmation::parse(token).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(p) = &confirmation.filter.provider {
+        if !config.providers.contains_key(p) {
+            anyhow::bail!(UsageError(format!(
+                "the confirmation's provider {p}: no such provider in the configuration"
+            )));
+        }
+    }
+    let operator = ops::operator(args.operator.as_deref());
+    let mut run = match hookline_bus::replay::start_confirmed(
+        pool,
+        RunKind::Replay,
+        &confirmation,
+        reason,
+        &operator,
+    )
+    .await
+    {
+        Ok(run) => run,
+        Err(e @ ConfirmError::Changed { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(4));
+        }
+        Err(ConfirmError::Other(e)) => return Err(e),
+        Err(e) => anyhow::bail!(UsageError(e.to_string())),
+    };
+    println!(
+        "replay run {}: {} events selected, as the dry run counted ({reason})",
+        run.id, run.selected
+    );
+    let (outcome, _) = execute(config, pool, &mut run, args.rate, args.page_size).await?;
+    Ok(report(&run, outcome))
+}
+
+async fn dry_run(
+    pool: &PgPool,
+    filter: Filter,
+    selected: i64,
+    reason: &str,
+) -> anyhow::Result<ExitCode> {
     println!("dry run: {selected} events would be re-delivered (nothing changed)");
-    let sample = page(pool, filter, 0, 10).await?;
+    let sample = page(pool, &filter, 0, 10).await?;
     if !sample.is_empty() {
         println!(
             "{:>10}  {:<12} {:<36} {:<32} {:<25} state",
@@ -295,7 +363,22 @@ async fn dry_run(pool: &PgPool, filter: &Filter, selected: i64) -> anyhow::Resul
             );
         }
     }
+    let token = hookline_bus::replay::Confirmation {
+        filter,
+        count: selected,
+    }
+    .token();
+    println!(
+        "to replay exactly these {selected} events (refused if the selection changed meanwhile):\n  \
+         hookline replay --confirm {token} --reason {}",
+        shell_quote(reason)
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `s` quoted for a POSIX shell (single quotes; terminal-safe).
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", ops::terminal_safe(s).replace('\'', "'\\''"))
 }
 
 fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {

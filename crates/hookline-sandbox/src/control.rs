@@ -18,6 +18,15 @@ use crate::stripe;
 use crate::webhooks::{self, Delivery, DeliveryBehaviour};
 use crate::Scheme;
 
+/// Most extra copies of each delivery (`duplicates`): enough for any duplicate-delivery scenario, and a bound on
+/// the work one control request can queue (4294967295 copies would be a denial of service of the sandbox).
+pub const MAX_DUPLICATES: u32 = 100;
+/// Longest `delay_ms` or `shuffle_ms` of the delivery behaviour (and `delay_ms` of a fault): 10 minutes.
+pub const MAX_DELAY_MS: u64 = 600_000;
+/// Most deliveries dropped with `drop_next`, most firings of one fault (`count`) and most forced outcomes
+/// queued at once for a provider.
+pub const MAX_COUNT: u32 = 100_000;
+
 /// An outcome forced for the next charge (Stripe: `succeeded`, or `declined` with the decline code as
 /// `status_detail`) or payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
 /// `status_detail`).
@@ -203,7 +212,28 @@ impl SandboxControl {
     }
 
     /// Sets how deliveries are sent (applies to deliveries queued from now on; a pause applies at once).
+    /// Refused (nothing changed) past [`MAX_DUPLICATES`], [`MAX_DELAY_MS`] or [`MAX_COUNT`].
     pub fn set_delivery_behaviour(&self, behaviour: DeliveryBehaviour) -> Result<(), String> {
+        if behaviour.duplicates > MAX_DUPLICATES {
+            return Err(format!(
+                "duplicates must be at most {MAX_DUPLICATES}, not {}",
+                behaviour.duplicates
+            ));
+        }
+        for (name, ms) in [
+            ("delay_ms", behaviour.delay_ms),
+            ("shuffle_ms", behaviour.shuffle_ms),
+        ] {
+            if ms > MAX_DELAY_MS {
+                return Err(format!("{name} must be at most {MAX_DELAY_MS}, not {ms}"));
+            }
+        }
+        if behaviour.drop_next > MAX_COUNT {
+            return Err(format!(
+                "drop_next must be at most {MAX_COUNT}, not {}",
+                behaviour.drop_next
+            ));
+        }
         for (name, rate) in [
             ("duplicate_rate", behaviour.duplicate_rate),
             ("drop_rate", behaviour.drop_rate),
@@ -242,6 +272,20 @@ impl SandboxControl {
                 "approved" | "pending" | "in_process" | "rejected"
             ),
         };
+        let queued = state.providers[p].outcomes.len();
+        if count as usize + queued > MAX_COUNT as usize {
+            return Err(format!(
+                "count: at most {MAX_COUNT} forced outcomes queued at once ({queued} already are), not {count} more"
+            ));
+        }
+        if outcome.status.len() > 64
+            || outcome
+                .status_detail
+                .as_ref()
+                .is_some_and(|d| d.len() > 200)
+        {
+            return Err("status: at most 64 bytes, status_detail: at most 200".into());
+        }
         if !valid {
             return Err(format!(
                 "status '{}' is not an outcome of a new charge (Stripe: succeeded, declined; Mercado Pago: approved, pending, in_process, rejected)",

@@ -115,6 +115,13 @@ pub struct ArmedFault {
     pub hits: u32,
 }
 
+/// Longest `Retry-After` a status fault answers: one hour.
+pub const MAX_RETRY_AFTER_SECS: u64 = 3600;
+/// Longest `provider`, `method` or `path` a fault matches on.
+pub const MAX_MATCH_BYTES: usize = 200;
+/// Most faults armed at once.
+pub const MAX_ARMED: usize = 1000;
+
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     armed: Vec<ArmedFault>,
@@ -132,10 +139,43 @@ impl Faults {
             FaultAction::Status { status, .. } if !(400..=599).contains(status) => {
                 return Err(format!("status must be a 4xx or 5xx, not {status}"));
             }
-            FaultAction::Delay { delay_ms } if *delay_ms > 600_000 => {
-                return Err("delay_ms must be at most 600000".into());
+            FaultAction::Delay { delay_ms } if *delay_ms > crate::control::MAX_DELAY_MS => {
+                return Err(format!(
+                    "delay_ms must be at most {}",
+                    crate::control::MAX_DELAY_MS
+                ));
+            }
+            FaultAction::Status {
+                retry_after_secs: Some(secs),
+                ..
+            } if *secs > MAX_RETRY_AFTER_SECS => {
+                return Err(format!(
+                    "retry_after_secs must be at most {MAX_RETRY_AFTER_SECS}"
+                ));
             }
             _ => {}
+        }
+        if let Some(count) = spec.count {
+            if count > crate::control::MAX_COUNT {
+                return Err(format!(
+                    "count must be at most {}, not {count}",
+                    crate::control::MAX_COUNT
+                ));
+            }
+        }
+        for (name, value) in [
+            ("provider", &spec.provider),
+            ("method", &spec.method),
+            ("path", &spec.path),
+        ] {
+            if value.as_ref().is_some_and(|v| v.len() > MAX_MATCH_BYTES) {
+                return Err(format!("{name} must be at most {MAX_MATCH_BYTES} bytes"));
+            }
+        }
+        if self.armed.len() >= MAX_ARMED {
+            return Err(format!(
+                "at most {MAX_ARMED} faults armed at once: clear them first (DELETE /_sandbox/faults)"
+            ));
         }
         if spec.count.is_none() && spec.rate.is_none() {
             spec.count = Some(1);

@@ -129,7 +129,10 @@ use anyhow::Context;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use tokio_util::sync::CancellationToken;
 
-pub use control::{ChargesReport, Outcome, ProviderReport, RequestRecord, SandboxControl};
+pub use control::{
+    ChargesReport, Outcome, ProviderReport, RequestRecord, SandboxControl, MAX_COUNT, MAX_DELAY_MS,
+    MAX_DUPLICATES,
+};
 pub use faults::{ArmedFault, FaultAction, FaultSpec};
 pub use state::KeyStats;
 pub use url::Url;

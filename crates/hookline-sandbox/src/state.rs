@@ -45,6 +45,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(settings: &SandboxSettings) -> anyhow::Result<Shared> {
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none()) // as the real senders: a 3xx is a failed delivery
             .timeout(settings.webhook_timeout)
             .pool_max_idle_per_host(16)
             .build()?;

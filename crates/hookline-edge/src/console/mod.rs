@@ -44,7 +44,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{LOGIN_COOKIE, SESSION_COOKIE};
 
-/// Largest accepted form body.
+/// Largest accepted form body: every POST handler reads its body through the console's `Form` extractor
+/// ([`crate::body::read_bounded`]), which answers 413 past it (and 408 for a body trickled past
+/// `[edge] body_read_timeout_ms`). Any other body extractor is bounded to the same size by the app's
+/// `PayloadConfig`.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// Longest accepted replay reason (it is stored in the audit row).
@@ -69,6 +72,16 @@ pub enum ConsoleError {
     /// No such thing.
     #[error("not found")]
     NotFound,
+    /// A form body past [`MAX_FORM_BYTES`].
+    #[error("the form is larger than {MAX_FORM_BYTES} bytes")]
+    TooLarge,
+    /// A form body not received within the edge's body read timeout.
+    #[error("the form was not received in time")]
+    Timeout,
+    /// The action no longer matches what the operator confirmed (a replay's selection changed since its dry
+    /// run): nothing was done.
+    #[error("{0}")]
+    Conflict(String),
     /// An action was recorded but could not complete (RabbitMQ unreachable, no confirm): 503 with what to do.
     #[error("{0}")]
     Unavailable(String),
@@ -83,6 +96,24 @@ impl From<sqlx::Error> for ConsoleError {
     }
 }
 
+impl From<hookline_core::input::InputError> for ConsoleError {
+    fn from(e: hookline_core::input::InputError) -> Self {
+        ConsoleError::BadRequest(e.to_string())
+    }
+}
+
+impl From<crate::body::BodyError> for ConsoleError {
+    fn from(e: crate::body::BodyError) -> Self {
+        match e {
+            crate::body::BodyError::TooLarge { .. } => ConsoleError::TooLarge,
+            crate::body::BodyError::Timeout(_) => ConsoleError::Timeout,
+            crate::body::BodyError::Read(_) => {
+                ConsoleError::BadRequest("the form could not be read".into())
+            }
+        }
+    }
+}
+
 impl ResponseError for ConsoleError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -90,6 +121,9 @@ impl ResponseError for ConsoleError {
             ConsoleError::Csrf => StatusCode::FORBIDDEN,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::NotFound => StatusCode::NOT_FOUND,
+            ConsoleError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ConsoleError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            ConsoleError::Conflict(_) => StatusCode::CONFLICT,
             ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -274,7 +308,7 @@ pub fn start(
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
-            .app_data(web::FormConfig::default().limit(MAX_FORM_BYTES))
+            .app_data(web::PayloadConfig::new(MAX_FORM_BYTES))
             .configure(configure)
     })
     .client_request_timeout(edge.client_request_timeout)

@@ -26,12 +26,32 @@ const PAGE_ROWS: u32 = 50;
 /// Longest accepted filter value (ids, types, names).
 const MAX_FILTER_CHARS: usize = 200;
 
-/// A parsed `application/x-www-form-urlencoded` body or query string (repeated keys kept).
-struct Form(Vec<(String, String)>);
+/// Longest key of a form or query field.
+const MAX_KEY_CHARS: usize = 64;
+/// Longest value of any form or query field (the longest legitimate one is a reason, or a replay's
+/// confirmation token); each field has its own, smaller, bound on top ([`MAX_FILTER_CHARS`], [`MAX_REASON_CHARS`]).
+const MAX_VALUE_CHARS: usize = 4096;
+
+/// A parsed `application/x-www-form-urlencoded` body or query string (repeated keys kept), every key and value
+/// already checked with [`hookline_core::input`] (no NUL, bounded): the ONE place console input enters, so no
+/// handler can skip the check. POST handlers take it as an extractor, which reads the body through
+/// [`crate::body::read_bounded`] (413 past [`super::MAX_FORM_BYTES`]); GET handlers build it with
+/// [`Form::query`].
+pub(super) struct Form(Vec<(String, String)>);
 
 impl Form {
-    fn parse(bytes: &[u8]) -> Form {
-        Form(form_urlencoded::parse(bytes).into_owned().collect())
+    fn parse(bytes: &[u8]) -> Result<Form, ConsoleError> {
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(bytes).into_owned().collect();
+        for (k, v) in &pairs {
+            hookline_core::input::line("field name", k, MAX_KEY_CHARS)?;
+            hookline_core::input::text(k, v, MAX_VALUE_CHARS)?;
+        }
+        Ok(Form(pairs))
+    }
+
+    /// The request's query string, checked.
+    fn query(req: &HttpRequest) -> Result<Form, ConsoleError> {
+        Form::parse(req.query_string().as_bytes())
     }
 
     /// The first value of `name`, trimmed, `None` when absent or empty.
@@ -53,10 +73,10 @@ impl Form {
     /// A bounded filter value.
     fn filter_value(&self, name: &str) -> Result<Option<String>, ConsoleError> {
         match self.get(name) {
-            Some(v) if v.chars().count() > MAX_FILTER_CHARS => Err(ConsoleError::BadRequest(
-                format!("{name}: at most {MAX_FILTER_CHARS} characters"),
+            Some(v) => Ok(Some(
+                hookline_core::input::text(name, &v, MAX_FILTER_CHARS)?.to_string(),
             )),
-            other => Ok(other),
+            None => Ok(None),
         }
     }
 
@@ -78,11 +98,7 @@ impl Form {
                 "a reason is required: say why (it is recorded in the audit log)".into(),
             )
         })?;
-        if reason.chars().count() > MAX_REASON_CHARS {
-            return Err(ConsoleError::BadRequest(format!(
-                "the reason has more than {MAX_REASON_CHARS} characters"
-            )));
-        }
+        hookline_core::input::text("reason", &reason, MAX_REASON_CHARS)?;
         if reason
             .chars()
             .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t')
@@ -92,6 +108,28 @@ impl Form {
             ));
         }
         Ok(reason)
+    }
+}
+
+impl actix_web::FromRequest for Form {
+    type Error = ConsoleError;
+    type Future = futures::future::LocalBoxFuture<'static, Result<Form, ConsoleError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut actix_web::dev::Payload) -> Self::Future {
+        let req = req.clone();
+        let payload = <web::Payload as actix_web::FromRequest>::from_request(&req, payload);
+        Box::pin(async move {
+            let payload = payload
+                .await
+                .map_err(|_| ConsoleError::BadRequest("the form could not be read".into()))?;
+            let timeout = req
+                .app_data::<State>()
+                .map(|s| s.config.edge.body_read_timeout)
+                .unwrap_or(std::time::Duration::from_secs(10));
+            let body =
+                crate::body::read_bounded(&req, payload, super::MAX_FORM_BYTES, timeout).await?;
+            Form::parse(&body)
+        })
     }
 }
 
@@ -225,8 +263,7 @@ pub async fn login_form(req: HttpRequest, state: State) -> HttpResponse {
 }
 
 /// `POST /login`: name, password and the pre-login token.
-pub async fn login(req: HttpRequest, state: State, body: web::Bytes) -> HttpResponse {
-    let form = Form::parse(&body);
+pub async fn login(req: HttpRequest, state: State, form: Form) -> HttpResponse {
     let expected = req.cookie(LOGIN_COOKIE).map(|c| c.value().to_string());
     let presented = form.get("csrf");
     let csrf_ok = matches!((&expected, &presented), (Some(e), Some(p)) if auth::same_token(e, p));
@@ -242,14 +279,36 @@ pub async fn login(req: HttpRequest, state: State, body: web::Bytes) -> HttpResp
             .unwrap_or_default(),
     );
     let peer = req.peer_addr().map(|a| a.ip());
-    match state.auth.login(&name, password, peer).await {
-        Ok((token, s)) => {
-            tracing::info!(operator = %s.operator, "console login");
+    let device = req
+        .cookie(auth::DEVICE_COOKIE)
+        .map(|c| c.value().to_string());
+    let operator = name.chars().take(64).collect::<String>();
+    let refused = |status: actix_web::http::StatusCode, message: &str, retry_after: Option<u64>| {
+        let mut res = login_response(&req, &state, status, Some(message));
+        if let Some(secs) = retry_after {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        res
+    };
+    match state
+        .auth
+        .login(&name, password, peer, device.as_deref())
+        .await
+    {
+        Ok(ok) => {
+            tracing::info!(operator = %ok.session.operator, "console login");
             secure(HttpResponse::SeeOther())
                 .cookie(cookie(
                     SESSION_COOKIE,
-                    token,
+                    ok.token,
                     state.auth.ttl(),
+                    state.console.secure_cookie,
+                ))
+                .cookie(cookie(
+                    auth::DEVICE_COOKIE,
+                    ok.device,
+                    auth::DEVICE_TTL,
                     state.console.secure_cookie,
                 ))
                 .cookie(expired_cookie(LOGIN_COOKIE))
@@ -257,21 +316,29 @@ pub async fn login(req: HttpRequest, state: State, body: web::Bytes) -> HttpResp
                 .finish()
         }
         Err(LoginRefused::BadCredentials) => {
-            tracing::warn!(operator = ?name.chars().take(64).collect::<String>(), peer = ?peer, "console login refused: bad credentials");
-            login_response(
-                &req,
-                &state,
+            tracing::warn!(operator = ?operator, peer = ?peer, "console login refused: bad credentials");
+            refused(
                 actix_web::http::StatusCode::UNAUTHORIZED,
-                Some("Wrong name or password."),
+                "Wrong name or password.",
+                None,
             )
         }
-        Err(LoginRefused::RateLimited) => {
-            tracing::warn!(operator = ?name.chars().take(64).collect::<String>(), peer = ?peer, "console login refused: too many failures");
-            login_response(
-                &req,
-                &state,
+        Err(LoginRefused::RateLimited { retry_after }) => {
+            tracing::warn!(operator = ?operator, peer = ?peer, "console login refused: too many failures");
+            let minutes = retry_after.as_secs().div_ceil(60).max(1);
+            refused(
                 actix_web::http::StatusCode::TOO_MANY_REQUESTS,
-                Some("Too many failed logins: wait 15 minutes."),
+                &format!("Too many failed logins: try again in {minutes} minutes."),
+                Some(retry_after.as_secs().max(1)),
+            )
+        }
+        Err(LoginRefused::Busy) => {
+            // A flood answers here by the hundred: counted in hookline_console_logins_total, logged at debug only.
+            tracing::debug!(operator = ?operator, peer = ?peer, "console login refused: check pool busy");
+            refused(
+                actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+                "The console is busy checking other logins: try again in a few seconds.",
+                Some(1),
             )
         }
     }
@@ -281,9 +348,8 @@ pub async fn login(req: HttpRequest, state: State, body: web::Bytes) -> HttpResp
 pub async fn logout(
     req: HttpRequest,
     state: State,
-    body: web::Bytes,
+    form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = Form::parse(&body);
     let s = session_with_csrf(&req, &state, &form)?;
     if let Some(c) = req.cookie(SESSION_COOKIE) {
         state.auth.logout(c.value());
@@ -399,7 +465,7 @@ pub async fn overview_figures(
 /// `GET /events`: filters (provider, type, state, since, until, q) and keyset pagination (`before`).
 pub async fn events(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let q = Form::parse(req.query_string().as_bytes());
+    let q = Form::query(&req)?;
     let state_filter = q.filter_value("state")?;
     if let Some(st) = &state_filter {
         if !events::LIST_STATES.contains(&st.as_str()) {
@@ -514,9 +580,12 @@ pub async fn events(req: HttpRequest, state: State) -> Result<HttpResponse, Cons
     )))
 }
 
+/// The `{id}` of the path: a stored event id, checked with [`hookline_core::input`] like every other value;
+/// anything that is not one (NUL, too long, not a number) is 404, as an id that does not exist.
 fn event_id_from(req: &HttpRequest) -> Result<i64, ConsoleError> {
     req.match_info()
         .get("id")
+        .and_then(|v| hookline_core::input::line("id", v, 20).ok())
         .and_then(|v| v.parse::<i64>().ok())
         .filter(|id| *id > 0)
         .ok_or(ConsoleError::NotFound)
@@ -785,9 +854,8 @@ fn spawn_run(state: Arc<ConsoleState>, mut run: replay::Run) {
 pub async fn replay_one(
     req: HttpRequest,
     state: State,
-    body: web::Bytes,
+    form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = Form::parse(&body);
     let s = session_with_csrf(&req, &state, &form)?;
     let id = event_id_from(&req)?;
     let reason = form.reason()?;
@@ -821,16 +889,43 @@ pub async fn replay_one(
     Ok(see_other(&format!("/audit?run={}#run-{}", run.id, run.id)))
 }
 
-/// `POST /replay`: replays a filtered set. Without `confirm` it only counts (dry run) and asks to confirm that
-/// count; with it, it starts the audited run in the background.
+/// `POST /replay`: replays a filtered set. Without `confirmation` it only counts (dry run) and shows a confirm
+/// form carrying what it counted ([`replay::Confirmation`]: the selection with its times resolved, and the
+/// count); with it, it starts the audited run in the background, only if the selection still holds exactly
+/// that many events (409 otherwise: nothing replayed, the operator runs the dry run again).
 pub async fn replay_set(
     req: HttpRequest,
     state: State,
-    body: web::Bytes,
+    form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = Form::parse(&body);
     let s = session_with_csrf(&req, &state, &form)?;
     let reason = form.reason()?;
+    if let Some(token) = form.get("confirmation") {
+        let confirmation = replay::Confirmation::parse(&token).map_err(confirm_error)?;
+        if let Some(p) = &confirmation.filter.provider {
+            if !state.config.providers.contains_key(p) {
+                return Err(ConsoleError::BadRequest(format!(
+                    "provider {p}: no such provider in the configuration"
+                )));
+            }
+        }
+        let run = replay::start_confirmed(
+            &state.pool,
+            RunKind::Replay,
+            &confirmation,
+            &reason,
+            &audit_operator(&s),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(operator = %s.operator, error = %e, "console replay of a set refused");
+            confirm_error(e)
+        })?;
+        tracing::info!(operator = %s.operator, run = run.id, selected = run.selected, confirmed = confirmation.count, "console replay of a set");
+        let id = run.id;
+        spawn_run(state.into_inner(), run);
+        return Ok(see_other(&format!("/audit?run={id}#run-{id}")));
+    }
     let selection = form.get("selection").unwrap_or_default();
     if !["unprocessed", "dead", "all"].contains(&selection.as_str()) {
         return Err(ConsoleError::BadRequest(
@@ -845,57 +940,56 @@ pub async fn replay_set(
             )));
         }
     }
+    // Relative times (`2h`) are resolved now: the confirmation carries the instants that were counted.
     let filter = Filter {
         provider,
         event_type: form.filter_value("type")?,
         since: form.instant("since")?,
         until: form.instant("until")?,
         ids: Vec::new(),
-        state: selection.clone(),
+        state: selection,
     };
     let selected = replay::count(&state.pool, &filter, 0).await?;
-    let confirmed = form.get("confirm").and_then(|c| c.parse::<i64>().ok());
-    if confirmed.is_none() {
-        let sample = replay::page(&state.pool, &filter, 0, 10).await?;
-        return Ok(html_response(page(
-            "Replay: dry run",
-            Some(&s),
-            html! {
-                h1 { "Replay: dry run" }
-                p #replay-count data-count=(selected) { (selected) " events would be re-delivered (nothing changed yet)." }
-                table {
-                    tr { th { "id" } th { "provider" } th { "provider event id" } th { "type" } th { "received" } th { "state" } }
-                    @for r in &sample {
-                        tr { td { a href={ "/events/" (r.id) } { (r.id) } } td { (r.provider) } td { (r.provider_event_id) }
-                             td { (r.event_type.as_deref().unwrap_or("-")) } td { (ts(r.received_at)) } td { (r.state) } }
-                    }
-                }
-                @if selected > 0 {
-                    form.card #replay-confirm method="post" action="/replay" {
-                        @for (k, v) in &form.0 {
-                            @if k != "confirm" { input type="hidden" name=(k) value=(v); }
-                        }
-                        input type="hidden" name="confirm" value=(selected);
-                        p { "Reason: " (reason) }
-                        button #replay-confirm-submit type="submit" { "Replay " (selected) " events" }
-                    }
-                }
-                p { a href="/events" { "Back to the events" } }
-            },
-        )));
-    }
-    let run = replay::start(
-        &state.pool,
-        RunKind::Replay,
+    let sample = replay::page(&state.pool, &filter, 0, 10).await?;
+    let token = replay::Confirmation {
         filter,
-        &reason,
-        &audit_operator(&s),
-    )
-    .await?;
-    tracing::info!(operator = %s.operator, run = run.id, selected = run.selected, confirmed = ?confirmed, "console replay of a set");
-    let id = run.id;
-    spawn_run(state.into_inner(), run);
-    Ok(see_other(&format!("/audit?run={id}#run-{id}")))
+        count: selected,
+    }
+    .token();
+    Ok(html_response(page(
+        "Replay: dry run",
+        Some(&s),
+        html! {
+            h1 { "Replay: dry run" }
+            p #replay-count data-count=(selected) { (selected) " events would be re-delivered (nothing changed yet)." }
+            table {
+                tr { th { "id" } th { "provider" } th { "provider event id" } th { "type" } th { "received" } th { "state" } }
+                @for r in &sample {
+                    tr { td { a href={ "/events/" (r.id) } { (r.id) } } td { (r.provider) } td { (r.provider_event_id) }
+                         td { (r.event_type.as_deref().unwrap_or("-")) } td { (ts(r.received_at)) } td { (r.state) } }
+                }
+            }
+            @if selected > 0 {
+                form.card #replay-confirm method="post" action="/replay" {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="reason" value=(reason);
+                    input type="hidden" name="confirmation" value=(token);
+                    p { "Reason: " (reason) }
+                    p.muted { "The replay starts only if the selection still holds exactly " (selected) " events; otherwise nothing is replayed and you count again." }
+                    button #replay-confirm-submit type="submit" { "Replay " (selected) " events" }
+                }
+            }
+            p { a href="/events" { "Back to the events" } }
+        },
+    )))
+}
+
+fn confirm_error(e: replay::ConfirmError) -> ConsoleError {
+    match e {
+        replay::ConfirmError::Changed { .. } => ConsoleError::Conflict(e.to_string()),
+        replay::ConfirmError::Other(e) => ConsoleError::Internal(e),
+        other => ConsoleError::BadRequest(other.to_string()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------- dead letters
@@ -952,9 +1046,8 @@ pub async fn dead_letters(req: HttpRequest, state: State) -> Result<HttpResponse
 pub async fn redrive(
     req: HttpRequest,
     state: State,
-    body: web::Bytes,
+    form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = Form::parse(&body);
     let s = session_with_csrf(&req, &state, &form)?;
     let reason = form.reason()?;
     let ids: Vec<i64> = form
@@ -1012,7 +1105,7 @@ pub async fn redrive(
 /// `GET /payments`: balances by account, and payments (keyset pagination).
 pub async fn payments(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let q = Form::parse(req.query_string().as_bytes());
+    let q = Form::query(&req)?;
     let before = q.get("before").and_then(|b| b.parse::<i64>().ok());
     let balances = payments_view::balances(&state.pool)
         .await
@@ -1054,7 +1147,7 @@ pub async fn payments(req: HttpRequest, state: State) -> Result<HttpResponse, Co
 /// `GET /intents`: outbound payment intents and their requests to the gateway (attempts, last answer).
 pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let q = Form::parse(req.query_string().as_bytes());
+    let q = Form::query(&req)?;
     let before = q.get("before").and_then(|b| b.parse::<i64>().ok());
     let rows = intents::recent(&state.pool, before, i64::from(PAGE_ROWS))
         .await
@@ -1129,7 +1222,7 @@ pub async fn deliveries(req: HttpRequest, state: State) -> Result<HttpResponse, 
                     tr {
                         td { (d.name) }
                         td { @if d.removed_at.is_some() { "removed" } @else if d.disabled_at.is_some() { "disabled: " (d.disabled_reason.as_deref().unwrap_or("")) } @else { "active" } }
-                        td { (d.url) }
+                        td { (hookline_core::input::redacted_url(&d.url)) }
                         td.num { (d.pending) " (" (d.failing) ")" }
                         td.num { (format!("{:.0}", d.oldest_pending_secs)) " s" }
                         td.num { (d.dead) }
@@ -1179,21 +1272,15 @@ pub async fn deliveries(req: HttpRequest, state: State) -> Result<HttpResponse, 
 pub async fn redeliver(
     req: HttpRequest,
     state: State,
-    body: web::Bytes,
+    form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
-    let form = Form::parse(&body);
     let s = session_with_csrf(&req, &state, &form)?;
     let reason = form.reason()?;
-    let nonempty = |k: &str| {
-        form.get(k)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
     let filter = destinations::RedeliverFilter {
-        destination: nonempty("destination"),
-        event_type: nonempty("type"),
+        destination: form.filter_value("destination")?,
+        event_type: form.filter_value("type")?,
         since: None,
-        ids: nonempty("id").into_iter().collect(),
+        ids: form.filter_value("id")?.into_iter().collect(),
     };
     if let Some(t) = &filter.event_type {
         if hookline_core::domain_events::EventType::parse(t).is_none() {
@@ -1227,7 +1314,7 @@ pub async fn redeliver(
 /// `GET /audit`: replays, redrives, discards (replay_runs) and purges (purge_runs), newest first.
 pub async fn audit(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let q = Form::parse(req.query_string().as_bytes());
+    let q = Form::query(&req)?;
     let before = q
         .get("before")
         .and_then(|b| b.parse::<i64>().ok())
