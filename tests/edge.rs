@@ -601,3 +601,94 @@ async fn migrate_twice_is_safe() {
         .unwrap();
     assert_eq!(applied as usize, hookline_core::MIGRATOR.iter().count());
 }
+
+/// Credential headers are never stored (issue 25: `X-Signature-Key`, `X-Access-Key`, `X-Jwt` were): a signed
+/// Stripe delivery carrying key-, JWT- and token-named headers is stored without any of them (names and
+/// values), while the headers that re-verify it (`stripe-signature`) and harmless ones are kept — and the
+/// stored event still verifies from what was kept.
+#[tokio::test]
+async fn credential_headers_are_not_stored_but_signature_headers_are() {
+    let edge = TestEdge::spawn().await;
+    let body = stripe_event("evt_cred_headers", "pi_cred_headers", 1200);
+    let mut headers = stripe_headers(secrets::STRIPE, now(), &body);
+    let credentials = [
+        ("X-Signature-Key", "CRED-signature-key-1"),
+        ("X-Access-Key", "CRED-access-key-2"),
+        ("X-Jwt", "CRED-jwt-3"),
+        ("X-Jwt-Assertion", "CRED-jwt-assertion-4"),
+        ("X-Api-Key", "CRED-api-key-5"),
+        ("X-Auth-Token", "CRED-auth-token-6"),
+        ("Authorization", "Bearer CRED-bearer-7"),
+        ("Proxy-Authorization", "Basic CRED-proxy-8"),
+        ("Cookie", "sid=CRED-cookie-9"),
+        ("X-Amz-Security-Token", "CRED-amz-10"),
+        ("X-Secret", "CRED-secret-11"),
+        ("X-Password", "CRED-password-12"),
+        ("X-Webhook-Signature-Key-Id", "CRED-sigkey-13"),
+    ];
+    for (k, v) in credentials {
+        headers.push((k.into(), v.into()));
+    }
+    for (k, v) in [
+        ("X-Request-Id", "req-kept-1"),
+        ("X-Signature", "ts=1,v1=kept"),
+        ("X-Hub-Signature", "sha1=kept"),
+    ] {
+        headers.push((k.into(), v.into()));
+    }
+    let res = edge.post("stripe", "", &headers, body.clone()).await;
+    assert_eq!(res.status(), 200);
+    let id = json(res).await["id"].as_i64().expect("numeric id");
+    let stored: serde_json::Value =
+        sqlx::query_scalar("SELECT headers FROM webhook_events WHERE id = $1")
+            .bind(id)
+            .fetch_one(&edge.db.pool)
+            .await
+            .unwrap();
+    let names: Vec<&str> = stored
+        .as_array()
+        .expect("headers array")
+        .iter()
+        .filter_map(|h| h[0].as_str())
+        .collect();
+    let text = stored.to_string();
+    for (k, v) in credentials {
+        assert!(
+            !names.contains(&k.to_ascii_lowercase().as_str()),
+            "{k} stored: {names:?}"
+        );
+        assert!(!text.contains(v), "the value of {k} was stored: {text}");
+    }
+    for kept in [
+        "stripe-signature",
+        "content-type",
+        "x-request-id",
+        "x-signature",
+        "x-hub-signature",
+    ] {
+        assert!(names.contains(&kept), "{kept} was dropped: {names:?}");
+    }
+    // What the console's "verify now" does: the kept headers still verify the stored body.
+    let pairs: Vec<(String, String)> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| Some((h[0].as_str()?.to_owned(), h[1].as_str()?.to_owned())))
+        .collect();
+    let header_refs: Vec<(&str, &[u8])> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let verified = hookline_signature::Verifier {
+        scheme: hookline_signature::Scheme::Stripe,
+        secrets: &[secrets::STRIPE.as_bytes()],
+        tolerance_secs: Some(300),
+        now_unix: now(),
+    }
+    .verify(&hookline_signature::Request {
+        headers: &header_refs,
+        query: "",
+        body: &body,
+    });
+    assert!(verified.is_ok(), "{verified:?}");
+}

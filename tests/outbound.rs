@@ -620,3 +620,452 @@ async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
     worker.stop().await;
     sandbox.stop().await;
 }
+
+/// One request a [`Stub`] received.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    /// `Idempotency-Key` or `X-Idempotency-Key`.
+    key: Option<String>,
+}
+
+/// A local HTTP server playing a gateway (or an internal service): it records every request and answers with
+/// `answer(path)`.
+struct Stub {
+    base: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+type Answerer = std::sync::Arc<dyn Fn(&str) -> actix_web::HttpResponse + Send + Sync>;
+
+impl Stub {
+    async fn start(
+        answer: impl Fn(&str) -> actix_web::HttpResponse + Send + Sync + 'static,
+    ) -> Stub {
+        use actix_web::{web, App, HttpRequest, HttpServer};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
+        let answer: Answerer = std::sync::Arc::new(answer);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the stub");
+        let base = format!("http://{}", listener.local_addr().expect("stub address"));
+        let (record, respond) = (seen.clone(), answer.clone());
+        let server = HttpServer::new(move || {
+            let (record, respond) = (record.clone(), respond.clone());
+            App::new().default_service(web::to(move |req: HttpRequest, _body: web::Bytes| {
+                let (record, respond) = (record.clone(), respond.clone());
+                async move {
+                    let key = ["Idempotency-Key", "X-Idempotency-Key"]
+                        .iter()
+                        .find_map(|h| req.headers().get(*h)?.to_str().ok().map(str::to_owned));
+                    record.lock().expect("stub log").push(Seen {
+                        path: req.path().to_owned(),
+                        key,
+                    });
+                    respond(req.path())
+                }
+            }))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .expect("listen")
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Stub { base, seen, handle }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("stub log").clone()
+    }
+
+    async fn stop(self) {
+        self.handle.stop(false).await;
+    }
+}
+
+/// A pipeline whose providers `gst` (Stripe) and `gmp` (Mercado Pago) have their API at `api`.
+async fn start_with_gateway(api: &str) -> TestPipeline {
+    TestPipeline::start_with(&format!(
+        "[providers.gst]\nscheme = \"stripe\"\nsecrets = [\"whsec_gst\"]\napi_base = \"{api}\"\napi_token = \"sk_test_gst\"\n\
+         [providers.gmp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_gmp\"]\napi_base = \"{api}\"\napi_token = \"TEST-gmp\"\n"
+    ))
+    .await
+}
+
+/// `(status, attempts, last_status, last_error)` of an intent's charge request.
+async fn charge_request(p: &TestPipeline, intent_id: i64) -> (String, i32, Option<i16>, String) {
+    let (status, attempts, last_status, last_error): (String, i32, Option<i16>, Option<String>) =
+        sqlx::query_as(
+            "SELECT status, attempts, last_status, last_error FROM outbound_requests
+              WHERE intent_id = $1 AND kind = 'charge'",
+        )
+        .bind(intent_id)
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+    (
+        status,
+        attempts,
+        last_status,
+        last_error.unwrap_or_default(),
+    )
+}
+
+/// Issue 25, finding 6: a gateway answering `307`/`308 Location: http://127.0.0.1:…/internal-admin` made the
+/// dispatcher re-send the charge (with its key and token) there and record the internal service's 200 as a
+/// success. Now the internal address receives NOTHING, the request fails at once (no retry: a redirecting
+/// `api_base` is a misconfiguration) with the reason and where it pointed (without its query), and the intent
+/// needs attention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gateway_redirect_is_not_followed_and_needs_attention() {
+    let internal = Stub::start(|_| actix_web::HttpResponse::Ok().body("admin ok")).await;
+    let target = format!("{}/internal-admin?token=leaked-if-shown", internal.base);
+    let gateway = Stub::start(move |path| {
+        let status = if path == "/v1/payment_intents" {
+            actix_web::http::StatusCode::TEMPORARY_REDIRECT
+        } else {
+            actix_web::http::StatusCode::PERMANENT_REDIRECT
+        };
+        actix_web::HttpResponse::build(status)
+            .insert_header(("Location", target.as_str()))
+            .finish()
+    })
+    .await;
+    let p = start_with_gateway(&gateway.base).await;
+    let st = create_intent(&p, "gst", 2500, "cliente-redirect").await;
+    let mp = create_intent(&p, "gmp", 2500, "redirect@example.com").await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    cancel.cancel();
+    task.await.unwrap();
+
+    assert!(
+        internal.seen().is_empty(),
+        "the internal address received the charge: {:?}",
+        internal.seen()
+    );
+    for (i, code) in [(&st, 307), (&mp, 308)] {
+        let (status, attempts, last_status, last_error) = charge_request(&p, i.id).await;
+        assert_eq!(
+            (status.as_str(), attempts, last_status),
+            ("failed", 1, Some(code)),
+            "{last_error}"
+        );
+        assert!(
+            last_error.contains("redirect")
+                && last_error.contains("/internal-admin")
+                && last_error.contains(&format!("providers.{}.api_base", i.provider)),
+            "{last_error}"
+        );
+        assert!(!last_error.contains("leaked-if-shown"), "{last_error}");
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "needs_attention", "{now:?}");
+        assert_eq!(now.provider_payment_id, None);
+    }
+    assert_eq!(gateway.seen().len(), 2, "{:?}", gateway.seen());
+    gateway.stop().await;
+    internal.stop().await;
+}
+
+/// Issue 25, finding 6: a 2xx that is not the provider's object (HTML from a portal; JSON without an `id`)
+/// was recorded `succeeded` with no gateway id, leaving the intent `processing` forever. Now it is retried
+/// with the SAME key (the charge may have happened; the gateway would replay its stored answer), the reason in
+/// `last_error`, and after `MAX_UNREADABLE_ATTEMPTS` the intent needs attention. Never `succeeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gateway_2xx_without_the_object_is_not_a_success() {
+    let gateway = Stub::start(|path| {
+        if path == "/v1/payment_intents" {
+            actix_web::HttpResponse::Ok()
+                .content_type("text/html")
+                .body("<html><body>Welcome to the network</body></html>")
+        } else {
+            actix_web::HttpResponse::Ok()
+                .content_type("application/json")
+                .body(r#"{"status":"approved","transaction_amount":25.0}"#)
+        }
+    })
+    .await;
+    let p = start_with_gateway(&gateway.base).await;
+    let st = create_intent(&p, "gst", 2500, "cliente-html").await;
+    let mp = create_intent(&p, "gmp", 2500, "noid@example.com").await;
+    let (cancel, task) = spawn_dispatcher(&p);
+
+    // Before giving up: still pending, retried, the reason recorded, never succeeded.
+    let pool = p.pool().clone();
+    wait_until(
+        WAIT,
+        "both charges retried with the reason recorded",
+        || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM outbound_requests
+                  WHERE attempts >= 2 AND last_status = 200 AND last_error LIKE '%will retry%'",
+                )
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n == 2)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM outbound_requests WHERE status = 'succeeded'"
+        )
+        .await,
+        0
+    );
+    outbox_drained(&p).await;
+    cancel.cancel();
+    task.await.unwrap();
+
+    let max = hookline_worker::dispatch::MAX_UNREADABLE_ATTEMPTS;
+    for (i, path, reason) in [
+        (
+            &st,
+            "/v1/payment_intents",
+            "not a Stripe payment_intent: not JSON",
+        ),
+        (&mp, "/v1/payments", "not a Mercado Pago payment: no \"id\""),
+    ] {
+        let (status, attempts, last_status, last_error) = charge_request(&p, i.id).await;
+        assert_eq!(
+            (status.as_str(), attempts, last_status),
+            ("failed", max, Some(200)),
+            "{last_error}"
+        );
+        assert!(last_error.contains(reason), "{last_error}");
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "needs_attention", "{now:?}");
+        assert_eq!(now.provider_payment_id, None);
+        // Every attempt carried the same key.
+        let keys: Vec<Option<String>> = gateway
+            .seen()
+            .into_iter()
+            .filter(|s| s.path == path)
+            .map(|s| s.key)
+            .collect();
+        assert_eq!(keys.len(), max as usize, "{keys:?}");
+        assert!(
+            keys.iter()
+                .all(|k| k.as_deref() == Some(intents::charge_key(i.id).as_str())),
+            "{keys:?}"
+        );
+    }
+    gateway.stop().await;
+}
+
+/// Issue 25, finding 6: an intent left `processing` with no gateway id (what the old dispatcher recorded for
+/// a 2xx without an id), and a refund left `requires_dispatch`, for longer than the threshold (15 min) make
+/// the real `hookline status` say so and exit 1; a fresh `processing` intent does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_reports_intents_stuck_without_a_final_answer() {
+    let p = TestPipeline::start().await;
+    let config = p.config_file();
+    let status = || {
+        std::process::Command::new(binary("hookline"))
+            .arg("--config")
+            .arg(&config)
+            .args(["status", "--json"])
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL")
+            .env_remove("HOOKLINE_CONFIG")
+            .output()
+            .expect("run hookline")
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let stuck = create_intent(&p, "stripe", 4200, "cliente-stuck").await;
+    let fresh = create_intent(&p, "stripe", 1000, "cliente-fresh").await;
+    let refunded = create_intent(&p, "stripe", 3000, "cliente-refund").await;
+    // The old dispatcher's end state: the request `succeeded`, the intent `processing` without a gateway id.
+    sqlx::query(
+        "UPDATE outbound_requests SET status = 'succeeded', last_status = 200 WHERE intent_id = ANY($1)",
+    )
+    .bind(vec![stuck.id, fresh.id, refunded.id])
+    .execute(p.pool())
+    .await
+    .unwrap();
+    sqlx::query("UPDATE payment_intents SET status = 'processing' WHERE id = ANY($1)")
+        .bind(vec![stuck.id, fresh.id])
+        .execute(p.pool())
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE payment_intents SET status = 'succeeded', provider_payment_id = 'pi_refunded' WHERE id = $1",
+    )
+    .bind(refunded.id)
+    .execute(p.pool())
+    .await
+    .unwrap();
+    // A refund the gateway answered "pending" and never completed.
+    let refund_id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbound_refunds (intent_id, amount, reason) VALUES ($1, 500, 'desistiu') RETURNING id",
+    )
+    .bind(refunded.id)
+    .fetch_one(p.pool())
+    .await
+    .unwrap();
+
+    // Within the threshold: OK.
+    let out = status();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // 16 minutes later (the clock moved by updating the rows' last change).
+    sqlx::query(
+        "UPDATE payment_intents SET updated_at = now() - interval '16 minutes' WHERE id = $1",
+    )
+    .bind(stuck.id)
+    .execute(p.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE outbound_refunds SET updated_at = now() - interval '16 minutes' WHERE id = $1",
+    )
+    .bind(refund_id)
+    .execute(p.pool())
+    .await
+    .unwrap();
+    let out = status();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(report["outbound"]["unresolved_intents"], 1, "{report}");
+    assert_eq!(report["outbound"]["unresolved_refunds"], 1, "{report}");
+    let attention = report["attention"].to_string();
+    assert!(
+        attention
+            .contains("1 payment intent(s) and 1 refund(s) without the gateway's final answer"),
+        "{attention}"
+    );
+    assert!(
+        report["outbound"]["oldest_unresolved_secs"]
+            .as_f64()
+            .is_some_and(|s| s >= 15.0 * 60.0),
+        "{report}"
+    );
+    // The table says it too.
+    let table = std::process::Command::new(binary("hookline"))
+        .arg("--config")
+        .arg(&config)
+        .arg("status")
+        .env_remove("DATABASE_URL")
+        .env_remove("AMQP_URL")
+        .env_remove("HOOKLINE_CONFIG")
+        .output()
+        .expect("run hookline");
+    assert_eq!(table.status.code(), Some(1));
+    assert!(
+        text(&table).contains("ATTENTION: 1 payment intent(s) and 1 refund(s)"),
+        "{}",
+        text(&table)
+    );
+}
+
+/// Issue 26: a gateway 5xx is never final. The gateway answers 500 to the first charge and to the first
+/// refund (without executing them), then 200: each is retried with the SAME idempotency key, exactly one
+/// charge and one refund exist at the gateway, and both end `succeeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
+    let (p, sandbox) = start().await;
+    let control = sandbox.control();
+    for path in ["/v1/payment_intents", "/v1/payments"] {
+        control
+            .arm_fault(FaultSpec {
+                method: Some("POST".into()),
+                ..FaultSpec::next(
+                    path,
+                    1,
+                    FaultAction::Status {
+                        status: 500,
+                        retry_after_secs: None,
+                    },
+                )
+            })
+            .expect("arm");
+    }
+    let st = create_intent(&p, "st", 6000, "cliente-500").await;
+    let mp = create_intent(&p, "mp", 6000, "c500@example.com").await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    for i in [&st, &mp] {
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "succeeded", "{now:?}");
+        let (status, attempts, last_status, _) = charge_request(&p, i.id).await;
+        assert_eq!(status, "succeeded");
+        assert!(attempts >= 2, "{attempts}");
+        assert!(matches!(last_status, Some(200 | 201)), "{last_status:?}");
+    }
+
+    // Refunds: the first attempt of each answered 500.
+    for path in ["/v1/refunds", "/v1/payments/"] {
+        control
+            .arm_fault(FaultSpec {
+                method: Some("POST".into()),
+                ..FaultSpec::next(
+                    path,
+                    1,
+                    FaultAction::Status {
+                        status: 500,
+                        retry_after_secs: None,
+                    },
+                )
+            })
+            .expect("arm");
+    }
+    let mut refunds = Vec::new();
+    for i in [&st, &mp] {
+        let mut tx = p.pool().begin().await.unwrap();
+        let id = intents::request_refund(&mut tx, &i.public_id, 2500, "cliente desistiu")
+            .await
+            .expect("refund accepted");
+        tx.commit().await.unwrap();
+        refunds.push(id);
+    }
+    outbox_drained(&p).await;
+    cancel.cancel();
+    task.await.unwrap();
+
+    let report = control.charges();
+    let requests = control.requests();
+    for (provider, i, refund) in [("st", &st, refunds[0]), ("mp", &mp, refunds[1])] {
+        for key in [intents::charge_key(i.id), intents::refund_key(refund)] {
+            // The gateway saw the key twice: first answered 500, then executed once.
+            let statuses: Vec<u16> = requests
+                .iter()
+                .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
+                .map(|r| r.status)
+                .collect();
+            assert_eq!(statuses.len(), 2, "{key}: {statuses:?}");
+            assert_eq!(statuses[0], 500, "{key}: {statuses:?}");
+            assert!((200..300).contains(&statuses[1]), "{key}: {statuses:?}");
+            let stats = report.key(provider, &key).expect("key stats");
+            assert_eq!(stats.executed, 1, "{key}: {stats:?}");
+        }
+        let (status, provider_refund_id, attempts): (String, Option<String>, i32) = sqlx::query_as(
+            "SELECT f.status, f.provider_refund_id, o.attempts FROM outbound_refunds f
+               JOIN outbound_requests o ON o.refund_id = f.id WHERE f.id = $1",
+        )
+        .bind(refund)
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+        assert_eq!(status, "succeeded", "refund {refund}");
+        assert!(provider_refund_id.is_some());
+        assert!(attempts >= 2, "{attempts}");
+        let book = report.provider(provider).expect("provider");
+        assert_eq!(
+            (book.charges, book.refunds, book.refunded_amount),
+            (1, 1, 2500),
+            "{provider}"
+        );
+    }
+    sandbox.stop().await;
+}

@@ -34,10 +34,8 @@ const UNSTORED_HEADERS: &[&str] = &[
     "x-xsrf-token",
 ];
 
-/// Fragments that make any header name look like a credential (`x-api-key`, `x-auth-token`,
-/// `x-amz-security-token`, `x-client-secret`, `x-session-id`, …): such headers are dropped too. Signature
-/// headers (`stripe-signature`, `x-hub-signature-256`, `webhook-signature`, …) contain none of these and are kept,
-/// because they are needed to re-verify a stored event.
+/// Fragments that make any header name look like a credential wherever they occur (`x-api-key`,
+/// `x-auth-token`, `x-amz-security-token`, `x-client-secret`, `x-session-id`, `x-jwt-assertion`, …).
 const CREDENTIAL_FRAGMENTS: &[&str] = &[
     "auth",
     "token",
@@ -51,13 +49,132 @@ const CREDENTIAL_FRAGMENTS: &[&str] = &[
     "credential",
     "cookie",
     "private",
+    "jwt",
+    "bearer",
 ];
 
 /// True when a header of this name must never be stored (nor logged, nor shown): it may carry a credential.
+///
+/// The rule, on the lower-cased name: an exact [`UNSTORED_HEADERS`] name, or a [`CREDENTIAL_FRAGMENTS`]
+/// fragment anywhere, or a *word* (split on `-` and `_`) that is or ends with `key` (`x-access-key`,
+/// `x-signature-key`, `x-signature-key-id`, `x-hookkey`, `idempotency-key` too: a header named for a key is too
+/// often a credential to tell apart, and no provider signs one). Signature headers are KEPT: `stripe-signature`,
+/// `x-hub-signature(-256)`, `x-signature` and `x-request-id` (Mercado Pago), `webhook-*`/`svix-*`,
+/// `x-shopify-hmac-sha256` carry no secret (an HMAC of the body) and the console's "verify now" and
+/// `hookline verify` re-check the stored event with them; none of their words is a key.
 pub fn is_credential_header(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     UNSTORED_HEADERS.contains(&name.as_str())
         || CREDENTIAL_FRAGMENTS.iter().any(|f| name.contains(f))
+        || name.split(['-', '_']).any(|word| word.ends_with("key"))
+}
+
+#[cfg(test)]
+mod credential_header_tests {
+    use super::is_credential_header;
+
+    /// Names that must never be stored.
+    const DROPPED: &[&str] = &[
+        "authorization",
+        "Authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+        "x-api-key",
+        "X-Api-Key",
+        "x-apikey",
+        "api_key",
+        "x-signature-key",
+        "X-Signature-Key",
+        "x-signature-key-id",
+        "x-webhook-signature-key",
+        "x-access-key",
+        "X-Access-Key",
+        "x-secret-key",
+        "x-private-key",
+        "x-hookkey",
+        "key",
+        "x-jwt",
+        "X-Jwt",
+        "x-jwt-assertion",
+        "jwt",
+        "x-auth-token",
+        "x-amz-security-token",
+        "x-secret",
+        "x-client-secret",
+        "x-password",
+        "x-passwd",
+        "x-session-id",
+        "x-credentials",
+        "x-bearer",
+        "x-csrf-token",
+        "idempotency-key",
+    ];
+
+    /// Names that must be kept (signature verification and operators need them).
+    const KEPT: &[&str] = &[
+        "stripe-signature",
+        "Stripe-Signature",
+        "x-hub-signature",
+        "x-hub-signature-256",
+        "x-signature",
+        "x-request-id",
+        "content-type",
+        "content-length",
+        "user-agent",
+        "x-github-event",
+        "x-github-delivery",
+        "x-shopify-hmac-sha256",
+        "x-shopify-topic",
+        "x-shopify-webhook-id",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "svix-id",
+        "svix-timestamp",
+        "svix-signature",
+        "x-forwarded-for",
+        "keep-alive",
+        "accept",
+    ];
+
+    #[test]
+    fn credential_headers_are_dropped_and_signature_headers_kept() {
+        let wrongly_kept: Vec<_> = DROPPED
+            .iter()
+            .filter(|n| !is_credential_header(n))
+            .collect();
+        let wrongly_dropped: Vec<_> = KEPT.iter().filter(|n| is_credential_header(n)).collect();
+        assert!(
+            wrongly_kept.is_empty() && wrongly_dropped.is_empty(),
+            "kept but credentials: {wrongly_kept:?}; dropped but needed: {wrongly_dropped:?}"
+        );
+    }
+
+    /// Every header a signature scheme reads is kept, or the console could not re-verify a stored event.
+    #[test]
+    fn every_scheme_header_is_kept() {
+        for name in [
+            "Stripe-Signature",
+            "X-Hub-Signature",
+            "X-Hub-Signature-256",
+            "X-GitHub-Delivery",
+            "X-GitHub-Event",
+            "X-Shopify-Hmac-SHA256",
+            "X-Shopify-Topic",
+            "X-Shopify-Webhook-Id",
+            "svix-id",
+            "svix-signature",
+            "svix-timestamp",
+            "webhook-id",
+            "webhook-signature",
+            "webhook-timestamp",
+            "x-request-id",
+            "x-signature",
+        ] {
+            assert!(!is_credential_header(name), "{name}");
+        }
+    }
 }
 
 /// Why a verified event cannot be stored as it is. Decided before the INSERT, so that no data error can reach
@@ -532,6 +649,11 @@ pub struct ProviderStatus {
     pub needs_fetch: i64,
     /// With an unresolved dead letter.
     pub dead_lettered: i64,
+    /// Without a marker, given up on by an operator (`hookline dlq discard`): never processed, purgeable.
+    pub discarded: i64,
+    /// Neither processed, nor dead-lettered, nor discarded: unpublished, queued or being processed now.
+    /// `received = processed + dead_lettered + discarded + in_flight` (a marker wins over a dead letter).
+    pub in_flight: i64,
 }
 
 /// One row per (provider, consumer): received, unpublished and the consumer's processing counts.
@@ -549,12 +671,17 @@ pub async fn status_by_provider<'c>(
                 count(*) FILTER (WHERE p.outcome = 'parked') AS parked,
                 count(*) FILTER (WHERE p.outcome = 'ignored') AS ignored,
                 count(*) FILTER (WHERE p.outcome = 'needs_fetch') AS needs_fetch,
-                count(d.event_id) AS dead_lettered
+                count(*) FILTER (WHERE p.event_id IS NULL AND d.event_id IS NOT NULL
+                                   AND d.resolved_at IS NULL) AS dead_lettered,
+                count(*) FILTER (WHERE p.event_id IS NULL AND d.resolution = 'discarded') AS discarded,
+                count(*) FILTER (WHERE p.event_id IS NULL
+                                   AND (d.event_id IS NULL OR (d.resolved_at IS NOT NULL
+                                        AND d.resolution IS DISTINCT FROM 'discarded'))) AS in_flight
          FROM webhook_events e
          LEFT JOIN event_outbox o ON o.event_id = e.id
          CROSS JOIN unnest($1::text[]) AS c(consumer)
          LEFT JOIN processed_events p ON p.consumer = c.consumer AND p.event_id = e.id
-         LEFT JOIN dead_letters d ON d.consumer = c.consumer AND d.event_id = e.id AND d.resolved_at IS NULL
+         LEFT JOIN dead_letters d ON d.consumer = c.consumer AND d.event_id = e.id
          GROUP BY e.provider, c.consumer ORDER BY e.provider, c.consumer",
     )
     .bind(consumers)

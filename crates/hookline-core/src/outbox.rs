@@ -167,6 +167,42 @@ pub async fn summary<'c>(
     .await
 }
 
+/// Charges and refunds without the gateway's final word for longer than a threshold (see [`unresolved`]).
+#[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
+pub struct Unresolved {
+    /// Payment intents still `requires_dispatch` or `processing`.
+    pub intents: i64,
+    /// Refunds still `requires_dispatch`.
+    pub refunds: i64,
+    /// Seconds since the oldest of them last changed.
+    pub oldest_secs: Option<f64>,
+}
+
+/// Payment intents still `requires_dispatch` or `processing`, and refunds still `requires_dispatch`, whose
+/// last change is older than `older_than`, for `hookline status`: a charge whose answer was never readable, a
+/// `processing` intent whose webhook never came. Reads `payment_intents` and `outbound_refunds` (owned by
+/// [`crate::intents`]) because it is the outbox's question — did every request reach a final state? — and
+/// uses their partial `*_unresolved_idx` indexes.
+pub async fn unresolved<'c>(
+    conn: impl PgExecutor<'c>,
+    older_than: Duration,
+) -> Result<Unresolved, sqlx::Error> {
+    sqlx::query_as(
+        "WITH i AS (SELECT count(*) AS n, min(updated_at) AS oldest FROM payment_intents
+                     WHERE status IN ('requires_dispatch', 'processing')
+                       AND updated_at < now() - make_interval(secs => $1)),
+              r AS (SELECT count(*) AS n, min(updated_at) AS oldest FROM outbound_refunds
+                     WHERE status = 'requires_dispatch'
+                       AND updated_at < now() - make_interval(secs => $1))
+         SELECT i.n AS intents, r.n AS refunds,
+                extract(epoch FROM now() - least(i.oldest, r.oldest))::float8 AS oldest_secs
+           FROM i, r",
+    )
+    .bind(older_than.as_secs_f64())
+    .fetch_one(conn)
+    .await
+}
+
 /// An outbound request and its attempts so far, as operators see it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct RequestRow {

@@ -11,10 +11,23 @@
 //! answer instead of a second charge. No database transaction is open during the HTTP call; the answer is
 //! recorded afterwards in one short transaction.
 //!
-//! Classification: 2xx → recorded (`intents::record_gateway_answer` + `outbox::succeed`); a timeout, connection
-//! error, 5xx, 429 (its `Retry-After` honoured) or 409 (the same key still executing at the gateway) → retried
-//! later with exponential backoff and jitter (1 s … 5 min); any other 4xx → `outbox::fail` with the reason, and
-//! the intent (or refund) `needs_attention`.
+//! Classification (see [`classify`]):
+//! * a 2xx whose body is the provider's object — JSON with the object's id (and, for Stripe, the expected
+//!   `object`) and a `status` — → recorded (`intents::record_gateway_answer` + `outbox::succeed`). Nothing else
+//!   is a success: the intent never becomes `processing` without a gateway id;
+//! * a 2xx whose body is not that (not JSON, no id, another object) → retried with the same key: the charge may
+//!   have happened, and the gateway replays its stored answer to the same key, so a retry is safe and may
+//!   return a readable answer. After [`MAX_UNREADABLE_ATTEMPTS`] attempts it needs attention instead (a server
+//!   that keeps answering 2xx garbage is not the gateway: a misconfigured `api_base`);
+//! * a timeout, connection error, 5xx, 429 (its `Retry-After` honoured) or 409 (the same key still executing at
+//!   the gateway) → retried later with exponential backoff and jitter (1 s … 5 min);
+//! * a 3xx → `outbox::fail`, needs attention: redirects are never followed ([`crate::http::client`]; following
+//!   one would re-send the charge, its key and the token to wherever `Location` points), and a payment API
+//!   does not redirect its POSTs: the `api_base` is wrong (a proxy, a captive portal, a moved host);
+//! * any other 4xx → `outbox::fail` with the reason, and the intent (or refund) `needs_attention`.
+//!
+//! Every reason is recorded in `outbound_requests.last_error` (shown by `hookline status`, the console and
+//! the payment-intents API).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,6 +53,13 @@ pub mod metric {
 
 /// Largest answer body read.
 const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Attempts after which a 2xx answer that is not the provider's object needs attention instead of another
+/// retry (with the default backoff, about two minutes after the first).
+pub const MAX_UNREADABLE_ATTEMPTS: i32 = 8;
+
+/// Longest gateway object id accepted (Stripe's ids are ~30 characters, Mercado Pago's are numbers).
+const MAX_PROVIDER_ID_CHARS: usize = 255;
 
 /// How a dispatcher runs.
 #[derive(Debug, Clone)]
@@ -140,12 +160,12 @@ struct Gateway {
 /// What the gateway answered to one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// 2xx: the gateway's object id and what it says of it.
+    /// 2xx with the provider's object: its id and what it says of it.
     Accepted {
         /// HTTP status.
         status: u16,
-        /// The payment (charge) or refund id at the gateway.
-        provider_id: Option<String>,
+        /// The payment (charge) or refund id at the gateway (always present: a 2xx without it is not accepted).
+        provider_id: String,
         /// `processing`, `succeeded` or `failed` (charges); `succeeded`, `failed` or `requires_dispatch`
         /// (refunds still pending at the gateway).
         final_status: &'static str,
@@ -159,7 +179,8 @@ pub enum Answer {
         /// What happened.
         error: String,
     },
-    /// Final refusal (a 4xx, or nothing we can send).
+    /// Final refusal (a 3xx or a 4xx, a 2xx still unreadable after [`MAX_UNREADABLE_ATTEMPTS`], or nothing we
+    /// can send).
     Refused {
         /// HTTP status, when there was an answer.
         status: Option<u16>,
@@ -197,7 +218,9 @@ impl Outcome {
 pub struct Dispatcher {
     pool: PgPool,
     gateways: Arc<HashMap<String, Gateway>>,
-    http: reqwest::Client,
+    /// [`crate::http::client`], or why it could not be built (then every attempt is retried with that reason,
+    /// never sent through a default client that would follow redirects).
+    http: Result<reqwest::Client, Arc<str>>,
     settings: DispatchSettings,
 }
 
@@ -236,12 +259,11 @@ impl Dispatcher {
                 ))
             })
             .collect();
-        let http = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout)
-            .timeout(settings.request_timeout)
-            .user_agent(concat!("hookline/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+        let http = crate::http::client(settings.connect_timeout, settings.request_timeout)
+            .map_err(|e| {
+                tracing::error!(error = %format!("{e:#}"), "dispatcher: no HTTP client; nothing will be sent");
+                Arc::from(format!("{e:#}"))
+            });
         Dispatcher {
             pool,
             gateways: Arc::new(gateways),
@@ -343,6 +365,16 @@ impl Dispatcher {
                 ),
             });
         };
+        let http = match &self.http {
+            Ok(h) => h,
+            Err(e) => {
+                return Ok(Answer::Retry {
+                    status: None,
+                    retry_after: None,
+                    error: format!("no HTTP client: {e}"),
+                })
+            }
+        };
         let (intent, refund) = {
             let mut conn = self.pool.acquire().await?;
             let intent = intents::get(&mut conn, claimed.intent_id).await?;
@@ -372,7 +404,7 @@ impl Dispatcher {
                 });
             };
             match gateway.api {
-                Api::Stripe => self.post(gateway, "v1/refunds").map(|r| {
+                Api::Stripe => Self::post(http, gateway, "v1/refunds").map(|r| {
                     r.header("Idempotency-Key", &claimed.idempotency_key)
                         .form(&[
                             ("payment_intent", payment.to_owned()),
@@ -386,11 +418,10 @@ impl Dispatcher {
                             error: format!("{payment:?} is not a Mercado Pago payment id"),
                         });
                     }
-                    self.post(gateway, &format!("v1/payments/{payment}/refunds"))
-                        .map(|r| {
-                            r.header("X-Idempotency-Key", &claimed.idempotency_key)
-                                .json(&json!({ "amount": major_units(amount) }))
-                        })
+                    Self::post(http, gateway, &format!("v1/payments/{payment}/refunds")).map(|r| {
+                        r.header("X-Idempotency-Key", &claimed.idempotency_key)
+                            .json(&json!({ "amount": major_units(amount) }))
+                    })
                 }
             }
         } else {
@@ -409,7 +440,7 @@ impl Dispatcher {
                     if let Some(c) = &intent.customer {
                         form.push(("metadata[hookline_customer]", c.clone()));
                     }
-                    self.post(gateway, "v1/payment_intents").map(|r| {
+                    Self::post(http, gateway, "v1/payment_intents").map(|r| {
                         r.header("Idempotency-Key", &claimed.idempotency_key)
                             .form(&form)
                     })
@@ -424,7 +455,7 @@ impl Dispatcher {
                         .description
                         .clone()
                         .unwrap_or_else(|| intent.public_id.clone());
-                    self.post(gateway, "v1/payments").map(|r| {
+                    Self::post(http, gateway, "v1/payments").map(|r| {
                         r.header("X-Idempotency-Key", &claimed.idempotency_key)
                             .json(&json!({
                                 "transaction_amount": major_units(intent.amount),
@@ -446,16 +477,25 @@ impl Dispatcher {
                 })
             }
         };
-        let refund = claimed.refund_id.is_some();
-        Ok(classify(gateway.api, refund, request.send().await).await)
+        let expected = Expected {
+            api: gateway.api,
+            refund: claimed.refund_id.is_some(),
+            provider: &claimed.provider,
+            attempts: claimed.attempts,
+        };
+        Ok(classify(&expected, request.send().await).await)
     }
 
-    fn post(&self, gateway: &Gateway, path: &str) -> Result<reqwest::RequestBuilder, String> {
+    fn post(
+        http: &reqwest::Client,
+        gateway: &Gateway,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, String> {
         let url = gateway
             .base
             .join(path)
             .map_err(|e| format!("cannot build the API URL: {e}"))?;
-        let mut req = self.http.post(url);
+        let mut req = http.post(url);
         if let Some(token) = &gateway.token {
             req = req.bearer_auth(token.expose_secret());
         }
@@ -476,7 +516,7 @@ impl Dispatcher {
                         intents::record_refund_answer(
                             &mut tx,
                             refund,
-                            provider_id.as_deref(),
+                            Some(provider_id.as_str()),
                             final_status,
                         )
                         .await?;
@@ -485,13 +525,14 @@ impl Dispatcher {
                         intents::record_gateway_answer(
                             &mut tx,
                             claimed.intent_id,
-                            provider_id.as_deref(),
+                            Some(provider_id.as_str()),
                             final_status,
                         )
                         .await?;
                         // The provider's webhook may have been applied before this answer was recorded (the
                         // intent was not linked yet): follow the payment's final status now.
-                        if let (Some(id), "processing") = (provider_id.as_deref(), *final_status) {
+                        if *final_status == "processing" {
+                            let id = provider_id.as_str();
                             let state = crate::payments::apply::payment_state(
                                 &mut *tx,
                                 &claimed.provider,
@@ -569,9 +610,89 @@ fn major_units(amount: i64) -> f64 {
     amount as f64 / 100.0
 }
 
-async fn classify(
+/// What the answer to one attempt must be: the provider's object of this kind.
+struct Expected<'a> {
     api: Api,
+    /// A refund (else a charge).
     refund: bool,
+    /// Configured provider name (for the reasons).
+    provider: &'a str,
+    /// Attempts so far, this one included.
+    attempts: i32,
+}
+
+impl Expected<'_> {
+    /// What a 2xx must contain, in the reasons.
+    fn object(&self) -> &'static str {
+        match (self.api, self.refund) {
+            (Api::Stripe, false) => "a Stripe payment_intent",
+            (Api::Stripe, true) => "a Stripe refund",
+            (Api::MercadoPago, false) => "a Mercado Pago payment",
+            (Api::MercadoPago, true) => "a Mercado Pago refund",
+        }
+    }
+}
+
+/// The gateway's object id and its `status`, or why the body is not the expected object.
+fn read_object(expected: &Expected<'_>, body: &[u8]) -> Result<(String, String), String> {
+    let json: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON ({e})"))?;
+    if !json.is_object() {
+        return Err("not a JSON object".into());
+    }
+    if expected.api == Api::Stripe {
+        let want = if expected.refund {
+            "refund"
+        } else {
+            "payment_intent"
+        };
+        match json["object"].as_str() {
+            Some(o) if o == want => {}
+            Some(o) => {
+                return Err(format!(
+                    "\"object\" is {:?}, not {want:?}",
+                    excerpt(o.as_bytes(), 40)
+                ))
+            }
+            None => return Err(format!("no \"object\": {want:?}")),
+        }
+    }
+    let id = match &json["id"] {
+        Value::String(s) => s.clone(),
+        // Mercado Pago's ids are numbers.
+        Value::Number(n) if expected.api == Api::MercadoPago && n.is_u64() => n.to_string(),
+        Value::Null => return Err("no \"id\"".into()),
+        _ => return Err("\"id\" is not an id of this provider".into()),
+    };
+    if id.is_empty()
+        || id.len() > MAX_PROVIDER_ID_CHARS
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "\"id\" {:?} is not an id of this provider",
+            excerpt(id.as_bytes(), 40)
+        ));
+    }
+    let Some(status) = json["status"].as_str() else {
+        return Err("no \"status\"".into());
+    };
+    Ok((id, status.to_owned()))
+}
+
+/// Up to `max` characters of `bytes`, lossily decoded, without control characters (safe in one log line and in
+/// `last_error`).
+fn excerpt(bytes: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(max)
+        .collect()
+}
+
+/// Classifies one attempt's answer (see the module documentation for the rules and their reasons).
+async fn classify(
+    expected: &Expected<'_>,
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Answer {
     let retry = |status: Option<u16>, retry_after: Option<Duration>, error: String| Answer::Retry {
@@ -590,6 +711,21 @@ async fn classify(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
+    // A redirect is never followed (crate::http::client) and never a success: the charge did not reach the
+    // gateway we meant, and re-sending it (with its key and token) wherever `Location` points could reach an
+    // internal service. A payment API does not redirect its POSTs: the configured `api_base` is wrong, which
+    // retrying cannot fix — it needs an operator.
+    if (300..=399).contains(&status) {
+        return Answer::Refused {
+            status: Some(status),
+            error: format!(
+                "{status}: the gateway redirected to {} — redirects are not followed; \
+                 check providers.{}.api_base",
+                crate::http::redirect_target(res.headers()),
+                expected.provider
+            ),
+        };
+    }
     let mut body = Vec::new();
     loop {
         match res.chunk().await {
@@ -604,21 +740,30 @@ async fn classify(
             Err(e) => return retry(Some(status), None, format!("reading the answer: {e}")),
         }
     }
-    let excerpt: String = String::from_utf8_lossy(&body)
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(300)
-        .collect();
     match status {
         200..=299 => {
-            let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let provider_id = match &json["id"] {
-                Value::String(s) => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                _ => None,
+            let (provider_id, said) = match read_object(expected, &body) {
+                Ok(object) => object,
+                Err(why) => {
+                    let error = format!(
+                        "{status} but the answer is not {}: {why}: {}",
+                        expected.object(),
+                        excerpt(&body, 200)
+                    );
+                    // The gateway may have charged: retrying with the same key is safe (it replays its stored
+                    // answer, which may be readable this time). A server that keeps answering so is not the
+                    // gateway: after a bound, an operator looks (the intent needs attention, the reason kept).
+                    return if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
+                        Answer::Refused {
+                            status: Some(status),
+                            error: format!("{error} (after {} attempts)", expected.attempts),
+                        }
+                    } else {
+                        retry(Some(status), None, format!("{error} (will retry)"))
+                    };
+                }
             };
-            let said = json["status"].as_str().unwrap_or("");
-            let final_status = match (api, refund, said) {
+            let final_status = match (expected.api, expected.refund, said.as_str()) {
                 (Api::Stripe, false, "succeeded") | (Api::MercadoPago, false, "approved") => {
                     "succeeded"
                 }
@@ -642,11 +787,11 @@ async fn classify(
         409 | 429 | 500..=599 => retry(
             Some(status),
             retry_after,
-            format!("{status} (will retry): {excerpt}"),
+            format!("{status} (will retry): {}", excerpt(&body, 300)),
         ),
         _ => Answer::Refused {
             status: Some(status),
-            error: format!("{status}: {excerpt}"),
+            error: format!("{status}: {}", excerpt(&body, 300)),
         },
     }
 }

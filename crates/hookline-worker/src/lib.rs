@@ -10,6 +10,7 @@ pub mod deliver;
 pub mod dispatch;
 pub mod handler;
 pub mod health;
+pub mod http;
 pub mod payments;
 pub mod process;
 pub mod reconcile;

@@ -149,6 +149,7 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
 
     let concurrency = args.concurrency as usize;
     let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none()) // a provider does not follow the edge's redirects either
         .pool_max_idle_per_host(concurrency)
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(30))
