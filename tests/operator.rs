@@ -548,3 +548,175 @@ async fn dlq_redrive_after_fix_applies_each_once() {
     );
     p.teardown().await;
 }
+
+/// Dead-letter bookkeeping, as an operator with the README in hand: two events dead-lettered (the worker lacks
+/// their provider). `dlq redrive --id A` while the cause is NOT fixed: A fails again at once and gets a fresh
+/// DLQ copy, which must stay (the old code removed "every copy of A" after re-publishing, the fresh one too,
+/// and printed `2 redriven copies removed`). Afterwards the DLQ holds exactly what `status` says. Then `dlq
+/// discard --id B`: `status` shows it in its own column, `received = processed + dead + discarded +
+/// in_flight`, and `purge` deletes B like a processed event (the old code kept it as "unprocessed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redrive_removes_only_its_copies_and_discarded_events_are_counted_and_purged() {
+    let p = TestPipeline::start().await;
+    let broken = p.spawn_worker_with(PaymentsHandler::new(
+        p.config
+            .providers
+            .values()
+            .filter(|c| c.name != "stripe-eu"),
+    ));
+    for i in 0..2 {
+        let body = stripe::payment_intent(
+            &format!("evt_dl_{i}"),
+            "succeeded",
+            &format!("pi_dl_{i}"),
+            500,
+        );
+        let h = stripe_headers("whsec_second_account", now(), &body);
+        assert_eq!(p.edge.post("stripe-eu", "", &h, body).await.status(), 200);
+    }
+    post_many(&p, 3, "fine").await;
+    p.drain(DRAIN).await;
+    let pool = p.pool();
+    let dlq = p.topology().dead_letter_queue;
+    wait_until(DRAIN, "2 messages in the DLQ", || async {
+        p.queue_depth(&dlq).await == 2
+    })
+    .await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT event_id FROM dead_letters WHERE resolved_at IS NULL ORDER BY event_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let (redriven, discarded) = (ids[0], ids[1]);
+    let attempts_before = scalar(
+        pool,
+        &format!("SELECT attempts::bigint FROM dead_letters WHERE event_id = {redriven}"),
+    )
+    .await;
+
+    // Redrive A with the broken worker still running: it is dead-lettered again at once.
+    let out = hookline_ok(
+        &p,
+        &[
+            "dlq",
+            "redrive",
+            "--id",
+            &redriven.to_string(),
+            "--reason",
+            "try again",
+        ],
+    )
+    .await;
+    assert!(
+        text(&out).contains("1 redriven copies removed"),
+        "only A's one old copy is removed: {}",
+        text(&out)
+    );
+    wait_until(DRAIN, "A dead-lettered again", || async {
+        scalar(
+            pool,
+            &format!(
+                "SELECT count(*) FROM dead_letters WHERE event_id = {redriven} AND resolved_at IS NULL \
+                 AND attempts > {attempts_before}"
+            ),
+        )
+        .await
+            == 1
+    })
+    .await;
+    p.drain(DRAIN).await;
+    // The fresh copy of A is dead-lettered by the broker right after the worker records the failure.
+    wait_until(DRAIN, "A's fresh copy and B's copy in the DLQ", || async {
+        p.queue_depth(&dlq).await >= 2
+    })
+    .await;
+    let status = hookline(&p, &["status", "--json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    let depth = p.queue_depth(&dlq).await;
+    assert_eq!(
+        (
+            report["totals"]["dead_lettered"].as_i64(),
+            report["queues"]["dead_letter_ready"].as_u64(),
+            depth
+        ),
+        (Some(2), Some(2), 2),
+        "status (dead letters, DLQ ready) and the broker's queue depth agree: {report}"
+    );
+
+    // Discard B: its copy leaves the DLQ; status counts it as discarded, not dead, not in flight.
+    hookline_ok(
+        &p,
+        &[
+            "dlq",
+            "discard",
+            "--id",
+            &discarded.to_string(),
+            "--reason",
+            "hostile",
+        ],
+    )
+    .await;
+    broken.stop().await;
+    let status = hookline(&p, &["status", "--json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    let totals = &report["totals"];
+    let n = |k: &str| {
+        totals[k]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{k} in {report}"))
+    };
+    assert_eq!(
+        (
+            n("received"),
+            n("processed"),
+            n("dead_lettered"),
+            n("discarded"),
+            n("in_flight")
+        ),
+        (5, 3, 1, 1, 0),
+        "{report}"
+    );
+    for row in report["providers"].as_array().expect("providers") {
+        let v = |k: &str| row[k].as_i64().unwrap_or_else(|| panic!("{k} in {row}"));
+        assert_eq!(
+            v("received"),
+            v("processed") + v("dead_lettered") + v("discarded") + v("in_flight"),
+            "every gap between received and processed is explained: {row}"
+        );
+    }
+    assert_eq!(p.queue_depth(&dlq).await, 1, "only A's fresh copy is left");
+    assert_eq!(report["queues"]["dead_letter_ready"], 1);
+    let table = hookline(&p, &["status"]).await;
+    assert!(text(&table).contains("discarded"), "{}", text(&table));
+
+    // Purge: B is done (discarded) and deleted; A (still dead-lettered) is kept. Every event is made 2 days
+    // old (the test runs in seconds), purged with a 1-day window.
+    sqlx::query("UPDATE webhook_events SET received_at = received_at - interval '2 days'")
+        .execute(pool)
+        .await
+        .expect("backdate events");
+    let out = hookline_ok(&p, &["purge", "--older-than", "1d", "--force"]).await;
+    assert_eq!(
+        scalar(
+            pool,
+            &format!("SELECT count(*) FROM webhook_events WHERE id = {discarded}")
+        )
+        .await,
+        0,
+        "the discarded event is purged: {}",
+        text(&out)
+    );
+    assert_eq!(
+        scalar(
+            pool,
+            &format!("SELECT count(*) FROM webhook_events WHERE id = {redriven}")
+        )
+        .await,
+        1,
+        "the dead-lettered event is kept"
+    );
+    assert_eq!(scalar(pool, "SELECT count(*) FROM webhook_events").await, 1);
+    p.teardown().await;
+}

@@ -705,3 +705,58 @@ async fn periodic_purge_disabled_waits_for_cancel() {
     assert_eq!(f.event_ids().await.len(), 1);
     assert!(f.purge_runs().await.is_empty());
 }
+
+/// An event given up on with `dlq discard` is done: `purge` deletes it like a processed one (with no marker to
+/// delete), instead of keeping it forever as "unprocessed" — the only event, so no consumer has any marker yet.
+#[tokio::test]
+async fn a_discarded_event_is_purged_like_a_processed_one() {
+    let f = Fixture::new().await;
+    let id = f
+        .store(
+            b"{\"id\": \"evt_old_hostile\", \"type\": \"payment_intent.succeeded\", \"data\": 42}",
+        )
+        .await;
+    match process_event(f.pool(), &f.handler, id).await {
+        Err(ProcessError::Permanent(e)) => {
+            record_dead_letter(f.pool(), CONSUMER, id, &reason_text(&e))
+                .await
+                .expect("record dead letter")
+        }
+        other => panic!("the broken payload must fail permanently, got {other:?}"),
+    };
+    f.age(id, 50 * DAY, true).await;
+    // Dead-lettered and unresolved: kept.
+    let (code, stdout, stderr) = f.purge_cli(&["--older-than", "40d"]).await;
+    assert_eq!(code, 0, "stdout: {stdout} stderr: {stderr}");
+    assert_eq!(f.event_ids().await, vec![id], "{stdout}");
+    assert!(
+        stdout.contains("1 with an unresolved dead letter"),
+        "{stdout}"
+    );
+
+    let discarded =
+        hookline_core::dead_letters::discard(f.pool(), hookline_core::consumers::ALL, &[id])
+            .await
+            .expect("discard");
+    assert_eq!(discarded, vec![id]);
+    let (code, stdout, stderr) = f.purge_cli(&["--older-than", "40d"]).await;
+    assert_eq!(code, 0, "stdout: {stdout} stderr: {stderr}");
+    assert!(
+        f.event_ids().await.is_empty(),
+        "the discarded event is purged: {stdout}"
+    );
+    assert!(
+        stdout.contains("deleted 1 events and 0 processed markers"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("unprocessed"), "{stdout}");
+    // Its dead letter stays, resolved, as history.
+    assert_eq!(
+        count(
+            f.pool(),
+            "SELECT count(*) FROM dead_letters WHERE resolution = 'discarded'"
+        )
+        .await,
+        1
+    );
+}

@@ -30,6 +30,8 @@ pub enum Behaviour {
     },
     /// 410 Gone.
     Gone,
+    /// 500 (no `Retry-After`) to the first attempt of each `webhook-id`, 200 to every later one.
+    FailFirstAttempt,
 }
 
 /// One request as received.
@@ -205,6 +207,8 @@ async fn receive(
         match &behaviour {
             Behaviour::Ok => (200, Duration::ZERO),
             Behaviour::Gone => (410, Duration::ZERO),
+            Behaviour::FailFirstAttempt if attempt == 1 => (500, Duration::ZERO),
+            Behaviour::FailFirstAttempt => (200, Duration::ZERO),
             Behaviour::Flaky {
                 fail_first,
                 timeout_after,

@@ -78,8 +78,9 @@ fn event_id(msg: &BasicGetMessage) -> Option<i64> {
         .map(|m| m.id)
 }
 
-/// Removes the DLQ copies of the given events (after a redrive) and returns how many were removed; every
-/// other message goes back to the DLQ unchanged.
+/// Removes the DLQ copies of the given events (after a discard: a discarded event is never re-published, so
+/// every copy in the queue is one of its old ones) and returns how many were removed; every other message goes
+/// back to the DLQ unchanged. A redrive uses [`hold`] instead.
 pub async fn remove(
     amqp_urls: &AmqpEndpoints,
     topology: &Topology,
@@ -98,6 +99,84 @@ pub async fn remove(
     }
     close(channel, conn, "done").await;
     Ok(removed)
+}
+
+/// The DLQ copies of a redrive's events, taken out of the queue (held unacknowledged on their own channel)
+/// BEFORE the events are re-published: exactly the copies that redrive replaces. A re-published event that fails
+/// again at once is dead-lettered as a fresh message, which stays in the queue — removing "every copy of event
+/// N" after the re-publish removed that fresh copy too, and the queue disagreed with `hookline status`.
+pub struct Held {
+    channel: Channel,
+    conn: lapin::Connection,
+    copies: Vec<BasicGetMessage>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("copies", &self.copies.len())
+            .finish()
+    }
+}
+
+impl Held {
+    /// How many copies are held.
+    pub fn len(&self) -> usize {
+        self.copies.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty()
+    }
+
+    /// Drops the held copies of the events in `sent` (the redrive re-published them) and returns how many;
+    /// the copies of events it did not get to (an interrupted run) go back to the queue.
+    pub async fn remove_sent(self, sent: &HashSet<i64>) -> u64 {
+        let mut removed = 0;
+        for msg in &self.copies {
+            if event_id(msg).is_some_and(|id| sent.contains(&id)) {
+                crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
+                removed += 1;
+            } else {
+                return_to_queue(msg).await;
+            }
+        }
+        close(self.channel, self.conn, "redriven").await;
+        removed
+    }
+
+    /// Puts every held copy back (the redrive failed).
+    pub async fn release(self) {
+        for msg in &self.copies {
+            return_to_queue(msg).await;
+        }
+        close(self.channel, self.conn, "released").await;
+    }
+}
+
+/// Takes the DLQ copies of `ids` out of the queue and holds them (see [`Held`]); every other message goes back
+/// at once. Closing the connection without [`Held::remove`] returns the held copies too.
+pub async fn hold(
+    amqp_urls: &AmqpEndpoints,
+    topology: &Topology,
+    ids: &HashSet<i64>,
+) -> anyhow::Result<Held> {
+    let conn = crate::connect(amqp_urls, "hookline-dlq-redrive").await?;
+    let channel = conn.create_channel().await.context("open channel")?;
+    let mut copies = Vec::new();
+    for msg in hold_all(&channel, topology, u64::MAX).await? {
+        if event_id(&msg).is_some_and(|id| ids.contains(&id)) {
+            copies.push(msg);
+        } else {
+            return_to_queue(&msg).await;
+        }
+    }
+    Ok(Held {
+        channel,
+        conn,
+        copies,
+    })
 }
 
 /// One pass over (at most `max`) DLQ messages: applied ones are acked (dropped), those without a recorded

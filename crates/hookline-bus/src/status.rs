@@ -34,7 +34,19 @@ pub struct Outbound {
     pub failed: i64,
     /// Age of the oldest pending one.
     pub oldest_pending_secs: Option<f64>,
+    /// Payment intents still `requires_dispatch` or `processing` after [`UNRESOLVED_AFTER`].
+    pub unresolved_intents: i64,
+    /// Refunds still `requires_dispatch` after [`UNRESOLVED_AFTER`].
+    pub unresolved_refunds: i64,
+    /// Seconds since the oldest of those last changed.
+    pub oldest_unresolved_secs: Option<f64>,
 }
+
+/// How long a payment intent may stay `requires_dispatch` or `processing` (and a refund `requires_dispatch`)
+/// before it needs attention: the dispatcher's retries (1 s … 5 min) and a provider's webhook normally settle it
+/// within minutes; 15 minutes without a final word means an answer that was never readable, a lost webhook
+/// (`hookline reconcile` recovers it) or a dispatcher that is not running.
+pub const UNRESOLVED_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +91,8 @@ pub async fn report(
         ignored: providers.iter().map(|p| p.ignored).sum(),
         needs_fetch: providers.iter().map(|p| p.needs_fetch).sum(),
         dead_lettered: providers.iter().map(|p| p.dead_lettered).sum(),
+        discarded: providers.iter().map(|p| p.discarded).sum(),
+        in_flight: providers.iter().map(|p| p.in_flight).sum(),
     };
     let queues = queue_depths(config, client).await;
 
@@ -105,11 +119,28 @@ pub async fn report(
         attention.push(format!("RabbitMQ: {e}"));
     }
     let (pending, failed, oldest_pending_secs) = hookline_core::outbox::summary(pool).await?;
+    let unresolved = hookline_core::outbox::unresolved(pool, UNRESOLVED_AFTER)
+        .await
+        .context("count unresolved payment intents")?;
     let outbound = Outbound {
         pending,
         failed,
         oldest_pending_secs,
+        unresolved_intents: unresolved.intents,
+        unresolved_refunds: unresolved.refunds,
+        oldest_unresolved_secs: unresolved.oldest_secs,
     };
+    if unresolved.intents + unresolved.refunds > 0 {
+        attention.push(format!(
+            "{} payment intent(s) and {} refund(s) without the gateway's final answer for more than {} min \
+             (oldest {:.0}s): see the console's /intents (outbound_requests.last_error); a lost webhook is \
+             recovered by `hookline reconcile`",
+            unresolved.intents,
+            unresolved.refunds,
+            UNRESOLVED_AFTER.as_secs() / 60,
+            unresolved.oldest_secs.unwrap_or_default()
+        ));
+    }
     if failed > 0 {
         attention.push(format!(
             "{failed} request(s) to the gateway failed for good: see outbound_requests.last_error"

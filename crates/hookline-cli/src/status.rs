@@ -41,7 +41,7 @@ pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode>
 
 fn print_table(r: &Report) {
     println!(
-        "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
+        "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6} {:>9} {:>9}",
         "provider",
         "consumer",
         "received",
@@ -52,11 +52,13 @@ fn print_table(r: &Report) {
         "parked",
         "ignored",
         "fetch",
-        "dead"
+        "dead",
+        "discarded",
+        "in_flight"
     );
     for p in r.providers.iter().chain(std::iter::once(&r.totals)) {
         println!(
-            "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6}",
+            "{:<14} {:<10} {:>9} {:>11} {:>10} {:>9} {:>8} {:>7} {:>8} {:>7} {:>6} {:>9} {:>9}",
             p.provider,
             p.consumer,
             p.received,
@@ -69,7 +71,9 @@ fn print_table(r: &Report) {
             p.parked,
             p.ignored,
             p.needs_fetch,
-            p.dead_lettered
+            p.dead_lettered,
+            p.discarded,
+            p.in_flight
         );
     }
     let show = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
@@ -79,13 +83,16 @@ fn print_table(r: &Report) {
         show(r.queues.dead_letter_ready)
     );
     println!(
-        "outbound: {} pending{}, {} failed",
+        "outbound: {} pending{}, {} failed, {} intent(s) and {} refund(s) unresolved > {} min",
         r.outbound.pending,
         r.outbound
             .oldest_pending_secs
             .map(|s| format!(" (oldest {s:.0}s)"))
             .unwrap_or_default(),
-        r.outbound.failed
+        r.outbound.failed,
+        r.outbound.unresolved_intents,
+        r.outbound.unresolved_refunds,
+        hookline_bus::status::UNRESOLVED_AFTER.as_secs() / 60
     );
     if r.attention.is_empty() {
         println!("status: OK");

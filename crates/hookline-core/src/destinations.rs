@@ -136,25 +136,58 @@ pub async fn claim_due<'c>(
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<Due>, sqlx::Error> {
-    sqlx::query_as(
+    claim(
+        conn,
+        destination,
+        limit,
+        lease,
+        "next_attempt_at, event_seq",
+    )
+    .await
+}
+
+/// Claims the circuit breaker's half-open trial: the due delivery of the OLDEST fact (lowest `event_seq`), not
+/// the one due longest. A fact queued during the outage is due since it was queued, before every retry; a
+/// receiver that fails the first attempt of each message would fail every such trial and keep the breaker open
+/// (its cooldown doubling) while retries that it would accept wait. The oldest fact is the one that most needs
+/// to get through, and usually already has an attempt behind it. Sorts the destination's due rows (one query
+/// per cooldown, at most).
+pub async fn claim_trial<'c>(
+    conn: impl PgExecutor<'c>,
+    destination: &str,
+    lease: Duration,
+) -> Result<Vec<Due>, sqlx::Error> {
+    claim(conn, destination, 1, lease, "event_seq").await
+}
+
+async fn claim<'c>(
+    conn: impl PgExecutor<'c>,
+    destination: &str,
+    limit: i64,
+    lease: Duration,
+    order: &'static str,
+) -> Result<Vec<Due>, sqlx::Error> {
+    // `order` is one of the two constant orders above, never input.
+    let sql = format!(
         "WITH due AS (
              SELECT destination, event_seq FROM domain_deliveries
               WHERE destination = $1 AND status = 'pending' AND next_attempt_at <= now()
                 AND (lease_until IS NULL OR lease_until < now())
-              ORDER BY next_attempt_at, event_seq
+              ORDER BY {order}
               LIMIT $2 FOR UPDATE SKIP LOCKED)
          UPDATE domain_deliveries d
             SET lease_until = now() + make_interval(secs => $3), attempts = d.attempts + 1, updated_at = now()
            FROM due, domain_events e
           WHERE d.destination = due.destination AND d.event_seq = due.event_seq AND e.seq = d.event_seq
          RETURNING d.event_seq, e.id AS event_id, e.type AS event_type, e.body, d.attempts AS attempt,
-                   d.window_start",
-    )
-    .bind(destination)
-    .bind(limit)
-    .bind(lease.as_secs_f64())
-    .fetch_all(conn)
-    .await
+                   d.window_start"
+    );
+    sqlx::query_as(&sql)
+        .bind(destination)
+        .bind(limit)
+        .bind(lease.as_secs_f64())
+        .fetch_all(conn)
+        .await
 }
 
 /// What one attempt came to.

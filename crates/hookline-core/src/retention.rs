@@ -4,7 +4,9 @@
 //! Only events that are *done* are eligible, whatever their age:
 //!
 //! - published (no longer in `event_outbox`): the relay will never need the row again;
-//! - processed: at least one `processed_events` marker exists for the event;
+//! - processed: at least one `processed_events` marker exists for the event — or DISCARDED: an operator gave up
+//!   on it with `hookline dlq discard` (a `dead_letters` row resolved as `discarded`), so it will never be
+//!   processed and keeping it forever would only make `purge` report it as "unprocessed";
 //! - not dead-lettered: no `dead_letters` row with `resolved_at IS NULL` (an operator may still redrive it).
 //!
 //! Nothing else is touched: payments, refunds, disputes, subscription charges, pending fetches and the ledger
@@ -276,7 +278,8 @@ where
 /// `(consumer, event_id)` (PostgreSQL before 18 cannot skip-scan on `event_id` alone).
 const ELIGIBLE: &str = "e.received_at < $1
     AND NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id)
-    AND EXISTS (SELECT 1 FROM processed_events p WHERE p.consumer = ANY($2) AND p.event_id = e.id)
+    AND (EXISTS (SELECT 1 FROM processed_events p WHERE p.consumer = ANY($2) AND p.event_id = e.id)
+         OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.event_id = e.id AND d.resolution = 'discarded'))
     AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.event_id = e.id AND d.resolved_at IS NULL)";
 
 /// Every consumer that has at least one processed marker, by a loose index scan of the primary key (a few
@@ -307,11 +310,8 @@ async fn delete_batch(
     limit: u32,
 ) -> anyhow::Result<BatchResult> {
     let mut tx = pool.begin().await.context("begin purge batch")?;
+    // No consumer with markers yet still leaves the discarded events to purge.
     let consumers = consumers(&mut tx).await?;
-    if consumers.is_empty() {
-        tx.rollback().await.ok();
-        return Ok((0, 0, None, None));
-    }
     let (events, markers, oldest, newest): (
         i64,
         i64,
@@ -369,12 +369,14 @@ async fn kept(pool: &PgPool, cutoff: OffsetDateTime) -> anyhow::Result<Kept> {
     let (dead_lettered, unpublished, unprocessed): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE dl),
                 count(*) FILTER (WHERE NOT dl AND NOT published),
-                count(*) FILTER (WHERE NOT dl AND published AND NOT marked)
+                count(*) FILTER (WHERE NOT dl AND published AND NOT marked AND NOT discarded)
          FROM (SELECT NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = e.id) AS published,
                       EXISTS (SELECT 1 FROM dead_letters d
                               WHERE d.event_id = e.id AND d.resolved_at IS NULL) AS dl,
                       EXISTS (SELECT 1 FROM processed_events p
-                              WHERE p.consumer = ANY($2) AND p.event_id = e.id) AS marked
+                              WHERE p.consumer = ANY($2) AND p.event_id = e.id) AS marked,
+                      EXISTS (SELECT 1 FROM dead_letters d
+                              WHERE d.event_id = e.id AND d.resolution = 'discarded') AS discarded
                FROM webhook_events e
                WHERE e.received_at < $1) old",
     )

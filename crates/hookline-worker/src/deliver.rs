@@ -8,7 +8,8 @@
 //!
 //! Why it is shaped this way:
 //! - **One loop per destination**, each with its own concurrency limit (`max_in_flight`) and circuit breaker:
-//!   a destination that is slow or down only delays its own deliveries.
+//!   a destination that is slow or down only delays its own deliveries. The breaker hears whole rounds (see
+//!   [`Breaker`]): one failed burst opens it once, and only failed half-open trials lengthen the cooldown.
 //! - **Same `webhook-id` on every attempt** (the fact's id, derived from the fact): the receiver deduplicates;
 //!   the timestamp and signatures are fresh per attempt, as the specification wants. Every configured secret
 //!   signs (space-separated `v1,…` signatures), so a receiver may hold either secret during a rotation.
@@ -87,13 +88,11 @@ impl Delivery {
     /// Delivery on `pool` for the configured destinations.
     pub fn from_config(pool: PgPool, config: &Config) -> anyhow::Result<Delivery> {
         let settings = config.delivery.clone();
-        let http = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("hookline/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("build the delivery HTTP client")?;
+        let http = crate::http::client(
+            settings.timeout.min(Duration::from_secs(10)),
+            settings.timeout,
+        )
+        .context("build the delivery HTTP client")?;
         Ok(Delivery {
             pool,
             http,
@@ -201,13 +200,17 @@ impl Delivery {
             // Disabled (410 Gone or an operator): its deliveries wait until `hookline destinations enable`.
             return Ok(Some(self.settings.poll_interval * 4));
         }
-        if let Some(wait) = breaker.wait() {
-            metrics::gauge!(metric::CIRCUIT_OPEN, "destination" => name.to_owned()).set(1.0);
-            return Ok(Some(wait.min(self.settings.poll_interval * 4)));
-        }
+        let trial = match breaker.state(Instant::now()) {
+            BreakerState::Open { wait } => {
+                metrics::gauge!(metric::CIRCUIT_OPEN, "destination" => name.to_owned()).set(1.0);
+                return Ok(Some(wait.min(self.settings.poll_interval * 4)));
+            }
+            BreakerState::HalfOpen => true,
+            BreakerState::Closed => false,
+        };
         metrics::gauge!(metric::CIRCUIT_OPEN, "destination" => name.to_owned()).set(0.0);
-        // Half-open: one trial request decides whether the destination is back.
-        let limit = if breaker.half_open() {
+        // Half-open: one trial request (the oldest fact due) decides whether the destination is back.
+        let limit = if trial {
             1
         } else {
             self.settings.max_in_flight as i64
@@ -217,21 +220,47 @@ impl Delivery {
         fail::fail_point!("deliver.before_claim", |_| Ok(Some(
             self.settings.poll_interval
         )));
-        let due = destinations::claim_due(&self.pool, name, limit, self.lease())
-            .await
-            .context("claim due deliveries")?;
+        let due = if trial {
+            destinations::claim_trial(&self.pool, name, self.lease()).await
+        } else {
+            destinations::claim_due(&self.pool, name, limit, self.lease()).await
+        }
+        .context("claim due deliveries")?;
         if due.is_empty() {
             return Ok(Some(self.settings.poll_interval));
         }
         let claimed = due.len() as i64;
         let answers = futures::future::join_all(due.iter().map(|d| self.attempt(config, d))).await;
-        for (d, (answer, retry_after)) in due.iter().zip(answers) {
+        let decided: Vec<(Answer, AttemptOutcome)> = due
+            .iter()
+            .zip(answers)
+            .map(|(d, (answer, retry_after))| {
+                let outcome = self.outcome(d, &answer, retry_after);
+                (answer, outcome)
+            })
+            .collect();
+        // The breaker hears the round as one: its attempts ran at once, so "consecutive" inside it means nothing.
+        let delivered = decided
+            .iter()
+            .filter(|(_, o)| matches!(o, AttemptOutcome::Delivered))
+            .count();
+        let before = breaker.state(Instant::now());
+        breaker.record_round(Instant::now(), delivered, decided.len() - delivered);
+        if let BreakerState::Open { wait } = breaker.state(Instant::now()) {
+            if !matches!(before, BreakerState::Open { .. }) {
+                tracing::warn!(
+                    destination = %name,
+                    failed = decided.len() - delivered,
+                    cooldown_ms = wait.as_millis() as u64,
+                    "delivery circuit breaker open: no attempt until the cooldown ends, then one trial"
+                );
+            }
+        }
+        for (d, (answer, outcome)) in due.iter().zip(decided) {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("deliver.after_send", |_| Ok(Some(
                 self.settings.poll_interval
             )));
-            let outcome = self.outcome(d, &answer, retry_after);
-            breaker.record(matches!(outcome, AttemptOutcome::Delivered));
             metrics::counter!(metric::ATTEMPTS, "destination" => name.to_owned(), "outcome" => outcome.as_str())
                 .increment(1);
             metrics::histogram!(metric::SECONDS, "destination" => name.to_owned())
@@ -446,55 +475,95 @@ pub fn backoff(settings: &DeliveryConfig, attempt: i32, seed: u64) -> Duration {
     crate::dispatch::jittered_backoff(settings.backoff_base, settings.backoff_max, attempt, seed)
 }
 
-/// A destination's circuit breaker: `threshold` consecutive failures open it for `cooldown` (doubling while
-/// trials keep failing, up to 10 minutes); then one trial request (half-open) closes it on success.
+/// Longest cooldown of an open breaker, however many trials failed.
+const MAX_COOLDOWN: Duration = Duration::from_secs(600);
+
+/// What a destination's breaker allows now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BreakerState {
+    /// Rounds of up to `max_in_flight` attempts.
+    Closed,
+    /// Nothing is sent for `wait`.
+    Open { wait: Duration },
+    /// The cooldown is over: one trial attempt decides.
+    HalfOpen,
+}
+
+/// A destination's circuit breaker, told of whole ROUNDS (the attempts sent at once), with the clock passed in.
+///
+/// - Closed: a round that delivers anything resets the failure count (the destination is up; its failures are
+///   retried on their own schedule). A round that delivers nothing adds its failures; when the count reaches
+///   `threshold` the breaker opens ONCE, for `cooldown`, however many attempts the round held.
+/// - Open until the cooldown ends, then half-open: the next round is one trial. A delivered trial closes the
+///   breaker and resets everything; a failed trial re-opens it with the cooldown doubled (up to 10 minutes).
+///
+/// Counting each failure inside one round instead (the old behaviour) re-opened the breaker and doubled its
+/// cooldown once per in-flight attempt: one round of 8 failures shut a destination out for 30·2³ s.
 #[derive(Debug)]
 struct Breaker {
     threshold: u32,
     cooldown: Duration,
     failures: u32,
     open_until: Option<Instant>,
-    opened: u32,
+    /// Failed trials since the breaker last opened from closed: the cooldown is `cooldown · 2^failed_trials`.
+    failed_trials: u32,
 }
 
 impl Breaker {
     fn new(threshold: u32, cooldown: Duration) -> Breaker {
         Breaker {
-            threshold,
+            threshold: threshold.max(1),
             cooldown,
             failures: 0,
             open_until: None,
-            opened: 0,
+            failed_trials: 0,
         }
     }
 
-    /// How long to wait while open.
-    fn wait(&self) -> Option<Duration> {
-        self.open_until
-            .and_then(|t| t.checked_duration_since(Instant::now()))
-            .filter(|d| !d.is_zero())
+    fn state(&self, now: Instant) -> BreakerState {
+        match self.open_until {
+            None => BreakerState::Closed,
+            Some(until) => match until.checked_duration_since(now) {
+                Some(wait) if !wait.is_zero() => BreakerState::Open { wait },
+                _ => BreakerState::HalfOpen,
+            },
+        }
     }
 
-    fn half_open(&self) -> bool {
-        self.open_until.is_some()
+    fn open(&mut self, now: Instant) {
+        let factor = 1u32 << self.failed_trials.min(10);
+        let wait = self.cooldown.saturating_mul(factor).min(MAX_COOLDOWN);
+        self.open_until = Some(now + wait);
     }
 
-    fn record(&mut self, success: bool) {
-        if success {
+    /// Records one round's result: `delivered` attempts succeeded and `failed` did not.
+    fn record_round(&mut self, now: Instant, delivered: usize, failed: usize) {
+        if delivered > 0 {
             self.failures = 0;
             self.open_until = None;
-            self.opened = 0;
+            self.failed_trials = 0;
             return;
         }
-        self.failures += 1;
-        if self.failures >= self.threshold || self.open_until.is_some() {
-            let factor = 1u32 << self.opened.min(8);
-            let wait = self
-                .cooldown
-                .saturating_mul(factor)
-                .min(Duration::from_secs(600));
-            self.open_until = Some(Instant::now() + wait);
-            self.opened += 1;
+        if failed == 0 {
+            return; // nothing was sent: nothing learnt
+        }
+        match self.state(now) {
+            BreakerState::Closed => {
+                self.failures = self
+                    .failures
+                    .saturating_add(u32::try_from(failed).unwrap_or(u32::MAX));
+                if self.failures >= self.threshold {
+                    self.failed_trials = 0;
+                    self.open(now);
+                }
+            }
+            BreakerState::HalfOpen => {
+                self.failed_trials = self.failed_trials.saturating_add(1);
+                self.open(now);
+            }
+            // A round that was under way when the breaker opened (several rounds never overlap today): the
+            // breaker already knows the destination is failing.
+            BreakerState::Open { .. } => {}
         }
     }
 }
@@ -541,15 +610,100 @@ mod tests {
         assert_eq!(parse_retry_after("soon"), None);
     }
 
+    const COOL: Duration = Duration::from_secs(30);
+
+    fn wait(b: &Breaker, now: Instant) -> Duration {
+        match b.state(now) {
+            BreakerState::Open { wait } => wait,
+            other => panic!("expected open, was {other:?}"),
+        }
+    }
+
     #[test]
-    fn breaker_opens_after_threshold_and_closes_on_success() {
-        let mut b = Breaker::new(3, Duration::from_secs(30));
-        b.record(false);
-        b.record(false);
-        assert!(b.wait().is_none());
-        b.record(false);
-        assert!(b.wait().is_some() && b.half_open());
-        b.record(true);
-        assert!(b.wait().is_none() && !b.half_open());
+    fn one_round_of_failures_opens_the_breaker_once_at_the_base_cooldown() {
+        let t0 = Instant::now();
+        for in_flight in [5usize, 8, 32] {
+            let mut b = Breaker::new(5, COOL);
+            b.record_round(t0, 0, in_flight);
+            assert_eq!(wait(&b, t0), COOL, "{in_flight} failures in one round");
+        }
+    }
+
+    #[test]
+    fn failures_below_the_threshold_add_up_across_rounds_and_a_delivery_resets_them() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(5, COOL);
+        b.record_round(t0, 0, 2);
+        b.record_round(t0, 0, 2);
+        assert_eq!(b.state(t0), BreakerState::Closed);
+        b.record_round(t0, 1, 7); // a round that delivered something: the destination is up
+        assert_eq!(b.state(t0), BreakerState::Closed);
+        b.record_round(t0, 0, 4);
+        assert_eq!(b.state(t0), BreakerState::Closed, "the count started again");
+        b.record_round(t0, 0, 1);
+        assert_eq!(wait(&b, t0), COOL);
+    }
+
+    #[test]
+    fn the_cooldown_doubles_only_when_a_half_open_trial_fails() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(5, COOL);
+        b.record_round(t0, 0, 8);
+        assert_eq!(wait(&b, t0), COOL);
+        // Still open: a late round changes nothing.
+        b.record_round(t0 + Duration::from_secs(1), 0, 8);
+        assert_eq!(wait(&b, t0), COOL);
+        let t1 = t0 + COOL;
+        assert_eq!(b.state(t1), BreakerState::HalfOpen);
+        b.record_round(t1, 0, 1);
+        assert_eq!(wait(&b, t1), COOL * 2);
+        let t2 = t1 + COOL * 2;
+        assert_eq!(b.state(t2), BreakerState::HalfOpen);
+        b.record_round(t2, 0, 1);
+        assert_eq!(wait(&b, t2), COOL * 4);
+        // Capped.
+        let mut t = t2 + COOL * 4;
+        let mut last = Duration::ZERO;
+        for _ in 0..20 {
+            b.record_round(t, 0, 1);
+            last = wait(&b, t);
+            assert!(last <= MAX_COOLDOWN, "{last:?}");
+            t += last;
+        }
+        assert_eq!(last, MAX_COOLDOWN);
+    }
+
+    #[test]
+    fn a_successful_trial_closes_the_breaker_and_resets_the_cooldown() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(5, COOL);
+        b.record_round(t0, 0, 8);
+        let t1 = t0 + COOL;
+        b.record_round(t1, 0, 1); // failed trial: 60 s
+        let t2 = t1 + COOL * 2;
+        b.record_round(t2, 1, 0);
+        assert_eq!(b.state(t2), BreakerState::Closed);
+        b.record_round(t2, 0, 4);
+        assert_eq!(
+            b.state(t2),
+            BreakerState::Closed,
+            "the failure count was reset"
+        );
+        b.record_round(t2, 0, 8);
+        assert_eq!(
+            wait(&b, t2),
+            COOL,
+            "the cooldown starts again from the base"
+        );
+    }
+
+    #[test]
+    fn a_round_that_sent_nothing_changes_nothing() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(5, COOL);
+        b.record_round(t0, 0, 8);
+        let t1 = t0 + COOL;
+        b.record_round(t1, 0, 0);
+        assert_eq!(b.state(t1), BreakerState::HalfOpen);
     }
 }
