@@ -388,7 +388,15 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
         cli(&["billing", "run", "--cycle", "2026-13"]).status.code(),
         Some(2)
     );
-    let out = cli(&["billing", "run", "--cycle", cycle, "--json"]);
+    let out = cli(&[
+        "billing",
+        "run",
+        "--cycle",
+        cycle,
+        "--allow-cycle",
+        cycle,
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(summary["charged"], 0);
