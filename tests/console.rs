@@ -244,9 +244,7 @@ async fn login_is_required_and_wrong_passwords_and_missing_csrf_tokens_are_refus
         .await;
     assert_eq!(res.status, 401);
     assert!(res.text.contains("Wrong name or password"));
-    assert!(!http
-        .cookies
-        .contains_key(hookline_edge::console::SESSION_COOKIE));
+    assert!(!http.cookies.contains_key(hookline_console::SESSION_COOKIE));
     // An unknown name: the same answer.
     let token = res.csrf();
     let res = http
@@ -265,9 +263,7 @@ async fn login_is_required_and_wrong_passwords_and_missing_csrf_tokens_are_refus
         .post("/login", &[("name", "alice"), ("password", PASSWORD)])
         .await;
     assert_eq!(res.status, 403);
-    assert!(!http
-        .cookies
-        .contains_key(hookline_edge::console::SESSION_COOKIE));
+    assert!(!http.cookies.contains_key(hookline_console::SESSION_COOKIE));
 
     // The right password: a session cookie that scripts cannot read and other sites cannot send.
     let token = http.get("/login").await.csrf();
@@ -281,7 +277,7 @@ async fn login_is_required_and_wrong_passwords_and_missing_csrf_tokens_are_refus
     let session_cookie = res
         .set_cookies()
         .into_iter()
-        .find(|c| c.starts_with(hookline_edge::console::SESSION_COOKIE))
+        .find(|c| c.starts_with(hookline_console::SESSION_COOKIE))
         .expect("a session cookie");
     assert!(session_cookie.contains("HttpOnly"), "{session_cookie}");
     assert!(
@@ -1038,7 +1034,7 @@ async fn deliveries_show_each_destination_and_redeliver_through_the_cli_code_pat
     );
     let config = parse_config(&toml);
     let pool = db.pool.clone();
-    hookline_worker::deliver::sync_destinations(&pool, &config.destinations)
+    hookline_delivery::deliver::sync_destinations(&pool, &config.destinations)
         .await
         .expect("sync");
     // A fact, delivered once and dead once: what an operator redelivers.

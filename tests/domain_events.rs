@@ -133,8 +133,8 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
     let worker = p.spawn_worker();
     let cancel = CancellationToken::new();
     let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
-    let delivery = hookline_worker::spawn_delivery(&p.config, pool.clone(), &supervisor, &cancel)
-        .expect("delivery");
+    let delivery =
+        hookline_delivery::spawn(&p.config, pool.clone(), &supervisor, &cancel).expect("delivery");
 
     let answers = join_all(inbound().iter().map(|body| p.edge.deliver_stripe(body))).await;
     for a in &answers {
@@ -244,7 +244,7 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
     wait_until(WAIT, "the 410 disabled the destination", || {
         let pool = pool.clone();
         async move {
-            hookline_core::destinations::get(&pool, "gone")
+            hookline_delivery::destinations::get(&pool, "gone")
                 .await
                 .unwrap()
                 .is_some_and(|d| d.disabled_at.is_some())
@@ -288,7 +288,7 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
     assert_eq!(waiting, everything.len() as i64);
     receiver.configure("gone", Behaviour::Ok, &[OLD_SECRET]);
     assert!(
-        hookline_core::destinations::set_disabled(&pool, "gone", None)
+        hookline_delivery::destinations::set_disabled(&pool, "gone", None)
             .await
             .unwrap()
     );
@@ -437,15 +437,15 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
     let pool = db.pool.clone();
     let all = vec!["*".to_string()];
     let some = vec!["refund.applied".to_string()];
-    hookline_core::destinations::sync(
+    hookline_delivery::destinations::sync(
         &pool,
         &[
-            hookline_core::destinations::Declared {
+            hookline_delivery::destinations::Declared {
                 name: "a",
                 url: "http://127.0.0.1:9/a",
                 events: &all,
             },
-            hookline_core::destinations::Declared {
+            hookline_delivery::destinations::Declared {
                 name: "b",
                 url: "http://127.0.0.1:9/b",
                 events: &some,
@@ -512,9 +512,9 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
         ]
     );
     // A destination removed from the configuration gets no new facts.
-    hookline_core::destinations::sync(
+    hookline_delivery::destinations::sync(
         &pool,
-        &[hookline_core::destinations::Declared {
+        &[hookline_delivery::destinations::Declared {
             name: "a",
             url: "http://127.0.0.1:9/a",
             events: &all,
@@ -681,7 +681,8 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
         ),
     ));
     let pool = db.pool.clone();
-    let delivery = hookline_worker::deliver::Delivery::from_config(pool.clone(), &config).unwrap();
+    let delivery =
+        hookline_delivery::deliver::Delivery::from_config(pool.clone(), &config).unwrap();
     delivery.sync().await.unwrap();
     let mut tx = pool.begin().await.unwrap();
     let (id, _) = hookline_core::domain_events::record(
@@ -716,7 +717,9 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
         "{reason}"
     );
     assert!(attempts >= 2, "retried before giving up: {attempts}");
-    let status = hookline_core::destinations::status(&pool).await.unwrap();
+    let status = hookline_delivery::destinations::status(&pool)
+        .await
+        .unwrap();
     assert_eq!(
         (status[0].dead, status[0].last_failure_status),
         (1, Some(503))
@@ -727,9 +730,9 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
     // Fixed receiver, an operator's redelivery: delivered with the same id.
     receiver.configure("down", Behaviour::Ok, &[OLD_SECRET]);
     let mut tx = pool.begin().await.unwrap();
-    let (_, queued) = hookline_core::destinations::redeliver(
+    let (_, queued) = hookline_delivery::destinations::redeliver(
         &mut tx,
-        &hookline_core::destinations::RedeliverFilter {
+        &hookline_delivery::destinations::RedeliverFilter {
             destination: Some("down".into()),
             ..Default::default()
         },

@@ -43,9 +43,9 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
 
     // The intent and its outbound request, as the merchant API writes them (one transaction).
     let mut tx = c.pool().begin().await.unwrap();
-    let intent = hookline_core::intents::create_intent(
+    let intent = hookline_payments::intents::create_intent(
         &mut tx,
-        &hookline_core::intents::NewIntent {
+        &hookline_payments::intents::NewIntent {
             provider: "st",
             amount: 4200,
             currency: "brl",
@@ -98,7 +98,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let report = sandbox.control().charges();
-    let key = hookline_core::intents::charge_key(intent.id);
+    let key = hookline_payments::intents::charge_key(intent.id);
     let stats = report.key("st", &key).expect("the key reached the gateway");
     assert_eq!(report.total_charges, 1, "{report:?}");
     assert_eq!(stats.executed, 1, "{stats:?}");

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
 use hookline_sandbox::{FaultAction, FaultSpec, Sandbox, SandboxProvider, SandboxSettings, Scheme};
 use hookline_tests::*;
-use hookline_worker::dispatch::{DispatchSettings, Dispatcher};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -441,7 +441,7 @@ async fn a_key_replays_its_request_refuses_another_and_new_keys_create_new_inten
         .execute(&api.db.pool)
         .await
         .unwrap();
-    let pruned = hookline_core::intents::prune_idempotency_keys(
+    let pruned = hookline_payments::intents::prune_idempotency_keys(
         &api.db.pool,
         std::time::Duration::from_secs(86_400),
         1,
@@ -623,9 +623,9 @@ async fn a_client_never_reads_nor_refunds_another_clients_intent() {
     let id = created.json()["id"].as_str().unwrap().to_string();
     capture(&api, &id).await;
     let mut tx = api.db.pool.begin().await.unwrap();
-    let internal = hookline_core::intents::create_intent(
+    let internal = hookline_payments::intents::create_intent(
         &mut tx,
-        &hookline_core::intents::NewIntent {
+        &hookline_payments::intents::NewIntent {
             provider: "st",
             amount: 900,
             currency: "brl",

@@ -4,9 +4,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use futures::StreamExt;
+use hookline_payments::PaymentsHandler;
 use hookline_tests::stripe;
 use hookline_tests::*;
-use hookline_worker::PaymentsHandler;
 
 const DRAIN: Duration = Duration::from_secs(60);
 
@@ -243,9 +243,9 @@ async fn replay_unprocessed_selects_only_events_without_a_marker() {
             .await
             .unwrap();
     for id in &processed {
-        let r = hookline_worker::process_event(pool, &handler, *id).await;
+        let r = hookline_consumer::process_event(pool, &handler, *id).await;
         assert!(
-            matches!(r, Ok(hookline_worker::Processed::Applied(_))),
+            matches!(r, Ok(hookline_consumer::Processed::Applied(_))),
             "{r:?}"
         );
     }
@@ -335,9 +335,9 @@ async fn a_redelivery_changes_nothing_in_the_database() {
     assert_eq!(snapshot().await, before, "a redelivery wrote something");
     let handler = PaymentsHandler::new(p.config.providers.values());
     let id: i64 = scalar(pool, "SELECT min(id) FROM webhook_events").await;
-    let again = hookline_worker::process_event(pool, &handler, id).await;
+    let again = hookline_consumer::process_event(pool, &handler, id).await;
     assert!(
-        matches!(again, Ok(hookline_worker::Processed::Duplicate)),
+        matches!(again, Ok(hookline_consumer::Processed::Duplicate)),
         "{again:?}"
     );
     assert_eq!(snapshot().await, before);

@@ -7,9 +7,10 @@
 //! The ledger's own rules, which those properties rest on, are checked at the end: the database refuses an
 //! unbalanced statement and any rewrite of history.
 
+use hookline_consumer::{process_event, Processed};
 use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
+use hookline_payments::PaymentsHandler;
 use hookline_tests::{parse_config, stripe, test_config_toml, TestDb};
-use hookline_worker::{process_event, PaymentsHandler, Processed};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use sqlx::PgPool;
@@ -250,7 +251,7 @@ async fn apply_in_batches(
         let (batch, tail) = rest.split_at(size);
         rest = tail;
         let batch_ids: Vec<i64> = batch.iter().map(|&i| ids[i]).collect();
-        let results = hookline_worker::process_batch(pool, handler, &batch_ids)
+        let results = hookline_consumer::process_batch(pool, handler, &batch_ids)
             .await
             .unwrap_or_else(|f| panic!("batch {batch:?} failed at {:?}: {}", f.index, f.error));
         for (&i, r) in batch.iter().zip(results) {

@@ -1,5 +1,5 @@
 //! The outbound direction end to end: payment intents and refunds sent to the provider sandbox by the real
-//! dispatcher (`hookline_worker::dispatch`), billing runs, and the webhook that completes the intent through the
+//! dispatcher (`hookline_payments::dispatch`), billing runs, and the webhook that completes the intent through the
 //! real pipeline (edge + relay + worker on PostgreSQL and RabbitMQ). Charges are counted at the gateway
 //! (`sandbox.control().charges()`), postings in the ledger.
 //!
@@ -10,12 +10,12 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use hookline_core::billing::{self, Billed};
-use hookline_core::intents::{self, Intent, NewIntent, RefundError};
-use hookline_core::outbox;
+use hookline_payments::billing::{self, Billed};
+use hookline_payments::dispatch::{Answer, DispatchSettings, Dispatcher};
+use hookline_payments::intents::{self, Intent, NewIntent, RefundError};
+use hookline_payments::outbound_requests;
 use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
-use hookline_worker::dispatch::{Answer, DispatchSettings, Dispatcher};
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -223,7 +223,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     let st = create_intent(&p, "st", 1990, "cliente-2").await;
     let mp = create_intent(&p, "mp", 5000, "c@example.com").await;
     let d = dispatcher(&p);
-    let claimed = outbox::claim_due(p.pool(), 16, Duration::from_secs(1))
+    let claimed = outbound_requests::claim_due(p.pool(), 16, Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
@@ -830,7 +830,7 @@ async fn gateway_2xx_without_the_object_is_not_a_success() {
     cancel.cancel();
     task.await.unwrap();
 
-    let max = hookline_worker::dispatch::MAX_UNREADABLE_ATTEMPTS;
+    let max = hookline_payments::dispatch::MAX_UNREADABLE_ATTEMPTS;
     for (i, path, reason) in [
         (
             &st,

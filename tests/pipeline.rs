@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use hookline_core::handler::{HandleError, Handler, Outcome, StoredEvent};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
+use hookline_payments::PaymentsHandler;
 use hookline_tests::stripe;
 use hookline_tests::*;
-use hookline_worker::{HandleError, Handler, Outcome, PaymentsHandler, StoredEvent};
 use lapin::types::FieldTable;
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;

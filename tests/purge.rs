@@ -7,15 +7,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hookline_consumer::process::record_dead_letter;
+use hookline_consumer::{process_event, ProcessError};
 use hookline_core::config::RetentionConfig;
 use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
-use hookline_core::retention::{self, PurgeOptions};
+use hookline_core::handler::reason_text;
 use hookline_core::Config;
+use hookline_ops::retention::{self, PurgeOptions};
+use hookline_payments::PaymentsHandler;
+use hookline_payments::CONSUMER;
 use hookline_tests::stripe;
 use hookline_tests::*;
-use hookline_worker::payments::CONSUMER;
-use hookline_worker::process::record_dead_letter;
-use hookline_worker::{process_event, reason_text, PaymentsHandler, ProcessError};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -640,7 +642,7 @@ async fn periodic_purge_runs_until_cancelled() {
         batch_size: 3,
     };
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(hookline_worker::retention::run_periodic(
+    let task = tokio::spawn(hookline_ops::purge_loop::run_periodic(
         f.pool().clone(),
         retention,
         cancel.clone(),
@@ -668,7 +670,7 @@ async fn periodic_purge_runs_until_cancelled() {
     assert!(!runs.is_empty());
     assert!(
         runs.iter()
-            .all(|r| r.0 == hookline_worker::retention::OPERATOR && r.1 == 7_200 && !r.2 && !r.3),
+            .all(|r| r.0 == hookline_ops::purge_loop::OPERATOR && r.1 == 7_200 && !r.2 && !r.3),
         "{runs:?}"
     );
     assert_eq!(runs.iter().map(|r| r.4).sum::<i64>(), 10, "{runs:?}");
@@ -690,7 +692,7 @@ async fn periodic_purge_disabled_waits_for_cancel() {
         ..f.config.retention.clone()
     };
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(hookline_worker::retention::run_periodic(
+    let task = tokio::spawn(hookline_ops::purge_loop::run_periodic(
         f.pool().clone(),
         retention,
         cancel.clone(),

@@ -5,9 +5,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use hookline_bus::Topology;
+use hookline_consumer::{Handler, Worker, WorkerSettings};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::Config;
-use hookline_worker::{Handler, Worker, WorkerSettings};
 use secrecy::ExposeSecret;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
@@ -195,14 +195,14 @@ impl TestPipeline {
     }
 }
 /// What a passive declare says about a queue (the one broker inspection lives in `hookline-bus`).
-pub use hookline_bus::inspect::QueueDepth;
+pub use hookline_ops::inspect::QueueDepth;
 
-/// The depth of each of `queues` (`None`: not declared yet), through `hookline_bus::inspect`.
+/// The depth of each of `queues` (`None`: not declared yet), through `hookline_ops::inspect`.
 pub async fn queue_depths<const N: usize>(
     amqp_urls: &AmqpEndpoints,
     queues: [&str; N],
 ) -> [Option<QueueDepth>; N] {
-    let depths = hookline_bus::inspect::queue_depths(amqp_urls, "hookline-test", &queues)
+    let depths = hookline_ops::inspect::queue_depths(amqp_urls, "hookline-test", &queues)
         .await
         .expect("inspect the queues");
     let mut out = [None; N];

@@ -3,7 +3,7 @@
 //! - **A, one row per commit** — what pgbench would measure with a custom script: `connections` clients, each
 //!   running the edge's own statement (`events::insert_one`, the group commit's statement with one row: `INSERT … ON CONFLICT DO NOTHING RETURNING id` into
 //!   `webhook_events`, ~1 KB body, same columns, same unique constraint and indexes) as its own transaction.
-//! - **B, the worker's transaction** — `hookline_worker::process_event` with the real `PaymentsHandler` (marker
+//! - **B, the worker's transaction** — `hookline_consumer::process_event` with the real `PaymentsHandler` (marker
 //!   insert, payment upsert + `SELECT … FOR UPDATE` + update, transition row, one ledger transaction with three
 //!   entries, commit) on events stored by A, at the worker's concurrency.
 //!
@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use hookline_consumer::{process_event, Processed};
 use hookline_core::config::Config;
 use hookline_core::db::{connect_options, PoolSettings};
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
-use hookline_worker::{process_event, PaymentsHandler, Processed};
+use hookline_payments::PaymentsHandler;
 use secrecy::SecretString;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;

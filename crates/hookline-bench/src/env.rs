@@ -198,7 +198,7 @@ impl BenchEnv {
 
     /// Messages in `queue` (ready, not counting unacknowledged ones), by passive declare.
     pub async fn queue_depth(&self, queue: &str) -> anyhow::Result<u32> {
-        let depths = hookline_bus::inspect::queue_depths(
+        let depths = hookline_ops::inspect::queue_depths(
             &self.amqp_endpoints()?,
             "hookline-bench",
             &[queue],

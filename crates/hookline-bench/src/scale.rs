@@ -128,7 +128,7 @@ async fn worker_deliveries(client: &reqwest::Client, addr: SocketAddr) -> anyhow
         .text()
         .await
         .context("read metrics")?;
-    let metric = hookline_worker::consumer::metric::DELIVERIES;
+    let metric = hookline_consumer::consumer::metric::DELIVERIES;
     Ok(text
         .lines()
         .filter(|l| l.starts_with(metric) && l[metric.len()..].starts_with('{'))

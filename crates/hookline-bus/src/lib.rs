@@ -1,20 +1,15 @@
-//! `hookline-bus`: everything hookline does with RabbitMQ except consuming — the topology (declared by every
-//! process that touches the broker) and the transactional-outbox relay that publishes committed events.
+//! `hookline-bus`: the AMQP transport — connections, the topology (declared by every process that touches the
+//! broker), the publisher with confirms, the transactional-outbox relay that publishes committed events
+//! ([`relay`]), the event message, settling deliveries and the dead-letter queue's side ([`dead_letters`]).
 //!
-//! It also holds the operator engines that publish — the replay/redrive engine ([`replay`]) and the pipeline
-//! report ([`status`]) — so that the CLI and the operator console share one implementation of each.
-//!
-//! It is its own crate so that `hookline-core` stays free of AMQP and the three binaries that publish or declare
-//! (edge, worker, `hookline relay`) share one implementation.
+//! It is its own crate so that `hookline-core` stays free of AMQP and every process that publishes or declares
+//! (edge, worker, CLI) shares one implementation. It must never: know a business effect (payments, facts) or an
+//! operator feature; those crates use it, not the other way round.
 
 pub mod dead_letters;
-pub mod domain;
-pub mod inspect;
 pub mod message;
 pub mod publisher;
 pub mod relay;
-pub mod replay;
-pub mod status;
 pub mod topology;
 
 pub use message::EventMessage;

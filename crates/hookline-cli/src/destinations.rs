@@ -15,10 +15,10 @@ use anyhow::Context;
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 use hookline_core::config::CONFIG_ENV;
-use hookline_core::destinations::{self, RedeliverFilter};
 use hookline_core::domain_events::EventType;
 use hookline_core::input::redacted_url;
 use hookline_core::Config;
+use hookline_delivery::destinations::{self, RedeliverFilter};
 use time::OffsetDateTime;
 
 use crate::ops::{self, terminal_safe};
@@ -153,7 +153,7 @@ pub async fn destinations(
         }
         DestinationsCommand::List { json } => {
             let pool = ops::pool(config).await?;
-            hookline_worker::deliver::sync_destinations(&pool, &config.destinations).await?;
+            hookline_delivery::deliver::sync_destinations(&pool, &config.destinations).await?;
             let all = destinations::status(&pool).await?;
             if *json {
                 let rows: Vec<_> = all
@@ -386,7 +386,7 @@ async fn redeliver(config: &Config, args: &RedeliverArgs) -> anyhow::Result<Exit
         ids: args.ids.clone(),
     };
     let pool = ops::pool(config).await?;
-    hookline_worker::deliver::sync_destinations(&pool, &config.destinations).await?;
+    hookline_delivery::deliver::sync_destinations(&pool, &config.destinations).await?;
     if let Some(d) = &args.destination {
         if destinations::get(&pool, d).await?.is_none() {
             eprintln!("error: no destination {}", terminal_safe(d));
@@ -425,7 +425,7 @@ pub async fn deliver(config: &Config, _args: &DeliverArgs) -> anyhow::Result<Exi
     let liveness = Liveness::new();
     let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
     let cancel = hookline_core::supervisor::shutdown_signal();
-    let tasks = hookline_worker::spawn_delivery(config, pool, &supervisor, &cancel)?;
+    let tasks = hookline_delivery::spawn(config, pool, &supervisor, &cancel)?;
     tokio::select! {
         _ = cancel.cancelled() => {}
         _ = liveness.fatal() => cancel.cancel(),

@@ -2,10 +2,10 @@
 //!
 //! The reason and attempt count of each dead letter live in PostgreSQL (`hookline_core::dead_letters`), the
 //! message itself in the dead-letter queue (`hookline_bus::dead_letters`). A redrive IS a replay of the
-//! dead-lettered selection (`hookline_bus::replay::start` + `redrive`: same selection, same audit table, same
+//! dead-lettered selection (`hookline_ops::replay::start` + `redrive`: same selection, same audit table, same
 //! resumable cursor, `hookline replay --resume RUN` continues it); the worker resolves each dead letter in the
 //! transaction that finally applies it, and the redriven copies are removed from the DLQ. Every consumer of
-//! `hookline_core::consumers::ALL` is covered. The redrive itself is [`hookline_bus::replay::redrive`], shared
+//! `hookline_core::consumers::ALL` is covered. The redrive itself is [`hookline_ops::replay::redrive`], shared
 //! with the operator console.
 
 use std::collections::HashSet;
@@ -245,7 +245,7 @@ async fn redrive(
         eprintln!("error: {}", UsageError("--reason must say why".into()));
         return Ok(ExitCode::from(2));
     }
-    let filter = hookline_bus::replay::redrive_filter(
+    let filter = hookline_ops::replay::redrive_filter(
         args.ids.clone(),
         args.provider.clone(),
         args.event_type.clone(),
@@ -259,7 +259,7 @@ async fn redrive(
     )
     .await?;
     let interrupted = hookline_core::supervisor::shutdown_signal();
-    let done = hookline_bus::replay::redrive(
+    let done = hookline_ops::replay::redrive(
         pool,
         &replay::target(config, args.rate, 500),
         &mut run,

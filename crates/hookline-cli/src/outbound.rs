@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use hookline_core::billing::{self, RunSummary};
-use hookline_core::intents::{self, RefundError};
 use hookline_core::Config;
+use hookline_payments::billing::{self, RunSummary};
+use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
+use hookline_payments::intents::{self, RefundError};
 use hookline_signature::Scheme;
-use hookline_worker::dispatch::{DispatchSettings, Dispatcher};
 
 use crate::ops;
 

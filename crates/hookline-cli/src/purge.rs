@@ -1,4 +1,4 @@
-//! `hookline purge`: delete old raw events and their processed markers (see [`hookline_core::retention`]).
+//! `hookline purge`: delete old raw events and their processed markers (see [`hookline_ops::retention`]).
 
 use std::io::IsTerminal;
 use std::ops::ControlFlow;
@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use hookline_core::retention::{self, format_window, PurgeOptions, PurgeReport};
 use hookline_core::Config;
+use hookline_ops::retention::{self, format_window, PurgeOptions, PurgeReport};
 use time::OffsetDateTime;
 
 use crate::ops;

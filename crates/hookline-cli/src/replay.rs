@@ -1,5 +1,5 @@
 //! `hookline replay`: re-deliver stored events to the workers, safely. The engine (selection, audit row,
-//! confirmed pages, cursor) is [`hookline_bus::replay`], shared with `hookline dlq redrive` and the operator
+//! confirmed pages, cursor) is [`hookline_ops::replay`], shared with `hookline dlq redrive` and the operator
 //! console; this module parses the flags and prints.
 //!
 //! A replay RE-DELIVERS event references onto the events exchange. The worker's processed marker makes that
@@ -15,8 +15,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{ArgGroup, Args};
-use hookline_bus::replay::{Resumed, Target};
 use hookline_core::Config;
+use hookline_ops::replay::{Resumed, Target};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
@@ -81,16 +81,16 @@ pub struct ReplayArgs {
     pub operator: Option<String>,
 }
 
-pub use hookline_bus::replay::{Filter, Outcome, Row, Run, RunKind};
+pub use hookline_ops::replay::{Filter, Outcome, Row, Run, RunKind};
 
 /// Counts the selection after `cursor`, over every consumer.
 pub async fn count(pool: &PgPool, f: &Filter, cursor: i64) -> anyhow::Result<i64> {
-    hookline_bus::replay::count(pool, f, cursor).await
+    hookline_ops::replay::count(pool, f, cursor).await
 }
 
 /// One page of the selection after `cursor`, in id order.
 pub async fn page(pool: &PgPool, f: &Filter, cursor: i64, limit: u32) -> anyhow::Result<Vec<Row>> {
-    hookline_bus::replay::page(pool, f, cursor, limit).await
+    hookline_ops::replay::page(pool, f, cursor, limit).await
 }
 
 fn filter_from_args(args: &ReplayArgs) -> anyhow::Result<Filter> {
@@ -137,7 +137,7 @@ pub async fn start(
     operator: Option<&str>,
 ) -> anyhow::Result<Run> {
     let run =
-        hookline_bus::replay::start(pool, kind, filter, reason, &ops::operator(operator)).await?;
+        hookline_ops::replay::start(pool, kind, filter, reason, &ops::operator(operator)).await?;
     println!(
         "{} run {}: {} events selected ({reason})",
         kind.as_str(),
@@ -149,7 +149,7 @@ pub async fn start(
 
 /// Re-opens an interrupted run (replay or redrive) at its cursor; `None` when it already finished.
 pub async fn resume(pool: &PgPool, id: i64) -> anyhow::Result<Option<Run>> {
-    match hookline_bus::replay::resume(pool, id).await? {
+    match hookline_ops::replay::resume(pool, id).await? {
         Resumed::NotFound => anyhow::bail!(UsageError(format!(
             "no replay or redrive run {id} to resume"
         ))),
@@ -180,7 +180,7 @@ pub fn target(config: &Config, rate: u32, page_size: u32) -> Target {
     }
 }
 
-/// Re-delivers the rest of `run`'s selection ([`hookline_bus::replay::execute`]) with a progress bar on a
+/// Re-delivers the rest of `run`'s selection ([`hookline_ops::replay::execute`]) with a progress bar on a
 /// terminal; Ctrl-C / SIGTERM interrupt it resumably.
 pub async fn execute(
     config: &Config,
@@ -192,7 +192,7 @@ pub async fn execute(
     let remaining = count(pool, &run.filter, run.cursor).await?;
     let progress = progress_bar(remaining as u64);
     let interrupted = hookline_core::supervisor::shutdown_signal();
-    let result = hookline_bus::replay::execute(
+    let result = hookline_ops::replay::execute(
         pool,
         &target(config, rate, page_size),
         run,
@@ -301,7 +301,7 @@ async fn run_confirmed(
     token: &str,
     reason: &str,
 ) -> anyhow::Result<ExitCode> {
-    use hookline_bus::replay::{ConfirmError, Confirmation};
+    use hookline_ops::replay::{ConfirmError, Confirmation};
     let confirmation = Confirmation::parse(token).map_err(|e| UsageError(e.to_string()))?;
     if let Some(p) = &confirmation.filter.provider {
         if !config.providers.contains_key(p) {
@@ -311,7 +311,7 @@ async fn run_confirmed(
         }
     }
     let operator = ops::operator(args.operator.as_deref());
-    let mut run = match hookline_bus::replay::start_confirmed(
+    let mut run = match hookline_ops::replay::start_confirmed(
         pool,
         RunKind::Replay,
         &confirmation,
@@ -363,7 +363,7 @@ async fn dry_run(
             );
         }
     }
-    let token = hookline_bus::replay::Confirmation {
+    let token = hookline_ops::replay::Confirmation {
         filter,
         count: selected,
     }

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use hookline_bus::status::Report;
 use hookline_core::Config;
+use hookline_ops::status::Report;
 
 use crate::ops;
 
@@ -21,11 +21,11 @@ pub struct StatusArgs {
     pub max_unpublished_age: Option<Duration>,
 }
 
-/// Runs `hookline status` (the report itself is [`hookline_bus::status::report`], shared with the console).
+/// Runs `hookline status` (the report itself is [`hookline_ops::status::report`], shared with the console).
 pub async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
     let report =
-        hookline_bus::status::report(&pool, config, args.max_unpublished_age, "hookline-status")
+        hookline_ops::status::report(&pool, config, args.max_unpublished_age, "hookline-status")
             .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -92,7 +92,7 @@ fn print_table(r: &Report) {
         r.outbound.failed,
         r.outbound.unresolved_intents,
         r.outbound.unresolved_refunds,
-        hookline_bus::status::UNRESOLVED_AFTER.as_secs() / 60
+        hookline_ops::status::UNRESOLVED_AFTER.as_secs() / 60
     );
     if r.attention.is_empty() {
         println!("status: OK");

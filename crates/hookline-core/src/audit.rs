@@ -1,7 +1,7 @@
 //! `replay_runs`: the audit trail of operator runs. Every replay, dead-letter redrive and discard — from the CLI
 //! or the console — writes its row here, through these functions: who, why, which selection, how many, and the
 //! cursor that makes an interrupted run resumable. Purges are audited in `purge_runs`, owned by
-//! [`crate::retention`].
+//! `hookline_ops::retention`.
 
 use sqlx::PgExecutor;
 use time::OffsetDateTime;

@@ -6,7 +6,7 @@
 //! so does the fact. Its id is derived from the fact itself ([`fact_id`]: its type and the business ids it is
 //! about), and `domain_events_id_key` keeps one row per id — a replay, a redelivery or a second worker deriving
 //! the same fact writes nothing new. The same statement fans the fact out to every subscribed destination
-//! (`domain_deliveries`, see [`crate::destinations`]), reading the `destinations` table: the database decides,
+//! (`domain_deliveries`, see `hookline_delivery::destinations`), reading the `destinations` table: the database decides,
 //! so two workers with different memories cannot disagree.
 //!
 //! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`; `hookline-bus`'s

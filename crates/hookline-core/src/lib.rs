@@ -1,22 +1,27 @@
-//! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations, the
-//! stored-event model and telemetry.
+//! `hookline-core`: what every hookline process shares — configuration, the database pool and migrations,
+//! telemetry, the supervisor of background loops, input bounds, the outbound HTTP client — and the inbound
+//! pipeline's own tables: raw events ([`events`]), the events waiting for RabbitMQ ([`event_outbox`]), the
+//! processed markers ([`markers`]), dead letters ([`dead_letters`]), the audit trail of operator runs
+//! ([`audit`]: `replay_runs`, written by every operator action of every feature) and the two seams: [`handler`] between the consumer
+//! engine and the effects, and [`domain_events`] between the effects and their delivery (the facts an effect
+//! writes in its own transaction: `domain_events`, `domain_outbox`).
+//!
+//! It must never: import a feature crate (payments, delivery, operations, the API, the console) or the
+//! transports (actix, lapin); hold a business rule. Features depend on it, never the other way round.
 
 pub mod audit;
-pub mod billing;
 pub mod config;
 pub mod consumers;
-pub mod currency;
 pub mod db;
 pub mod dead_letters;
-pub mod destinations;
 pub mod domain_events;
 pub mod event_outbox;
 pub mod events;
+pub mod handler;
+pub mod http;
 pub mod input;
-pub mod intents;
 pub mod markers;
-pub mod outbox;
-pub mod payments_view;
+pub mod retry;
 pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};
@@ -29,5 +34,4 @@ pub fn service_config(path: Option<&std::path::Path>) -> Result<Config, ConfigEr
     Config::load(path)
 }
 pub use db::MIGRATOR;
-pub mod retention;
 pub mod supervisor;

@@ -4,8 +4,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use hookline_signature::VerifyError;
 
-/// Seconds a provider is asked to wait before retrying after a 503.
-pub const RETRY_AFTER_SECS: u32 = 5;
+use hookline_web::RETRY_AFTER_SECS;
 
 /// Why a webhook was not accepted.
 #[derive(thiserror::Error)]

@@ -5,12 +5,9 @@
 //! duplicates, and answers: 200 once the row is committed (also for duplicates), 400 for input that retrying will
 //! not fix, 503 when the database is unavailable so the provider retries.
 //!
-//! With an `[api]` section it also serves the merchant-facing API ([`api`]) on a second listener, and with a
-//! `[console]` section the operator web console ([`console`]) on a third.
+//! With an `[api]` section it also serves the merchant-facing API ([`hookline_api`]) on a second listener, and
+//! with a `[console]` section the operator web console ([`hookline_console`]) on a third.
 
-pub mod api;
-mod body;
-pub mod console;
 mod error;
 mod routes;
 mod startup;

@@ -44,9 +44,9 @@ pub struct Application {
     liveness: Liveness,
     server_handle: actix_web::dev::ServerHandle,
     /// The merchant API's server, when `[api]` is configured (its own listener).
-    api: Option<crate::api::ApiServer>,
+    api: Option<hookline_api::ApiServer>,
     /// The operator console's server, when `[console]` is configured (its own listener).
-    console: Option<crate::console::ConsoleServer>,
+    console: Option<hookline_console::ConsoleServer>,
 }
 
 impl Application {
@@ -110,7 +110,7 @@ impl Application {
             .collect();
         // The merchant API: a second listener with its own routes; the providers' listener never serves it.
         let api = match &config.api {
-            Some(api) => Some(crate::api::start(
+            Some(api) => Some(hookline_api::start(
                 api,
                 &config.edge,
                 &config.database_url,
@@ -121,7 +121,7 @@ impl Application {
         };
         // The operator console: a third listener, loopback unless configured otherwise.
         let console = match &config.console {
-            Some(c) => Some(crate::console::start(&config, c, metrics.clone())?),
+            Some(c) => Some(hookline_console::start(&config, c, metrics.clone())?),
             None => None,
         };
         let state = web::Data::new(AppState {

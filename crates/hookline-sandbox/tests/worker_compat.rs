@@ -1,15 +1,15 @@
 //! What the sandbox sends is what hookline's worker understands: every webhook body goes through the worker's
-//! own normaliser (`hookline_worker::payments::normalize`) and yields the expected payment facts.
+//! own normaliser (`hookline_payments::normalize`) and yields the expected payment facts.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
+use hookline_payments::model::{DisputeStatus, PaymentFact, PaymentStatus};
+use hookline_payments::normalize::normalize;
 use hookline_sandbox::{Delivery, DeliveryBehaviour};
 use hookline_signature::Scheme;
-use hookline_worker::payments::model::{DisputeStatus, PaymentFact, PaymentStatus};
-use hookline_worker::payments::normalize::normalize;
 use serde_json::Value;
 
 fn facts(d: &Delivery, scheme: Scheme) -> Vec<PaymentFact> {

@@ -87,8 +87,8 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
 /// Per-destination backlog, oldest pending age, dead deliveries and disabled state, and the domain relay's
 /// backlog, read from the database at scrape time.
 async fn delivery_gauges(pool: &PgPool) -> Result<(), sqlx::Error> {
-    use crate::deliver::metric;
-    for d in hookline_core::destinations::status(pool).await? {
+    use hookline_delivery::deliver::metric;
+    for d in hookline_delivery::destinations::status(pool).await? {
         if d.removed_at.is_some() {
             continue;
         }

@@ -1,36 +1,21 @@
-//! `hookline-worker`: the second stage of hookline.
+//! `hookline-worker`: the second stage of hookline, as a composition — the consumer engine
+//! ([`hookline_consumer`]) with the payments effect ([`hookline_payments::PaymentsHandler`]), beside the
+//! supervised loops that run in the same process: dead-letter reconciliation, the periodic purge
+//! ([`hookline_ops::purge_loop`]), reconciliation and the outbound dispatcher ([`hookline_payments`]), and the
+//! way facts leave ([`hookline_delivery::spawn`]). `/healthz` and `/metrics` are [`health`].
 //!
-//! Consumes event references from RabbitMQ with manual acks and, for each, runs ONE database transaction that
-//! inserts the processed marker first and then applies the effects ([`process::process_event`]); it acks only
-//! after the commit. A redelivery finds the marker and changes nothing.
+//! It must never: hold a rule of its own — every rule lives in the crate that owns it; this crate only wires them.
 
-pub mod acks;
-pub mod consumer;
-pub mod deliver;
-pub mod dispatch;
-pub mod handler;
 pub mod health;
-pub mod http;
-pub mod payments;
-pub mod process;
-pub mod reconcile;
-pub mod retention;
 
-pub use consumer::{Worker, WorkerSettings};
-pub use handler::{
-    reason_text, BatchError, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared,
-    StoredEvent,
-};
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;
-pub use payments::PaymentsHandler;
-pub use process::{
-    process_batch, process_batch_prepared, process_event, process_prepared, ProcessError, Processed,
-};
 
+use hookline_consumer::{Worker, WorkerSettings};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
+use hookline_payments::{dispatch, reconcile, PaymentsHandler};
 
 /// Builds the payments worker from the shared configuration.
 pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
@@ -74,7 +59,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     let (pool, retention, cancel) =
                         (purge_pool.clone(), retention.clone(), cancel.clone());
                     async move {
-                        retention::run_periodic(pool, retention, cancel).await;
+                        hookline_ops::purge_loop::run_periodic(pool, retention, cancel).await;
                         Ok(())
                     }
                 })
@@ -112,7 +97,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
     let delivery = if config.delivery.enabled {
-        spawn_delivery(&config, worker.pool().clone(), &supervisor, &cancel)?
+        hookline_delivery::spawn(&config, worker.pool().clone(), &supervisor, &cancel)?
     } else {
         Vec::new()
     };
@@ -148,48 +133,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         server.stop(true).await;
     }
     result
-}
-
-/// Starts, under `supervisor`, the two ways domain events leave: the domain relay (RabbitMQ `{prefix}.domain`,
-/// task `domain_relay`) and the HTTP delivery to `[[destinations]]` (task `delivery`). Used by the worker and by
-/// `hookline deliver`; stop them with `cancel` and await the handles.
-pub fn spawn_delivery(
-    config: &Config,
-    pool: sqlx::PgPool,
-    supervisor: &Supervisor,
-    cancel: &tokio_util::sync::CancellationToken,
-) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let relay = std::sync::Arc::new(hookline_bus::domain::DomainRelay::new(
-        pool.clone(),
-        config.amqp_urls.clone(),
-        hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
-        config.delivery.poll_interval,
-        "hookline-domain-relay",
-    ));
-    let delivery = deliver::Delivery::from_config(pool, config)?;
-    let relay_task = {
-        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
-        tokio::spawn(async move {
-            supervisor
-                .run(hookline_bus::domain::TASK, cancel.clone(), |_| {
-                    let (relay, cancel) = (relay.clone(), cancel.clone());
-                    async move { relay.run(cancel).await }
-                })
-                .await
-        })
-    };
-    let delivery_task = {
-        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
-        tokio::spawn(async move {
-            supervisor
-                .run(deliver::TASK, cancel.clone(), |_| {
-                    let (delivery, cancel) = (delivery.clone(), cancel.clone());
-                    async move { delivery.run(cancel).await }
-                })
-                .await
-        })
-    };
-    Ok(vec![relay_task, delivery_task])
 }
 
 /// Whether the worker runs the outbound dispatcher (`HOOKLINE_DISPATCHER` unset, or anything but

@@ -48,7 +48,7 @@ pub const STRIPE_FEE_FIXED: i64 = 39;
 pub const CONSUMER: &str = "payments";
 
 /// The model's fee: `round_half_up(amount × 399 / 10000) + 39`, never more than the amount. Written here
-/// independently of `hookline_worker::payments::fee` so the checker does not trust the code it checks.
+/// independently of `hookline_payments::fee` so the checker does not trust the code it checks.
 pub fn model_fee(amount: i64) -> i64 {
     ((amount * STRIPE_FEE_BPS + 5_000) / 10_000 + STRIPE_FEE_FIXED).min(amount)
 }

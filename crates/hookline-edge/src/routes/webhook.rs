@@ -9,9 +9,9 @@ use hookline_bus::EventMessage;
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
 use hookline_signature::{Request, Verified, Verifier};
 
-use crate::body::BodyError;
 use crate::writer::WriteError;
 use crate::{AppState, IngestError};
+use hookline_web::BodyError;
 
 /// Metric names (fixed, documented in the README).
 pub mod metric {
@@ -196,7 +196,7 @@ async fn read_body(
     payload: web::Payload,
     state: &AppState,
 ) -> Result<BytesMut, IngestError> {
-    crate::body::read_bounded(
+    hookline_web::read_bounded(
         req,
         payload,
         state.edge.max_body_bytes,

@@ -1,0 +1,207 @@
+//! The API's error boundary: every way a merchant request can fail, its status and its stable code.
+//!
+//! Bodies follow one shape: `{"error": {"type": …, "code": …, "message": …, "param": …}}`. Client mistakes
+//! carry the reason; internal causes (the database's words, cause chains) stay in the logs.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+
+use hookline_web::RETRY_AFTER_SECS;
+
+/// Why a merchant API request was not served.
+#[derive(thiserror::Error)]
+pub enum ApiError {
+    /// No `Authorization: Bearer …` header, or a key that is not configured.
+    #[error("a valid API key is required: send Authorization: Bearer <key>")]
+    Unauthorized,
+    /// `Idempotency-Key` is required on this request.
+    #[error("the Idempotency-Key header is required on this request")]
+    IdempotencyKeyMissing,
+    /// `Idempotency-Key` is not 1..=255 printable ASCII characters.
+    #[error("the Idempotency-Key header must be 1 to 255 printable ASCII characters")]
+    IdempotencyKeyInvalid,
+    /// The key was used with a different request (method, path or body).
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyKeyReused,
+    /// A request with this key is still being processed.
+    #[error("a request with this Idempotency-Key is still in progress; retry shortly")]
+    IdempotencyKeyInFlight,
+    /// The body is over the API's limit.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The client did not deliver its body in time.
+    #[error("request body was not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    /// The connection failed while the body was read.
+    #[error("could not read the request body")]
+    BodyRead(#[source] actix_web::error::PayloadError),
+    /// The body is not a JSON object.
+    #[error("the request body must be a JSON object: {0}")]
+    InvalidJson(String),
+    /// A field is missing, unknown or invalid: `code` is stable, `param` names the field.
+    #[error("{message}")]
+    InvalidField {
+        /// Stable code, e.g. `amount_invalid`.
+        code: &'static str,
+        /// The field at fault.
+        param: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A path id, header or JSON string PostgreSQL cannot hold (NUL) or a one-line value with a control
+    /// character: 400 with the input check's stable code (`invalid_text`, `control_character`, `too_long`) and
+    /// the field as `param` (a JSON string by its pointer, e.g. `customer`).
+    #[error("{0}")]
+    InvalidInput(#[from] hookline_core::input::InputError),
+    /// No such payment intent (for this API).
+    #[error("no such payment intent")]
+    IntentNotFound,
+    /// A refund of an intent that has not succeeded.
+    #[error("the payment intent has not succeeded; nothing was captured to refund")]
+    IntentNotCaptured,
+    /// A refund beyond what is left of the captured amount.
+    #[error("refunding {amount} would exceed what is left to refund ({left})")]
+    RefundAboveCaptured {
+        /// Requested.
+        amount: i64,
+        /// Still refundable.
+        left: i64,
+    },
+    /// Unknown route.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The database is unreachable, slow or out of connections: retry later.
+    #[error("temporarily unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    /// Anything else: a bug. The client sees an opaque 500; the log gets the cause chain.
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl std::fmt::Debug for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        hookline_core::telemetry::error_chain_fmt(self, f)
+    }
+}
+
+impl ApiError {
+    /// A field error.
+    pub fn field(code: &'static str, param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidField {
+            code,
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A database error: unavailable (503, retry) when transient, else unexpected (500).
+    pub fn database(e: sqlx::Error, what: &'static str) -> Self {
+        if hookline_core::db::is_transient(&e) {
+            ApiError::Unavailable(anyhow::Error::new(e).context(what))
+        } else {
+            ApiError::Unexpected(anyhow::Error::new(e).context(what))
+        }
+    }
+
+    /// Stable machine-readable code; also the `outcome` metrics label (a bounded set).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::IdempotencyKeyMissing => "idempotency_key_missing",
+            ApiError::IdempotencyKeyInvalid => "idempotency_key_invalid",
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::IdempotencyKeyInFlight => "idempotency_key_in_flight",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout(_) => "body_timeout",
+            ApiError::BodyRead(_) => "body_read_failed",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidField { code, .. } => code,
+            ApiError::InvalidInput(e) => e.code(),
+            ApiError::IntentNotFound => "intent_not_found",
+            ApiError::IntentNotCaptured => "intent_not_captured",
+            ApiError::RefundAboveCaptured { .. } => "refund_above_captured",
+            ApiError::NotFound => "not_found",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unexpected(_) => "internal_error",
+        }
+    }
+
+    /// The error's `type`, as in the body.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::IdempotencyKeyReused | ApiError::IdempotencyKeyInFlight => {
+                "idempotency_error"
+            }
+            ApiError::Unavailable(_) | ApiError::Unexpected(_) => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// True for failures of ours (logged with their cause chain), false for the client's mistakes.
+    pub fn is_internal(&self) -> bool {
+        matches!(self, ApiError::Unavailable(_) | ApiError::Unexpected(_))
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::IdempotencyKeyMissing
+            | ApiError::IdempotencyKeyInvalid
+            | ApiError::BodyRead(_)
+            | ApiError::InvalidInput(_)
+            | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::IdempotencyKeyReused
+            | ApiError::InvalidField { .. }
+            | ApiError::RefundAboveCaptured { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::IdempotencyKeyInFlight | ApiError::IntentNotCaptured => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut res = HttpResponse::build(self.status_code());
+        let message = match self {
+            ApiError::Unavailable(_) => "temporarily unavailable; retry later".to_string(),
+            ApiError::Unexpected(_) => "internal error".to_string(),
+            other => other.to_string(),
+        };
+        match self {
+            ApiError::Unavailable(_) | ApiError::IdempotencyKeyInFlight => {
+                res.insert_header((header::RETRY_AFTER, RETRY_AFTER_SECS.to_string()));
+            }
+            ApiError::Unauthorized => {
+                res.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            ApiError::PayloadTooLarge { .. } | ApiError::BodyTimeout(_) => {
+                // The rest of the body was not read: the connection cannot be reused.
+                res.insert_header((header::CONNECTION, "close"));
+            }
+            _ => {}
+        }
+        let mut error = serde_json::json!({
+            "type": self.kind(),
+            "code": self.code(),
+            "message": message,
+        });
+        match self {
+            ApiError::InvalidField { param, .. } => {
+                error["param"] = serde_json::Value::from(param.as_str());
+            }
+            ApiError::InvalidInput(e) => {
+                error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));
+            }
+            _ => {}
+        }
+        res.json(serde_json::json!({ "error": error }))
+    }
+}

@@ -1,0 +1,349 @@
+//! `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
+//!
+//! Input is checked field by field before anything touches the database (each mistake has its own stable code
+//! and names its `param`): the path id through [`input::line`], every string of the body through
+//! [`input::json_strings`] (a NUL is 400 `invalid_text`, never a database error). Currencies are the ISO 4217
+//! codes the provider accepts ([`hookline_payments::currency`]). Every read and write is scoped to the
+//! authenticated client: another client's intent is 404 `intent_not_found`. The writes go through
+//! [`super::idempotency::run`].
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use hookline_core::input;
+use hookline_payments::intents::{self, NewIntent, RefundError};
+use hookline_signature::Scheme;
+use serde_json::{Map, Value};
+use sqlx::PgConnection;
+
+use super::error::ApiError;
+use super::{idempotency, read_body, serve, ApiState, Reply, Route};
+
+/// Largest amount in minor units (the database's bound).
+pub const MAX_AMOUNT: i64 = 1_000_000_000_000_000;
+/// Longest `customer`, in characters.
+pub const MAX_CUSTOMER_CHARS: usize = 200;
+/// Longest `description`, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+/// Longest refund `reason`, in characters.
+pub const MAX_REASON_CHARS: usize = 500;
+/// Longest intent id accepted in a path (longer ones cannot exist).
+const MAX_ID_BYTES: usize = 255;
+
+/// A write the API performs once per idempotency key.
+pub enum Operation {
+    /// Create an intent (and its outbound charge).
+    CreateIntent(CreateIntent),
+    /// Request a refund on an intent.
+    Refund {
+        /// The intent's public id.
+        intent: String,
+        /// Minor units.
+        amount: i64,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A validated `POST /v1/payment_intents` body.
+pub struct CreateIntent {
+    provider: String,
+    amount: i64,
+    currency: String,
+    customer: Option<String>,
+    description: Option<String>,
+}
+
+impl Operation {
+    /// Performs the write in the request's transaction and builds the response to store and send.
+    pub async fn execute(self, tx: &mut PgConnection, client: &str) -> Result<Reply, ApiError> {
+        match self {
+            Operation::CreateIntent(c) => {
+                let intent = intents::create_intent_for_client(
+                    tx,
+                    client,
+                    &NewIntent {
+                        provider: &c.provider,
+                        amount: c.amount,
+                        currency: &c.currency,
+                        customer: c.customer.as_deref(),
+                        description: c.description.as_deref(),
+                    },
+                )
+                .await
+                .map_err(|e| ApiError::database(e, "create the payment intent"))?;
+                Reply::json(StatusCode::CREATED, &intent)
+            }
+            Operation::Refund {
+                intent,
+                amount,
+                reason,
+            } => {
+                let id = intents::request_refund_for_client(tx, client, &intent, amount, &reason)
+                    .await
+                    .map_err(|e| match e {
+                        RefundError::UnknownIntent(_) => ApiError::IntentNotFound,
+                        RefundError::NotCaptured(_) => ApiError::IntentNotCaptured,
+                        RefundError::AboveCaptured { amount, left } => {
+                            ApiError::RefundAboveCaptured { amount, left }
+                        }
+                        RefundError::Database(e) => ApiError::database(e, "request the refund"),
+                    })?;
+                Reply::json(
+                    StatusCode::CREATED,
+                    &serde_json::json!({
+                        "id": format!("re_hl_{id}"),
+                        "intent": intent,
+                        "amount": amount,
+                        "status": "requires_dispatch",
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// `POST /v1/payment_intents`.
+pub async fn create(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::CreateIntent, async {
+        let client = state.keys.authenticate(&req)?;
+        let key = idempotency::key_of(&req)?;
+        let body = read_body(&req, payload, &state).await?;
+        let op = Operation::CreateIntent(parse_create(&body, &state)?);
+        let hash = idempotency::request_hash("POST", req.path(), &body);
+        state
+            .within_budget(idempotency::run(&state, client, &key, &hash, op))
+            .await
+    })
+    .await
+}
+
+/// `GET /v1/payment_intents/{id}`.
+pub async fn get(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::GetIntent, async {
+        let client = state.keys.authenticate(&req)?;
+        let id = path_id(path.into_inner())?;
+        let intent = state
+            .within_budget(async {
+                let mut conn = state
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(|e| ApiError::database(e, "acquire a connection"))?;
+                intents::get_for_client(&mut conn, client, &id)
+                    .await
+                    .map_err(|e| ApiError::database(e, "read the payment intent"))
+            })
+            .await?
+            .ok_or(ApiError::IntentNotFound)?;
+        Reply::json(StatusCode::OK, &intent)
+    })
+    .await
+}
+
+/// `POST /v1/payment_intents/{id}/refunds`.
+pub async fn refund(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::CreateRefund, async {
+        let client = state.keys.authenticate(&req)?;
+        let key = idempotency::key_of(&req)?;
+        let intent = path_id(path.into_inner())?;
+        let body = read_body(&req, payload, &state).await?;
+        let (amount, reason) = parse_refund(&body)?;
+        let hash = idempotency::request_hash("POST", req.path(), &body);
+        let op = Operation::Refund {
+            intent,
+            amount,
+            reason,
+        };
+        state
+            .within_budget(idempotency::run(&state, client, &key, &hash, op))
+            .await
+    })
+    .await
+}
+
+/// An intent id from the path: an id no intent can have (empty, too long) is 404; one PostgreSQL cannot
+/// hold (NUL) or with a control character is 400 from [`input::line`].
+fn path_id(id: String) -> Result<String, ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(ApiError::IntentNotFound);
+    }
+    input::line("id", &id, MAX_ID_BYTES)?;
+    Ok(id)
+}
+
+/// The body as a JSON object whose every key and string is storable (no NUL).
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => {
+            // Field "" so the error's param is the JSON pointer of the string: `/customer` → `customer`.
+            input::json_strings("", &Value::Object(m.clone()))?;
+            Ok(m)
+        }
+        Ok(_) => Err(ApiError::InvalidJson("expected an object".into())),
+        // serde_json's syntax errors name a line and column, never the input.
+        Err(e) => Err(ApiError::InvalidJson(e.to_string())),
+    }
+}
+
+/// Unknown fields are refused (a typo must not silently drop a setting).
+fn refuse_unknown(m: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
+    match m.keys().find(|k| !allowed.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) => {
+            let name: String = k.chars().take(64).collect();
+            Err(ApiError::field(
+                "unknown_field",
+                name,
+                format!("unknown field; accepted: {}", allowed.join(", ")),
+            ))
+        }
+    }
+}
+
+fn required<'a>(m: &'a Map<String, Value>, param: &'static str) -> Result<&'a Value, ApiError> {
+    match m.get(param) {
+        None | Some(Value::Null) => Err(ApiError::field(
+            "parameter_missing",
+            param,
+            format!("{param} is required"),
+        )),
+        Some(v) => Ok(v),
+    }
+}
+
+fn amount(m: &Map<String, Value>) -> Result<i64, ApiError> {
+    required(m, "amount")?
+        .as_i64()
+        .filter(|a| (1..=MAX_AMOUNT).contains(a))
+        .ok_or_else(|| {
+            ApiError::field(
+                "amount_invalid",
+                "amount",
+                format!("amount must be an integer number of minor units from 1 to {MAX_AMOUNT}"),
+            )
+        })
+}
+
+/// An optional text field: absent or null = `None`; else a string of at most `max` characters, without
+/// control characters (`multiline` allows line breaks and tabs).
+fn optional_text(
+    m: &Map<String, Value>,
+    param: &'static str,
+    code: &'static str,
+    max: usize,
+    multiline: bool,
+) -> Result<Option<String>, ApiError> {
+    match m.get(param) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s))
+            if s.chars().count() <= max
+                && s.chars()
+                    .all(|c| !c.is_control() || (multiline && matches!(c, '\n' | '\r' | '\t'))) =>
+        {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(ApiError::field(
+            code,
+            param,
+            format!(
+                "{param} must be a string of at most {max} characters without control characters"
+            ),
+        )),
+    }
+}
+
+fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError> {
+    let m = parse_object(body)?;
+    refuse_unknown(
+        &m,
+        &["provider", "amount", "currency", "customer", "description"],
+    )?;
+    let provider = required(&m, "provider")?.as_str().ok_or_else(|| {
+        ApiError::field("provider_invalid", "provider", "provider must be a string")
+    })?;
+    let configured = state.providers.get(provider).ok_or_else(|| {
+        ApiError::field(
+            "provider_unknown",
+            "provider",
+            "no provider of that name is configured",
+        )
+    })?;
+    if !matches!(configured.scheme, Scheme::Stripe | Scheme::MercadoPago)
+        || configured.api_base.is_none()
+    {
+        return Err(ApiError::field(
+            "provider_not_supported",
+            "provider",
+            "this provider cannot be charged through the API (a stripe or mercadopago provider with api_base is required)",
+        ));
+    }
+    let amount = amount(&m)?;
+    let currency = required(&m, "currency")?
+        .as_str()
+        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
+        .ok_or_else(|| {
+            ApiError::field(
+                "currency_invalid",
+                "currency",
+                "currency must be a three-letter ISO 4217 code",
+            )
+        })?
+        .to_ascii_lowercase();
+    if !hookline_payments::currency::accepts(configured.scheme, &currency) {
+        return Err(ApiError::field(
+            "currency_unsupported",
+            "currency",
+            format!(
+                "{provider} cannot be charged in {currency}: not one of the ISO 4217 currencies the provider accepts"
+            ),
+        ));
+    }
+    Ok(CreateIntent {
+        provider: provider.to_string(),
+        amount,
+        currency,
+        customer: optional_text(
+            &m,
+            "customer",
+            "customer_invalid",
+            MAX_CUSTOMER_CHARS,
+            false,
+        )?,
+        description: optional_text(
+            &m,
+            "description",
+            "description_invalid",
+            MAX_DESCRIPTION_CHARS,
+            true,
+        )?,
+    })
+}
+
+fn parse_refund(body: &[u8]) -> Result<(i64, String), ApiError> {
+    let m = parse_object(body)?;
+    refuse_unknown(&m, &["amount", "reason"])?;
+    let amount = amount(&m)?;
+    let reason = optional_text(&m, "reason", "reason_invalid", MAX_REASON_CHARS, true)?
+        .unwrap_or_else(|| "requested_by_customer".to_string());
+    if reason.trim_matches(' ').is_empty() {
+        return Err(ApiError::field(
+            "reason_invalid",
+            "reason",
+            "reason must not be blank",
+        ));
+    }
+    Ok((amount, reason))
+}

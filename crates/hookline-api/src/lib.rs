@@ -1,0 +1,306 @@
+//! The merchant-facing API, served on its own listener (`[api] listen`), never on the providers' one:
+//!
+//! * `POST /v1/payment_intents` — create a payment intent (and, in the same transaction, its outbound charge);
+//! * `GET /v1/payment_intents/{id}` — read one;
+//! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured.
+//!
+//! Every request carries `Authorization: Bearer KEY`, a key of one `[[api.clients]]` entry (or of the legacy
+//! `[api] keys`, the client `default`); the request acts as that client's NAME: it sees and refunds only that
+//! client's intents (another's is 404, as if it did not exist). Writes carry an `Idempotency-Key` whose first
+//! response is stored under (client name, key) and replayed (see [`idempotency`]). Every path id, header and
+//! JSON string goes through [`hookline_core::input`] before SQL. Errors follow [`error::ApiError`].
+
+mod auth;
+mod error;
+mod idempotency;
+mod intents;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
+use anyhow::Context;
+use bytes::BytesMut;
+use hookline_core::config::{ApiConfig, EdgeConfig, ProviderConfig};
+use hookline_core::db::{self, PoolSettings};
+use hookline_core::supervisor::Supervisor;
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+pub use error::ApiError;
+use hookline_web::body::BodyError;
+
+/// Metric names (fixed).
+pub mod metric {
+    /// Counter: API requests by `route` and `outcome` (`created`, `ok`, `replayed` or an error code).
+    pub const REQUESTS: &str = "hookline_api_requests_total";
+    /// Histogram: seconds from request start to the answer, by `route` and `outcome`.
+    pub const SECONDS: &str = "hookline_api_seconds";
+    /// Counter: expired idempotency keys deleted.
+    pub const KEYS_PRUNED: &str = "hookline_api_idempotency_keys_pruned_total";
+}
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Name of the supervised loop that prunes expired idempotency keys.
+pub const PRUNE_TASK: &str = "api_idempotency_prune";
+
+/// Shared, read-only state of the API handlers.
+pub struct ApiState {
+    pool: PgPool,
+    keys: auth::Keys,
+    providers: HashMap<String, ProviderConfig>,
+    window: Duration,
+    db_timeout: Duration,
+    body_read_timeout: Duration,
+}
+
+impl ApiState {
+    /// Bounds the database part of a request: past the budget the client gets 503 and retries (with the same
+    /// idempotency key, a retry after a commit we could not report is a replay).
+    async fn within_budget<T>(
+        &self,
+        work: impl Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        // Acquire, the key's lock wait and the statements each have their own bound; this caps the sum.
+        let budget = self.db_timeout * 3 + idempotency::KEY_LOCK_TIMEOUT;
+        tokio::time::timeout(budget, work).await.map_err(|_| {
+            ApiError::Unavailable(anyhow::anyhow!("the request took longer than {budget:?}"))
+        })?
+    }
+}
+
+/// A response to send (and, for writes, to store on the idempotency key).
+pub struct Reply {
+    status: StatusCode,
+    body: Vec<u8>,
+    replayed: bool,
+}
+
+impl Reply {
+    fn json(status: StatusCode, value: &impl serde::Serialize) -> Result<Reply, ApiError> {
+        Ok(Reply {
+            status,
+            body: serde_json::to_vec(value).context("serialize the response")?,
+            replayed: false,
+        })
+    }
+}
+
+/// Route label of the metrics (bounded).
+#[derive(Clone, Copy)]
+enum Route {
+    CreateIntent,
+    GetIntent,
+    CreateRefund,
+    Unknown,
+}
+
+impl Route {
+    fn label(self) -> &'static str {
+        match self {
+            Route::CreateIntent => "create_payment_intent",
+            Route::GetIntent => "get_payment_intent",
+            Route::CreateRefund => "create_refund",
+            Route::Unknown => "unknown",
+        }
+    }
+}
+
+/// Runs a handler's work, records its metrics and log line, and turns its result into the response.
+async fn serve(route: Route, work: impl Future<Output = Result<Reply, ApiError>>) -> HttpResponse {
+    let started = Instant::now();
+    let result = work.await;
+    let outcome = match &result {
+        Ok(r) if r.replayed => "replayed",
+        Ok(r) if r.status == StatusCode::CREATED => "created",
+        Ok(_) => "ok",
+        Err(e) => e.code(),
+    };
+    metrics::counter!(metric::REQUESTS, "route" => route.label(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(metric::SECONDS, "route" => route.label(), "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
+    match result {
+        Ok(reply) => {
+            let mut res = HttpResponse::build(reply.status);
+            res.content_type("application/json");
+            if reply.replayed {
+                res.insert_header(("Idempotent-Replayed", "true"));
+            }
+            res.body(reply.body)
+        }
+        Err(e) => {
+            if e.is_internal() {
+                // The cause chain, escaped (`?`) and bounded; never a body or a key.
+                tracing::error!(
+                    route = route.label(),
+                    error.code = e.code(),
+                    error.cause_chain = ?log_text(&format!("{e:?}")),
+                    "API request failed"
+                );
+            } else {
+                tracing::info!(
+                    route = route.label(),
+                    error.code = e.code(),
+                    "API request refused"
+                );
+            }
+            e.error_response()
+        }
+    }
+}
+
+/// Unknown routes: still authenticated first (an unauthenticated caller learns nothing about the routes).
+async fn not_found(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
+    serve(Route::Unknown, async {
+        state.keys.authenticate(&req)?;
+        Err(ApiError::NotFound)
+    })
+    .await
+}
+
+/// Reads the body, refusing to buffer past [`MAX_BODY_BYTES`] and to wait past `edge.body_read_timeout`.
+async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    state: &ApiState,
+) -> Result<BytesMut, ApiError> {
+    hookline_web::body::read_bounded(req, payload, MAX_BODY_BYTES, state.body_read_timeout)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
+            BodyError::Timeout(t) => ApiError::BodyTimeout(t),
+            BodyError::Read(e) => ApiError::BodyRead(e),
+        })
+}
+
+/// Request-derived text as it may appear in a log line: bounded, and recorded with `?` so control characters
+/// are escaped.
+fn log_text(value: &str) -> &str {
+    const LOG_TEXT_CHARS: usize = 1024;
+    match value.char_indices().nth(LOG_TEXT_CHARS) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    }
+}
+
+/// Registers the API's routes (and nothing else: no `/webhooks`).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/payment_intents", web::post().to(intents::create))
+        .route("/v1/payment_intents/{id}", web::get().to(intents::get))
+        .route(
+            "/v1/payment_intents/{id}/refunds",
+            web::post().to(intents::refund),
+        )
+        .default_service(web::to(not_found));
+}
+
+/// The bound, not yet awaited, API server.
+pub struct ApiServer {
+    /// The bound port.
+    pub port: u16,
+    /// The running server (a future that ends when it stops).
+    pub server: Server,
+    /// Stops it.
+    pub handle: ServerHandle,
+    /// Stops the key pruning loop.
+    pub prune: CancellationToken,
+}
+
+/// Binds `[api] listen` and starts the API server on its own pool (API traffic never takes the connections
+/// the webhook path needs), plus the supervised loop that prunes expired idempotency keys.
+pub fn start(
+    api: &ApiConfig,
+    edge: &EdgeConfig,
+    database_url: &SecretString,
+    providers: HashMap<String, ProviderConfig>,
+    supervisor: &Supervisor,
+) -> anyhow::Result<ApiServer> {
+    let pool = db::lazy_pool(
+        database_url,
+        &PoolSettings {
+            application_name: "hookline-api",
+            ..PoolSettings::edge(edge.db_max_connections, edge.db_timeout)
+        },
+    )?;
+    let listener = TcpListener::bind(api.listen)
+        .with_context(|| format!("cannot listen on {} (api.listen)", api.listen))?;
+    let port = listener.local_addr()?.port();
+    let state = web::Data::new(ApiState {
+        pool: pool.clone(),
+        keys: auth::Keys::new(&api.clients),
+        providers,
+        window: api.idempotency_window,
+        db_timeout: edge.db_timeout,
+        body_read_timeout: edge.body_read_timeout,
+    });
+    let mut server =
+        HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
+            .client_request_timeout(edge.client_request_timeout)
+            .client_disconnect_timeout(Duration::from_secs(1))
+            .shutdown_timeout(edge.shutdown_timeout.as_secs())
+            .disable_signals()
+            .listen(listener)?;
+    if edge.workers > 0 {
+        server = server.workers(edge.workers);
+    }
+    let server = server.run();
+    let handle = server.handle();
+    let prune = CancellationToken::new();
+    spawn_pruning(
+        pool,
+        api.idempotency_window,
+        supervisor.clone(),
+        prune.clone(),
+    );
+    tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
+    Ok(ApiServer {
+        port,
+        server,
+        handle,
+        prune,
+    })
+}
+
+/// Deletes keys older than the window, every `window / 4` (between 1 minute and 1 hour). A failed run (the
+/// database is down) is logged and retried next time: an outage must not take the edge down.
+fn spawn_pruning(
+    pool: PgPool,
+    window: Duration,
+    supervisor: Supervisor,
+    cancel: CancellationToken,
+) {
+    let every = (window / 4).clamp(Duration::from_secs(60), Duration::from_secs(3600));
+    tokio::spawn(async move {
+        supervisor
+            .run(PRUNE_TASK, cancel, |_| {
+                let pool = pool.clone();
+                async move {
+                    loop {
+                        tokio::time::sleep(every).await;
+                        match hookline_payments::intents::prune_idempotency_keys(&pool, window, 1000)
+                            .await
+                        {
+                            Ok(n) => {
+                                metrics::counter!(metric::KEYS_PRUNED).increment(n);
+                                if n > 0 {
+                                    tracing::info!(deleted = n, "pruned expired idempotency keys");
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(error.message = %e, "pruning idempotency keys failed; retrying later")
+                            }
+                        }
+                    }
+                }
+            })
+            .await
+    });
+}

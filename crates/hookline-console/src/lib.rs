@@ -1,0 +1,329 @@
+//! The operator console: a small server-rendered web application on its own listener (`[console] listen`,
+//! loopback by default), never on the providers' listener — the same separation as the merchant API
+//! ([`hookline_api`]): a provider-facing port must not expose operator pages, and the console can be firewalled
+//! or tunnelled on its own.
+//!
+//! It lives in the edge because the edge is the one always-running process with a database pool and the
+//! configuration (providers and their secrets, to re-verify signatures); it reuses what the CLI uses rather than
+//! re-implementing it:
+//!
+//! * the overview is [`hookline_ops::status::report`], the figures of `hookline status`;
+//! * replays and dead-letter redrives go through [`hookline_ops::replay`], the engine of `hookline replay` and
+//!   `hookline dlq redrive`, and are audited in the same `replay_runs` rows (operator `console:NAME`);
+//! * signatures are re-verified with [`hookline_signature::Verifier`], as the edge and `hookline verify` do;
+//! * every table is read through the hookline-core module that owns it.
+//!
+//! Pages are plain HTML rendered on the server with `maud` (every interpolation is HTML-escaped by the
+//! template engine), one small stylesheet and one small script (live refresh of the overview), both served from
+//! the binary: no build step, nothing downloaded. Responses carry a strict Content-Security-Policy (no inline
+//! script, no third-party origin), `no-store` caching and anti-framing headers.
+//!
+//! Authentication and CSRF: [`auth`]. Stable element ids for tools and browser tests: `#login`, `#events`,
+//! `#event-detail`, `#replay`, `#replay-reason`, `#audit` (plus `#overview`, `#dead-letters`, `#payments`,
+//! `#balances`, `#intents`, `#signature`).
+
+mod auth;
+mod pages;
+mod views;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::{header, StatusCode};
+use actix_web::{web, App, HttpResponse, HttpServer, ResponseError};
+use anyhow::Context;
+use hookline_core::config::ConsoleConfig;
+use hookline_core::db::{self, PoolSettings};
+use hookline_core::Config;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{LOGIN_COOKIE, SESSION_COOKIE};
+
+/// Largest accepted form body: every POST handler reads its body through the console's `Form` extractor
+/// ([`hookline_web::body::read_bounded`]), which answers 413 past it (and 408 for a body trickled past
+/// `[edge] body_read_timeout_ms`). Any other body extractor is bounded to the same size by the app's
+/// `PayloadConfig`.
+pub const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// Longest accepted replay reason (it is stored in the audit row).
+pub const MAX_REASON_CHARS: usize = 500;
+
+/// How old the overview's figures may be before a request triggers a refresh.
+pub const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// Errors of the console's handlers: each maps to a status and a short page; internal causes are logged,
+/// never shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// No live session: the browser is sent to the login page.
+    #[error("login required")]
+    LoginRequired,
+    /// A POST without the session's CSRF token.
+    #[error("the form's CSRF token is missing or wrong; reload the page and try again")]
+    Csrf,
+    /// Input that cannot be used.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such thing.
+    #[error("not found")]
+    NotFound,
+    /// A form body past [`MAX_FORM_BYTES`].
+    #[error("the form is larger than {MAX_FORM_BYTES} bytes")]
+    TooLarge,
+    /// A form body not received within the edge's body read timeout.
+    #[error("the form was not received in time")]
+    Timeout,
+    /// The action no longer matches what the operator confirmed (a replay's selection changed since its dry
+    /// run): nothing was done.
+    #[error("{0}")]
+    Conflict(String),
+    /// An action was recorded but could not complete (RabbitMQ unreachable, no confirm): 503 with what to do.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else (database, broker): 500 with an opaque page.
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for ConsoleError {
+    fn from(e: sqlx::Error) -> Self {
+        ConsoleError::Internal(anyhow::Error::new(e))
+    }
+}
+
+impl From<hookline_core::input::InputError> for ConsoleError {
+    fn from(e: hookline_core::input::InputError) -> Self {
+        ConsoleError::BadRequest(e.to_string())
+    }
+}
+
+impl From<hookline_web::body::BodyError> for ConsoleError {
+    fn from(e: hookline_web::body::BodyError) -> Self {
+        match e {
+            hookline_web::body::BodyError::TooLarge { .. } => ConsoleError::TooLarge,
+            hookline_web::body::BodyError::Timeout(_) => ConsoleError::Timeout,
+            hookline_web::body::BodyError::Read(_) => {
+                ConsoleError::BadRequest("the form could not be read".into())
+            }
+        }
+    }
+}
+
+impl ResponseError for ConsoleError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ConsoleError::LoginRequired => StatusCode::SEE_OTHER,
+            ConsoleError::Csrf => StatusCode::FORBIDDEN,
+            ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ConsoleError::NotFound => StatusCode::NOT_FOUND,
+            ConsoleError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ConsoleError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            ConsoleError::Conflict(_) => StatusCode::CONFLICT,
+            ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let ConsoleError::LoginRequired = self {
+            return HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, "/login"))
+                .finish();
+        }
+        if let ConsoleError::Internal(e) = self {
+            // The cause chain goes to the log, escaped by `?`; the page says nothing about it.
+            tracing::error!(error.cause_chain = ?format!("{e:#}"), "console request failed");
+        }
+        let body = views::error_page(self.status_code(), &self.to_string());
+        secure(HttpResponse::build(self.status_code()))
+            .content_type("text/html; charset=utf-8")
+            .body(body.into_string())
+    }
+}
+
+/// Adds the headers every console response carries.
+fn secure(mut res: actix_web::HttpResponseBuilder) -> actix_web::HttpResponseBuilder {
+    res.insert_header((
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+         form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ))
+    .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+    .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+    .insert_header((header::REFERRER_POLICY, "no-referrer"))
+    .insert_header((header::CACHE_CONTROL, "no-store"));
+    res
+}
+
+/// An HTML page with the console's headers.
+fn html(markup: maud::Markup) -> HttpResponse {
+    secure(HttpResponse::Ok())
+        .content_type("text/html; charset=utf-8")
+        .body(markup.into_string())
+}
+
+/// The overview's last figures and when they were read.
+struct Snapshot {
+    at: Instant,
+    read_at: time::OffsetDateTime,
+    result: Result<Arc<hookline_ops::status::Report>, String>,
+}
+
+/// Shared state of the console's handlers.
+pub struct ConsoleState {
+    pool: PgPool,
+    config: Config,
+    console: ConsoleConfig,
+    auth: auth::Auth,
+    metrics: PrometheusHandle,
+    overview: Mutex<Option<Arc<Snapshot>>>,
+    refreshing: AtomicBool,
+    /// Cancelled when the console stops: background replays stop at a page boundary (resumable).
+    runs: CancellationToken,
+}
+
+impl ConsoleState {
+    /// The overview's figures: the last snapshot when it is fresh; otherwise a refresh is started in the
+    /// background and the previous snapshot is returned at once (the page says how old it is). Only the very
+    /// first request waits for the database. The status query aggregates the whole events table, so serving it
+    /// from a snapshot at most [`OVERVIEW_MAX_AGE`] old keeps the page fast on millions of rows and the
+    /// database load independent of how many browsers are open.
+    async fn overview(self: &Arc<Self>) -> Arc<Snapshot> {
+        let current = self
+            .overview
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match current {
+            Some(s) if s.at.elapsed() < OVERVIEW_MAX_AGE => s,
+            Some(s) => {
+                if !self.refreshing.swap(true, Ordering::AcqRel) {
+                    let me = self.clone();
+                    actix_web::rt::spawn(async move {
+                        me.refresh_overview().await;
+                        me.refreshing.store(false, Ordering::Release);
+                    });
+                }
+                s
+            }
+            None => self.refresh_overview().await,
+        }
+    }
+
+    async fn refresh_overview(&self) -> Arc<Snapshot> {
+        let result =
+            hookline_ops::status::report(&self.pool, &self.config, None, "hookline-console")
+                .await
+                .map(Arc::new)
+                .map_err(|e| {
+                    tracing::warn!(error.cause_chain = ?format!("{e:#}"), "console overview: cannot read the figures");
+                    "cannot read the figures from the database (see the edge's log)".to_string()
+                });
+        let snapshot = Arc::new(Snapshot {
+            at: Instant::now(),
+            read_at: time::OffsetDateTime::now_utc(),
+            result,
+        });
+        *self.overview.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
+        snapshot
+    }
+}
+
+/// Registers the console's routes.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(pages::overview))
+        .route("/overview/figures", web::get().to(pages::overview_figures))
+        .route("/console.css", web::get().to(views::stylesheet))
+        .route("/console.js", web::get().to(views::script))
+        .route("/favicon.ico", web::get().to(HttpResponse::NoContent))
+        .route("/login", web::get().to(pages::login_form))
+        .route("/login", web::post().to(pages::login))
+        .route("/logout", web::post().to(pages::logout))
+        .route("/events", web::get().to(pages::events))
+        .route("/events/{id}", web::get().to(pages::event_detail))
+        .route("/events/{id}/body", web::get().to(pages::event_body))
+        .route("/events/{id}/replay", web::post().to(pages::replay_one))
+        .route("/replay", web::post().to(pages::replay_set))
+        .route("/dead-letters", web::get().to(pages::dead_letters))
+        .route("/dead-letters/redrive", web::post().to(pages::redrive))
+        .route("/payments", web::get().to(pages::payments))
+        .route("/audit", web::get().to(pages::audit))
+        .route("/intents", web::get().to(pages::intents))
+        .route("/deliveries", web::get().to(pages::deliveries))
+        .route("/deliveries/redeliver", web::post().to(pages::redeliver))
+        .default_service(web::to(pages::not_found));
+}
+
+/// The bound, not yet awaited, console server.
+pub struct ConsoleServer {
+    /// The bound port.
+    pub port: u16,
+    /// The running server (a future that ends when it stops).
+    pub server: Server,
+    /// Stops it.
+    pub handle: ServerHandle,
+    /// Stops background replays (at a page boundary; they stay resumable).
+    pub runs: CancellationToken,
+}
+
+/// Binds `[console] listen` and starts the console on its own small pool (operator pages never take the
+/// connections the webhook path needs).
+pub fn start(
+    config: &Config,
+    console: &ConsoleConfig,
+    metrics: PrometheusHandle,
+) -> anyhow::Result<ConsoleServer> {
+    let pool = db::lazy_pool(
+        &config.database_url,
+        &PoolSettings {
+            application_name: "hookline-console",
+            max_connections: 4,
+            acquire_timeout: Duration::from_secs(5),
+            // Counting a large replay selection or the status aggregate on millions of rows takes seconds.
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+        },
+    )?;
+    let listener = TcpListener::bind(console.listen)
+        .with_context(|| format!("cannot listen on {} (console.listen)", console.listen))?;
+    let port = listener.local_addr()?.port();
+    let runs = CancellationToken::new();
+    let state = Arc::new(ConsoleState {
+        pool,
+        config: config.clone(),
+        console: console.clone(),
+        auth: auth::Auth::new(console)?,
+        metrics,
+        overview: Mutex::new(None),
+        refreshing: AtomicBool::new(false),
+        runs: runs.clone(),
+    });
+    let data = web::Data::from(state);
+    let edge = config.edge.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .app_data(web::PayloadConfig::new(MAX_FORM_BYTES))
+            .configure(configure)
+    })
+    .client_request_timeout(edge.client_request_timeout)
+    .client_disconnect_timeout(Duration::from_secs(1))
+    .shutdown_timeout(edge.shutdown_timeout.as_secs())
+    .disable_signals()
+    .workers(2)
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    tracing::info!(listen = %console.listen, port, operators = console.operators.len(), "operator console listening");
+    Ok(ConsoleServer {
+        port,
+        server,
+        handle,
+        runs,
+    })
+}

@@ -1,0 +1,669 @@
+//! The RabbitMQ consumer: manual acks, explicit prefetch, bounded concurrency, reconnection, graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::future::join_all;
+use futures::{FutureExt, StreamExt};
+use hookline_bus::{EventMessage, Topology};
+use hookline_core::config::AmqpEndpoints;
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
+use lapin::message::Delivery;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use sqlx::PgPool;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::acks::Acks;
+use crate::process::{
+    process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, ProcessError,
+    Processed,
+};
+use hookline_core::handler::{reason_text, EventRef, Handler};
+
+/// Metric names of the worker.
+pub mod metric {
+    /// Counter: deliveries by `consumer` and `outcome` (applied, ignored, parked, needs_fetch, duplicate,
+    /// dead_lettered, requeued).
+    pub const DELIVERIES: &str = "hookline_worker_deliveries_total";
+    /// Counter: transient failures retried in-process.
+    pub const RETRIES: &str = "hookline_worker_transient_retries_total";
+    /// Histogram: seconds to process one delivery (transaction included).
+    pub const PROCESS_SECONDS: &str = "hookline_worker_process_seconds";
+    /// Histogram (summary): deliveries taken into one transaction.
+    pub const BATCH_SIZE: &str = "hookline_worker_batch_size";
+}
+
+/// How often a worker reconciles the dead-letter queue with the `dead_letters` table.
+const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Settings of one worker process.
+#[derive(Clone)]
+pub struct WorkerSettings {
+    /// Broker endpoints (the nodes of a cluster, tried in turn on every (re)connection).
+    pub amqp_urls: AmqpEndpoints,
+    /// Queue names.
+    pub topology: Topology,
+    /// `basic.qos` prefetch, re-applied on every (re)connection.
+    pub prefetch: u16,
+    /// Deliveries processed at once.
+    pub concurrency: usize,
+    /// Most deliveries applied in one transaction (1 = one transaction per delivery).
+    pub batch_max: usize,
+    /// How long a batch that is not full waits for more deliveries (zero: it takes what has arrived).
+    pub batch_linger: Duration,
+}
+
+/// A worker: consumes the payments queue and applies each event once through its handler.
+pub struct Worker<H: Handler> {
+    pool: PgPool,
+    handler: Arc<H>,
+    settings: WorkerSettings,
+}
+
+struct Ctx<H: Handler> {
+    pool: PgPool,
+    handler: Arc<H>,
+    cancel: CancellationToken,
+    delivery_limit: u32,
+}
+
+impl<H: Handler> Worker<H> {
+    /// A worker over `pool` applying `handler`.
+    pub fn new(pool: PgPool, handler: H, settings: WorkerSettings) -> Worker<H> {
+        Worker {
+            pool,
+            handler: Arc::new(handler),
+            settings,
+        }
+    }
+
+    /// The worker's database pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
+    /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
+    /// Background loops run under a supervisor of their own (see [`Worker::run_with`]).
+    pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
+        let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
+        self.run_with(cancel, supervisor).await
+    }
+
+    /// [`Worker::run`], with the background loops (dead-letter reconciliation) supervised by `supervisor`: a
+    /// loop that keeps failing is declared dead on its [`Liveness`], which the process watches.
+    pub async fn run_with(
+        self,
+        cancel: CancellationToken,
+        supervisor: Supervisor,
+    ) -> anyhow::Result<()> {
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let ctx = Arc::new(Ctx {
+            pool: self.pool.clone(),
+            handler: self.handler.clone(),
+            cancel: cancel.clone(),
+            delivery_limit: self.settings.topology.delivery_limit,
+        });
+        // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
+        // crashes carry no recorded reason otherwise).
+        let reconcile = {
+            let (pool, url, topology, cancel) = (
+                self.pool.clone(),
+                self.settings.amqp_urls.clone(),
+                self.settings.topology.clone(),
+                cancel.clone(),
+            );
+            let consumer = self.handler.consumer();
+            tokio::spawn(async move {
+                supervisor
+                    .run("dlq_reconcile", cancel.clone(), |_| {
+                        let (pool, url, topology, cancel) =
+                            (pool.clone(), url.clone(), topology.clone(), cancel.clone());
+                        async move {
+                            let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
+                            tick.tick().await; // the first tick is immediate: start one interval from now
+                            loop {
+                                tokio::select! {
+                                    _ = cancel.cancelled() => return Ok(()),
+                                    _ = tick.tick() => {}
+                                }
+                                // Bounded: a broker that stops answering mid-pass must not stop every later pass.
+                                let pass = hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000);
+                                match tokio::time::timeout(DLQ_RECONCILE_INTERVAL, pass).await {
+                                    Ok(Ok(_)) => {}
+                                    Ok(Err(e)) => tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry"),
+                                    Err(_) => tracing::warn!(timeout_ms = DLQ_RECONCILE_INTERVAL.as_millis() as u64, "dead-letter reconciliation did not finish in time; will retry"),
+                                }
+                            }
+                        }
+                    })
+                    .await
+            })
+        };
+        let mut backoff = Duration::from_millis(200);
+        while !cancel.is_cancelled() {
+            match self.consume_session(&ctx, &permits, &cancel).await {
+                Ok(()) => backoff = Duration::from_millis(200),
+                Err(e) => {
+                    tracing::warn!(
+                        messaging.system = "rabbitmq",
+                        error.cause_chain = %format!("{e:#}"),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "consumer session ended; reconnecting"
+                    );
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        // Wait for in-flight deliveries: each finishes its transaction and its ack.
+        let _all = permits
+            .acquire_many(self.settings.concurrency as u32)
+            .await
+            .context("wait for in-flight deliveries")?;
+        reconcile.await.ok();
+        tracing::info!("worker stopped");
+        Ok(())
+    }
+
+    /// One connection's lifetime: connect (to any node of the cluster, the next one after a loss), declare,
+    /// qos, consume until cancel or failure. Every set-up step is bounded in time: a node whose queue has lost its
+    /// majority may accept the connection but never answer the declare or the consume.
+    async fn consume_session(
+        &self,
+        ctx: &Arc<Ctx<H>>,
+        permits: &Arc<Semaphore>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let connection = hookline_bus::connect(&self.settings.amqp_urls, "hookline-worker").await?;
+        let result = self.session_on(&connection, ctx, permits, cancel).await;
+        if result.is_err() {
+            // Never leave it open: a consumer registered on a forgotten channel keeps its prefetch window.
+            hookline_bus::abandon(connection, "worker session failed").await;
+        }
+        result
+    }
+
+    /// The session on one connection: declare, qos, consume until cancel (then close it) or failure (the caller
+    /// closes it).
+    async fn session_on(
+        &self,
+        connection: &lapin::Connection,
+        ctx: &Arc<Ctx<H>>,
+        permits: &Arc<Semaphore>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let s = &self.settings;
+        s.topology.declare(connection).await?;
+        let channel =
+            hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
+        // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
+        hookline_bus::within_setup_timeout(
+            "basic.qos",
+            channel.basic_qos(s.prefetch, BasicQosOptions { global: false }),
+        )
+        .await?;
+        let mut consumer = hookline_bus::within_setup_timeout(
+            "basic.consume",
+            channel.basic_consume(
+                s.topology.payments_queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(), // manual acks
+                FieldTable::default(),
+            ),
+        )
+        .await?;
+        let tag = consumer.tag();
+        // Every settlement of this channel's deliveries goes through one tracker (one `multiple` ack per batch).
+        let acks = Arc::new(Acks::default());
+        tracing::info!(
+            messaging.system = "rabbitmq",
+            queue = %s.topology.payments_queue,
+            prefetch = s.prefetch,
+            concurrency = s.concurrency,
+            "worker consuming"
+        );
+        // A consumer may stop yielding without an error when the connection dies (lapin #389): watch the status.
+        let mut health = tokio::time::interval(Duration::from_secs(2));
+        let mut last_delivery = std::time::Instant::now();
+        let result = loop {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    let cancel_consumer = channel.basic_cancel(tag.clone(), BasicCancelOptions::default());
+                    tokio::time::timeout(hookline_bus::SETTLE_TIMEOUT, cancel_consumer).await.ok();
+                    break Ok(());
+                }
+                _ = health.tick() => {
+                    if !connection.status().connected() {
+                        break Err(anyhow::anyhow!("connection to RabbitMQ lost"));
+                    }
+                    if last_delivery.elapsed() >= IDLE_CHECK
+                        && permits.available_permits() == s.concurrency
+                    {
+                        last_delivery = std::time::Instant::now();
+                        if let Some(ready) = ready_messages(connection, &s.topology.payments_queue).await {
+                            if ready > 0 {
+                                break Err(anyhow::anyhow!(
+                                    "no delivery for {IDLE_CHECK:?} with nothing in flight while {ready} messages \
+                                     are ready: the consumer is not served; registering it again"
+                                ));
+                            }
+                        }
+                    }
+                }
+                next = consumer.next() => match next {
+                    Some(Ok(delivery)) => {
+                        last_delivery = std::time::Instant::now();
+                        // Wait for a free slot first, then take whatever else has arrived meanwhile (up to
+                        // batch_max): under load the batch fills while the previous ones commit, so one
+                        // transaction (and, for payment facts, one set of statements) serves many deliveries.
+                        let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
+                        // Then a short linger (`batch_linger`): at a moderate rate a batch would otherwise hold the
+                        // one or two deliveries that arrived meanwhile and pay the whole batch's statements for
+                        // them; a few milliseconds more of latency buys fuller batches and fewer statements.
+                        let mut batch = vec![delivery];
+                        let mut failed = None;
+                        let linger_until = tokio::time::Instant::now() + s.batch_linger;
+                        while batch.len() < s.batch_max {
+                            let next = match consumer.next().now_or_never() {
+                                Some(n) => n,
+                                None if s.batch_linger.is_zero() => break,
+                                None => match tokio::time::timeout_at(linger_until, consumer.next()).await {
+                                    Ok(n) => n,
+                                    Err(_) => break,
+                                },
+                            };
+                            match next {
+                                Some(Ok(d)) => batch.push(d),
+                                Some(Err(e)) => {
+                                    failed = Some(e);
+                                    break;
+                                }
+                                None => break,
+                            }
+                        }
+                        metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
+                        acks.received(&batch).await;
+                        let ctx = ctx.clone();
+                        let acks = acks.clone();
+                        tokio::spawn(async move {
+                            handle_batch(&ctx, &acks, batch).await;
+                            drop(permit);
+                        });
+                        if let Some(e) = failed {
+                            break Err(anyhow::Error::new(e).context("consumer failed"));
+                        }
+                    }
+                    Some(Err(e)) => break Err(anyhow::Error::new(e).context("consumer failed")),
+                    None => break Err(anyhow::anyhow!("consumer stream ended")),
+                }
+            }
+        };
+        if result.is_ok() {
+            // Graceful: wait for in-flight deliveries to ack on this channel before closing it.
+            let _all = permits
+                .acquire_many(self.settings.concurrency as u32)
+                .await
+                .context("wait for in-flight deliveries")?;
+            // Bounded like every other frame (lapin#409): a broker going away must not hold the shutdown.
+            let bounded = hookline_bus::SETTLE_TIMEOUT;
+            tokio::time::timeout(bounded, channel.close(200, "worker stopping".into()))
+                .await
+                .ok();
+            tokio::time::timeout(bounded, connection.close(200, "worker stopping".into()))
+                .await
+                .ok();
+        }
+        result
+    }
+}
+
+/// How long an idle consumer (nothing in flight) goes without a delivery before it checks whether the queue has
+/// messages ready for it. Seen on RabbitMQ 3.10 when a quorum queue's leader node was killed: a consumer
+/// registered during the election (or through a node restarted since) stayed registered but was never served,
+/// while a new registration was.
+const IDLE_CHECK: Duration = Duration::from_secs(10);
+
+/// Ready messages of `queue` by a passive declare on a channel of its own (a failed passive declare closes its
+/// channel); `None` when the broker does not answer within 5 s (e.g. the queue has no leader right now).
+async fn ready_messages(connection: &lapin::Connection, queue: &str) -> Option<u32> {
+    let check = async {
+        let channel = connection.create_channel().await.ok()?;
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let declared = channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+            .ok()?;
+        channel.close(200, "checked".into()).await.ok();
+        Some(declared.message_count())
+    };
+    tokio::time::timeout(Duration::from_secs(5), check)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// What a handler's `prepare` sees of a delivery.
+fn event_ref(msg: &EventMessage) -> EventRef<'_> {
+    EventRef {
+        id: msg.id,
+        provider: &msg.provider,
+        provider_event_id: &msg.provider_event_id,
+        event_type: msg.event_type.as_deref(),
+    }
+}
+
+fn delivery_count(delivery: &Delivery) -> u32 {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delivery-count").cloned())
+        .and_then(|v| match v {
+            AMQPValue::LongLongInt(n) => Some(n as u32),
+            AMQPValue::LongInt(n) => Some(n as u32),
+            AMQPValue::LongUInt(n) => Some(n),
+            AMQPValue::ShortInt(n) => Some(n as u32),
+            AMQPValue::ShortUInt(n) => Some(u32::from(n)),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
+    let consumer = ctx.handler.consumer();
+    let started = std::time::Instant::now();
+    let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
+        Ok(m) => m,
+        Err(e) => {
+            // Not even an event reference: nothing to record against; the DLQ keeps the bytes.
+            tracing::error!(
+                messaging.system = "rabbitmq",
+                delivery_tag = delivery.delivery_tag,
+                error.message = %e,
+                "unparseable message; dead-lettering"
+            );
+            reject(acks, &delivery).await;
+            metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+                .increment(1);
+            return;
+        }
+    };
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        // Run the transaction in its own task so a panicking handler is contained and the delivery requeued.
+        let task = {
+            let ctx = ctx.clone();
+            let msg = msg.clone();
+            tokio::spawn(async move {
+                // Outside any transaction: a read the effect depends on (no-op for most handlers).
+                let prepared = ctx
+                    .handler
+                    .prepare(event_ref(&msg))
+                    .await
+                    .map_err(ProcessError::from)?;
+                process_prepared(&ctx.pool, ctx.handler.as_ref(), msg.id, prepared).await
+            })
+        };
+        let result = match task.await {
+            Ok(Err(ProcessError::Panicked(p))) => Err(format!("handler panicked: {p}")),
+            Ok(r) => Ok(r),
+            Err(join) => Err(format!("handler panicked: {join}")),
+        };
+        let result = match result {
+            Ok(r) => r,
+            Err(reason) => {
+                requeue_panicked(ctx, acks, &delivery, msg.id, &reason).await;
+                return;
+            }
+        };
+        match result {
+            Ok(processed) => {
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("worker.after_commit");
+                let outcome = match &processed {
+                    Processed::Applied(o) => o.kind.as_str(),
+                    Processed::Duplicate => "duplicate",
+                };
+                tracing::debug!(
+                    event_id = msg.id,
+                    provider = ?msg.provider,
+                    provider_event_id = ?msg.provider_event_id,
+                    redelivered = delivery.redelivered,
+                    outcome,
+                    "processed"
+                );
+                ack(acks, &delivery, msg.id).await;
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
+                    .increment(1);
+                metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
+                    .record(started.elapsed().as_secs_f64());
+                return;
+            }
+            Err(ProcessError::Permanent(e)) => {
+                if dead_letter(ctx, acks, &delivery, &msg, &reason_text(&e)).await {
+                    return;
+                }
+            }
+            Err(ProcessError::Panicked(p)) => {
+                // Mapped to a requeue above; kept as a requeue here too rather than a panic on the delivery path.
+                requeue_panicked(
+                    ctx,
+                    acks,
+                    &delivery,
+                    msg.id,
+                    &format!("handler panicked: {p}"),
+                )
+                .await;
+                return;
+            }
+            Err(ProcessError::Transient(e)) => {
+                tracing::warn!(
+                    event_id = msg.id,
+                    error.cause_chain = ?e,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "transient failure; retrying in-process"
+                );
+            }
+        }
+        metrics::counter!(metric::RETRIES, "consumer" => consumer).increment(1);
+        // Not acked, not requeued: the message stays ours and burns no delivery attempt while we back off.
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => {
+                // Shutting down with the database away: leave it unacked; closing the channel requeues it.
+                return;
+            }
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Requeues a delivery whose handler panicked. The quorum queue counts it against the delivery limit, so a
+/// message that always panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit`
+/// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
+async fn requeue_panicked<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: &Delivery,
+    event_id: i64,
+    reason: &str,
+) {
+    let consumer = ctx.handler.consumer();
+    tracing::error!(event_id, error.message = ?reason, "requeueing");
+    if delivery_count(delivery) >= ctx.delivery_limit {
+        record_dead_letter(&ctx.pool, consumer, event_id, reason)
+            .await
+            .ok();
+    }
+    acks.requeue(delivery).await;
+    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
+        .increment(1);
+}
+
+/// Processes several deliveries in one transaction (see [`process_batch`]) and acks each after the commit.
+///
+/// If the batch fails, the event that failed is handled according to its failure without running it again
+/// (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per delivery,
+/// batch or not), and every other delivery goes through the one-by-one path, which applies it or backs off.
+async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries: Vec<Delivery>) {
+    if deliveries.len() == 1 {
+        return handle_delivery(ctx, acks, deliveries.remove(0)).await;
+    }
+    let consumer = ctx.handler.consumer();
+    let started = std::time::Instant::now();
+    let mut parsed = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        match serde_json::from_slice::<EventMessage>(&d.data) {
+            Ok(m) => parsed.push((d, m)),
+            Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
+        }
+    }
+    // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
+    // cannot be prepared takes the one-by-one path, which backs off or dead-letters it.
+    let prepared = join_all(
+        parsed
+            .iter()
+            .map(|(_, m)| ctx.handler.prepare(event_ref(m))),
+    )
+    .await;
+    let mut items = Vec::with_capacity(parsed.len());
+    let mut ready = Vec::with_capacity(parsed.len());
+    for ((delivery, msg), prep) in parsed.into_iter().zip(prepared) {
+        match prep {
+            Ok(p) => {
+                items.push((msg.id, p));
+                ready.push((delivery, msg));
+            }
+            Err(_) => handle_delivery(ctx, acks, delivery).await,
+        }
+    }
+    let parsed = ready;
+    if parsed.is_empty() {
+        return;
+    }
+    let task = {
+        let ctx = ctx.clone();
+        tokio::spawn(
+            async move { process_batch_prepared(&ctx.pool, ctx.handler.as_ref(), items).await },
+        )
+    };
+    let failed = match task.await {
+        Ok(Ok(results)) => {
+            #[cfg(feature = "failpoints")]
+            fail::fail_point!("worker.after_commit");
+            // After the commit: one `multiple` ack for the batch where no earlier delivery is outstanding.
+            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _)| d).collect();
+            for tag in acks.ack_committed(&delivered).await {
+                tracing::warn!(
+                    delivery_tag = tag,
+                    "ack not delivered (channel closed); the event will be redelivered and deduplicated"
+                );
+            }
+            for ((_, _), processed) in parsed.iter().zip(results) {
+                let outcome = match &processed {
+                    Processed::Applied(o) => o.kind.as_str(),
+                    Processed::Duplicate => "duplicate",
+                };
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
+                    .increment(1);
+            }
+            metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
+                .record(started.elapsed().as_secs_f64());
+            return;
+        }
+        Ok(Err(failed)) => failed,
+        Err(join) => BatchFailed {
+            index: None,
+            error: ProcessError::Panicked(join.to_string()),
+        },
+    };
+    let mut rest = Vec::with_capacity(parsed.len());
+    for (i, (delivery, msg)) in parsed.into_iter().enumerate() {
+        if Some(i) != failed.index {
+            rest.push(delivery);
+            continue;
+        }
+        match &failed.error {
+            ProcessError::Panicked(p) => {
+                requeue_panicked(
+                    ctx,
+                    acks,
+                    &delivery,
+                    msg.id,
+                    &format!("handler panicked: {p}"),
+                )
+                .await
+            }
+            ProcessError::Permanent(e) => {
+                if !dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
+                    rest.push(delivery);
+                }
+            }
+            ProcessError::Transient(_) => rest.push(delivery),
+        }
+    }
+    if failed.index.is_none() {
+        tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
+    }
+    for d in rest {
+        handle_delivery(ctx, acks, d).await;
+    }
+}
+
+/// Records the reason and rejects the delivery to the dead-letter queue. False when the reason could not be
+/// recorded (the delivery is then left for a retry rather than dead-lettered without a reason).
+async fn dead_letter<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: &Delivery,
+    msg: &EventMessage,
+    reason: &str,
+) -> bool {
+    let consumer = ctx.handler.consumer();
+    tracing::error!(
+        event_id = msg.id,
+        provider = ?msg.provider,
+        provider_event_id = ?msg.provider_event_id,
+        error.message = ?reason,
+        "permanent failure; dead-lettering"
+    );
+    if let Err(e) = record_dead_letter(&ctx.pool, consumer, msg.id, reason).await {
+        tracing::warn!(event_id = msg.id, error.cause_chain = ?e, "cannot record dead letter; retrying");
+        return false;
+    }
+    reject(acks, delivery).await;
+    metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+        .increment(1);
+    true
+}
+
+async fn ack(acks: &Acks, delivery: &Delivery, event_id: i64) {
+    if !acks.ack(delivery).await {
+        // The channel is closed or recovering: the ack was not sent. The message will be redelivered and the
+        // processed marker makes that a no-op.
+        tracing::warn!(
+            event_id,
+            delivery_tag = delivery.delivery_tag,
+            "ack not delivered (channel closed); the event will be redelivered and deduplicated"
+        );
+    }
+}
+
+async fn reject(acks: &Acks, delivery: &Delivery) {
+    if !acks.reject(delivery).await {
+        tracing::warn!(
+            delivery_tag = delivery.delivery_tag,
+            "reject not delivered (channel closed); the message will be redelivered"
+        );
+    }
+}

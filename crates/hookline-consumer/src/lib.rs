@@ -1,0 +1,20 @@
+//! `hookline-consumer`: the consumer engine — the second stage's exactly-once machinery, with no effect of its
+//! own.
+//!
+//! Consumes event references from RabbitMQ with manual acks and, for each (or each batch), runs ONE database
+//! transaction that inserts the processed marker first and then lets a [`Handler`] apply its effects
+//! ([`process::process_event`], [`process::process_batch`]); it acks only after the commit. A redelivery finds
+//! the marker and changes nothing.
+//!
+//! It must never: import a feature crate (payments, delivery, …): it is generic over
+//! [`hookline_core::handler::Handler`], and the worker binary composes it with the effects.
+
+pub mod acks;
+pub mod consumer;
+pub mod process;
+
+pub use consumer::{Worker, WorkerSettings};
+pub use hookline_core::handler::Handler;
+pub use process::{
+    process_batch, process_batch_prepared, process_event, process_prepared, ProcessError, Processed,
+};

@@ -1,0 +1,192 @@
+//! The state of the pipeline at a glance: what `hookline status` prints and the console's overview shows, from
+//! one function ([`report`]), so both always say the same thing. Every figure is read from PostgreSQL and
+//! RabbitMQ at the time of the call, never from memory.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use hookline_core::{consumers, events, Config};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use hookline_bus::Topology;
+
+/// Per (provider, consumer) counts.
+pub use hookline_core::events::ProviderStatus;
+
+/// Queue depths, when RabbitMQ answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Queues {
+    /// Messages ready in the payments queue.
+    pub payments_ready: Option<u32>,
+    /// Messages ready in the dead-letter queue.
+    pub dead_letter_ready: Option<u32>,
+    /// Why RabbitMQ could not be read.
+    pub error: Option<String>,
+}
+
+/// Requests to the gateway (the outbox of charges and refunds).
+#[derive(Debug, Clone, Serialize)]
+pub struct Outbound {
+    /// Still to send.
+    pub pending: i64,
+    /// Failed for good.
+    pub failed: i64,
+    /// Age of the oldest pending one.
+    pub oldest_pending_secs: Option<f64>,
+    /// Payment intents still `requires_dispatch` or `processing` after [`UNRESOLVED_AFTER`].
+    pub unresolved_intents: i64,
+    /// Refunds still `requires_dispatch` after [`UNRESOLVED_AFTER`].
+    pub unresolved_refunds: i64,
+    /// Seconds since the oldest of those last changed.
+    pub oldest_unresolved_secs: Option<f64>,
+}
+
+/// How long a payment intent may stay `requires_dispatch` or `processing` (and a refund `requires_dispatch`)
+/// before it needs attention: the dispatcher's retries (1 s … 5 min) and a provider's webhook normally settle it
+/// within minutes; 15 minutes without a final word means an answer that was never readable, a lost webhook
+/// (`hookline reconcile` recovers it) or a dispatcher that is not running.
+pub const UNRESOLVED_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// One row per (provider, consumer).
+    pub providers: Vec<ProviderStatus>,
+    /// Their sum.
+    pub totals: ProviderStatus,
+    /// RabbitMQ's view.
+    pub queues: Queues,
+    /// The gateway outbox.
+    pub outbound: Outbound,
+    /// What needs an operator (empty = OK).
+    pub attention: Vec<String>,
+}
+
+/// Builds the report. `max_unpublished_age`: unpublished events older than this need attention (default
+/// `relay.max_unpublished_age`); `client` names the RabbitMQ connection that reads the queue depths.
+pub async fn report(
+    pool: &PgPool,
+    config: &Config,
+    max_unpublished_age: Option<Duration>,
+    client: &str,
+) -> anyhow::Result<Report> {
+    let providers = events::status_by_provider(pool, consumers::ALL)
+        .await
+        .context("count events by provider")?;
+    // Received and unpublished do not depend on the consumer: counted once, from the first consumer's rows.
+    let first = consumers::ALL.first().copied().unwrap_or_default();
+    let once = || providers.iter().filter(|p| p.consumer == first);
+    let totals = ProviderStatus {
+        provider: "TOTAL".into(),
+        consumer: consumers::ALL.join(","),
+        received: once().map(|p| p.received).sum(),
+        unpublished: once().map(|p| p.unpublished).sum(),
+        oldest_unpublished_secs: once()
+            .filter_map(|p| p.oldest_unpublished_secs)
+            .reduce(f64::max),
+        processed: providers.iter().map(|p| p.processed).sum(),
+        applied: providers.iter().map(|p| p.applied).sum(),
+        parked: providers.iter().map(|p| p.parked).sum(),
+        ignored: providers.iter().map(|p| p.ignored).sum(),
+        needs_fetch: providers.iter().map(|p| p.needs_fetch).sum(),
+        dead_lettered: providers.iter().map(|p| p.dead_lettered).sum(),
+        discarded: providers.iter().map(|p| p.discarded).sum(),
+        in_flight: providers.iter().map(|p| p.in_flight).sum(),
+    };
+    let queues = queue_depths(config, client).await;
+
+    let mut attention = Vec::new();
+    if let Some(age) = totals.oldest_unpublished_secs {
+        let max_age = max_unpublished_age.unwrap_or(config.relay.max_unpublished_age);
+        if age > max_age.as_secs_f64() {
+            attention.push(format!(
+                "{} unpublished event(s), oldest {:.0}s (> {:?}): is the relay running and RabbitMQ up?",
+                totals.unpublished, age, max_age
+            ));
+        }
+    }
+    if totals.dead_lettered > 0 {
+        attention.push(format!(
+            "{} dead letter(s): see `hookline dlq list`",
+            totals.dead_lettered
+        ));
+    }
+    if let Some(n) = queues.dead_letter_ready.filter(|n| *n > 0) {
+        attention.push(format!("{n} message(s) in the dead-letter queue"));
+    }
+    if let Some(e) = &queues.error {
+        attention.push(format!("RabbitMQ: {e}"));
+    }
+    let (pending, failed, oldest_pending_secs) =
+        hookline_payments::outbound_requests::summary(pool).await?;
+    let unresolved = hookline_payments::outbound_requests::unresolved(pool, UNRESOLVED_AFTER)
+        .await
+        .context("count unresolved payment intents")?;
+    let outbound = Outbound {
+        pending,
+        failed,
+        oldest_pending_secs,
+        unresolved_intents: unresolved.intents,
+        unresolved_refunds: unresolved.refunds,
+        oldest_unresolved_secs: unresolved.oldest_secs,
+    };
+    if unresolved.intents + unresolved.refunds > 0 {
+        attention.push(format!(
+            "{} payment intent(s) and {} refund(s) without the gateway's final answer for more than {} min \
+             (oldest {:.0}s): see the console's /intents (outbound_requests.last_error); a lost webhook is \
+             recovered by `hookline reconcile`",
+            unresolved.intents,
+            unresolved.refunds,
+            UNRESOLVED_AFTER.as_secs() / 60,
+            unresolved.oldest_secs.unwrap_or_default()
+        ));
+    }
+    if failed > 0 {
+        attention.push(format!(
+            "{failed} request(s) to the gateway failed for good: see outbound_requests.last_error"
+        ));
+    }
+    if let Some(age) = oldest_pending_secs.filter(|a| *a > 300.0) {
+        attention.push(format!(
+            "{pending} request(s) to the gateway pending, oldest {age:.0}s: is a dispatcher running and the gateway up?"
+        ));
+    }
+    Ok(Report {
+        outbound,
+        providers,
+        totals,
+        queues,
+        attention,
+    })
+}
+
+async fn queue_depths(config: &Config, client: &str) -> Queues {
+    let t = Topology::new(&config.amqp.prefix, config.amqp.delivery_limit);
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        crate::inspect::queue_depths(
+            &config.amqp_urls,
+            client,
+            &[&t.payments_queue, &t.dead_letter_queue],
+        ),
+    )
+    .await;
+    match result {
+        Ok(Ok(d)) => Queues {
+            payments_ready: d.first().copied().flatten().map(|q| q.messages),
+            dead_letter_ready: d.get(1).copied().flatten().map(|q| q.messages),
+            error: None,
+        },
+        Ok(Err(e)) => Queues {
+            payments_ready: None,
+            dead_letter_ready: None,
+            error: Some(format!("{e:#}")),
+        },
+        Err(_) => Queues {
+            payments_ready: None,
+            dead_letter_ready: None,
+            error: Some("no answer within 5 s".into()),
+        },
+    }
+}

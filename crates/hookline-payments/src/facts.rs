@@ -1,0 +1,147 @@
+//! The domain events the payments effect writes, and what each carries.
+//!
+//! Each function is called by [`crate::apply`] at the exact point where its state change is made, inside the
+//! same transaction (`hookline_core::domain_events::record`), so a fact exists if and only if its change
+//! committed. The subject of a fact — what makes it unique — is the business id it is about (the provider's
+//! payment, refund or dispute id; the subscription cycle), never the webhook that told us: two different
+//! webhooks reporting the same success produce one `payment.succeeded`.
+//!
+//! Every payment-related fact carries `payment_version`, the payment row's version after the change: a
+//! receiver that keeps the payment's state ignores a fact whose version is not above the one it holds.
+
+use hookline_core::domain_events::{self, EventType};
+use serde::Serialize;
+use sqlx::PgConnection;
+
+use hookline_core::handler::HandleError;
+
+/// A payment reached a final status (`succeeded`, `failed`, `canceled`).
+#[derive(Debug, Serialize)]
+pub struct PaymentFact<'a> {
+    /// Our payment id.
+    pub payment_id: i64,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The provider's payment id.
+    pub provider_payment_id: &'a str,
+    /// The new status.
+    pub status: &'a str,
+    /// Amount in minor units, when known.
+    pub amount: Option<i64>,
+    /// ISO 4217 currency, lower case, when known.
+    pub currency: Option<&'a str>,
+    /// Refunded so far, minor units.
+    pub amount_refunded: i64,
+    /// The payment's version after this change.
+    pub payment_version: i64,
+    /// The stored webhook (`webhook_events.id`) whose processing made the change.
+    pub webhook_event_id: i64,
+}
+
+/// Records `payment.succeeded` / `payment.failed` / `payment.canceled`.
+pub async fn payment(
+    tx: &mut PgConnection,
+    ty: EventType,
+    fact: &PaymentFact<'_>,
+) -> Result<(), HandleError> {
+    let subject = format!("{}/{}", fact.provider, fact.provider_payment_id);
+    domain_events::record(tx, ty, &subject, fact).await?;
+    Ok(())
+}
+
+/// A refund was applied to a succeeded payment.
+#[derive(Debug, Serialize)]
+pub struct RefundFact<'a> {
+    /// Our refund id.
+    pub refund_id: i64,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The provider's refund id.
+    pub provider_refund_id: &'a str,
+    /// Our payment id.
+    pub payment_id: i64,
+    /// The provider's payment id.
+    pub provider_payment_id: &'a str,
+    /// Refunded amount, minor units.
+    pub amount: i64,
+    /// Currency.
+    pub currency: &'a str,
+    /// The payment's refunded total after this refund.
+    pub payment_amount_refunded: i64,
+    /// The payment's version after this change.
+    pub payment_version: i64,
+    /// The stored webhook that reported the refund.
+    pub webhook_event_id: i64,
+}
+
+/// Records `refund.applied`.
+pub async fn refund(tx: &mut PgConnection, fact: &RefundFact<'_>) -> Result<(), HandleError> {
+    let subject = format!("{}/{}", fact.provider, fact.provider_refund_id);
+    domain_events::record(tx, EventType::RefundApplied, &subject, fact).await?;
+    Ok(())
+}
+
+/// A dispute was opened, won or lost.
+#[derive(Debug, Serialize)]
+pub struct DisputeFact<'a> {
+    /// Our dispute id.
+    pub dispute_id: i64,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The provider's dispute id.
+    pub provider_dispute_id: &'a str,
+    /// Our payment id.
+    pub payment_id: i64,
+    /// The provider's payment id.
+    pub provider_payment_id: &'a str,
+    /// `open`, `won` or `lost`.
+    pub status: &'a str,
+    /// Disputed amount, minor units.
+    pub amount: i64,
+    /// Currency.
+    pub currency: &'a str,
+    /// The payment's version after this change.
+    pub payment_version: i64,
+    /// The stored webhook that reported it.
+    pub webhook_event_id: i64,
+}
+
+/// Records `dispute.opened` / `dispute.won` / `dispute.lost`.
+pub async fn dispute(
+    tx: &mut PgConnection,
+    ty: EventType,
+    fact: &DisputeFact<'_>,
+) -> Result<(), HandleError> {
+    let subject = format!("{}/{}", fact.provider, fact.provider_dispute_id);
+    domain_events::record(tx, ty, &subject, fact).await?;
+    Ok(())
+}
+
+/// A subscription's billing cycle was charged.
+#[derive(Debug, Serialize)]
+pub struct SubscriptionFact<'a> {
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The provider's subscription id.
+    pub subscription_id: &'a str,
+    /// The cycle (`YYYY-MM` or the provider's period key).
+    pub billing_cycle: &'a str,
+    /// The provider's invoice id.
+    pub invoice_id: &'a str,
+    /// Charged amount, minor units.
+    pub amount: i64,
+    /// Currency.
+    pub currency: &'a str,
+    /// The stored webhook that reported it.
+    pub webhook_event_id: i64,
+}
+
+/// Records `subscription.charged`; the subject is the business key `(subscription_id, billing_cycle)`.
+pub async fn subscription_charged(
+    tx: &mut PgConnection,
+    fact: &SubscriptionFact<'_>,
+) -> Result<(), HandleError> {
+    let subject = format!("{}/{}", fact.subscription_id, fact.billing_cycle);
+    domain_events::record(tx, EventType::SubscriptionCharged, &subject, fact).await?;
+    Ok(())
+}

@@ -1,0 +1,628 @@
+//! `payment_intents`, `outbound_refunds` and `api_idempotency_keys`: what the merchant asked hookline to charge
+//! or refund, and the merchant API's own idempotency. This module owns the three tables' SQL.
+//!
+//! An intent and its outbound request are written in ONE transaction ([`create_intent`] calls
+//! [`crate::outbound_requests::enqueue`] on the same connection): either both exist or neither. The gateway's idempotency key
+//! is derived from the intent's id, so it is the same on every attempt and after any crash.
+//!
+//! Intents belong to a merchant API client (`client`, its `[[api.clients]]` name): the `*_for_client`
+//! functions see and refund only that client's intents, so one client never reads or refunds another's (issue
+//! 25, finding 3). Intents of hookline's own (billing runs, the CLI) have no client and no API client sees them.
+//!
+//! A refund reserves its amount on the intent (`refunded`) when requested, so concurrent requests never exceed
+//! what was captured; a refund the gateway refused or failed releases it again, in the transaction that records
+//! the refusal ([`record_refund_answer`]).
+
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use hookline_core::domain_events::{self, EventType, RecordError};
+
+/// A payment intent as the API shows it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct Intent {
+    /// Internal id.
+    #[serde(skip)]
+    pub id: i64,
+    /// `pi_hl_…`: the id the API shows.
+    #[serde(rename = "id")]
+    pub public_id: String,
+    /// Configured provider name.
+    pub provider: String,
+    /// Minor units.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: String,
+    /// The merchant's customer reference.
+    pub customer: Option<String>,
+    /// Free text.
+    pub description: Option<String>,
+    /// The API client that created it (`None`: hookline's own — billing, CLI). Not part of the API's answer.
+    #[serde(skip)]
+    pub client: Option<String>,
+    /// `requires_dispatch`, `processing`, `succeeded`, `failed`, `needs_attention`.
+    pub status: String,
+    /// The gateway's payment id once known.
+    pub provider_payment_id: Option<String>,
+    /// Refunded so far (minor units).
+    pub refunded: i64,
+    /// When it was created.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// What a new intent charges.
+#[derive(Debug, Clone)]
+pub struct NewIntent<'a> {
+    /// Configured provider name (its scheme must be stripe or mercadopago).
+    pub provider: &'a str,
+    /// Minor units (> 0).
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: &'a str,
+    /// The merchant's customer reference.
+    pub customer: Option<&'a str>,
+    /// Free text.
+    pub description: Option<&'a str>,
+}
+
+const COLUMNS: &str =
+    "id, public_id, provider, amount, currency, customer, description, client, status, \
+                       provider_payment_id, refunded, created_at";
+
+/// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
+pub fn charge_key(intent_id: i64) -> String {
+    format!("hookline-intent-{intent_id}")
+}
+
+/// The gateway idempotency key of a refund.
+pub fn refund_key(refund_id: i64) -> String {
+    format!("hookline-refund-{refund_id}")
+}
+
+/// Creates an intent of hookline's own (no API client: billing runs, the CLI, tests) and its outbound charge
+/// request in the caller's transaction.
+pub async fn create_intent(
+    tx: &mut PgConnection,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
+    insert_intent(tx, None, new).await
+}
+
+/// Creates an intent owned by the merchant API client `client` (its `[[api.clients]]` name) and its outbound
+/// charge request in the caller's transaction.
+pub async fn create_intent_for_client(
+    tx: &mut PgConnection,
+    client: &str,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
+    insert_intent(tx, Some(client), new).await
+}
+
+async fn insert_intent(
+    tx: &mut PgConnection,
+    client: Option<&str>,
+    new: &NewIntent<'_>,
+) -> Result<Intent, sqlx::Error> {
+    let intent: Intent = sqlx::query_as(&format!(
+        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client)
+         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6)
+         RETURNING {COLUMNS}"
+    ))
+    .bind(new.provider)
+    .bind(new.amount)
+    .bind(new.currency)
+    .bind(new.customer)
+    .bind(new.description)
+    .bind(client)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::outbound_requests::enqueue(
+        &mut *tx,
+        crate::outbound_requests::Kind::Charge,
+        intent.id,
+        None,
+        &intent.provider,
+        &charge_key(intent.id),
+    )
+    .await?;
+    Ok(intent)
+}
+
+/// An intent by its public id.
+pub async fn get_by_public_id(
+    conn: &mut PgConnection,
+    public_id: &str,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1"
+    ))
+    .bind(public_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// An intent by its public id, if it belongs to the API client `client` (another client's intent, or one of
+/// hookline's own, is `None`: the API does not confirm that it exists).
+pub async fn get_for_client(
+    conn: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1 AND client = $2"
+    ))
+    .bind(public_id)
+    .bind(client)
+    .fetch_optional(conn)
+    .await
+}
+
+/// An intent by its internal id.
+pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
+/// `succeeded` intent is never moved back by a late `processing` answer). When this moves the intent to a final
+/// status, its domain event is written in the same transaction.
+pub async fn record_gateway_answer(
+    conn: &mut PgConnection,
+    intent_id: i64,
+    provider_payment_id: Option<&str>,
+    status: &str,
+) -> Result<(), RecordError> {
+    let moved: Option<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p
+            SET provider_payment_id = coalesce(p.provider_payment_id, $2),
+                status = CASE WHEN p.status IN ('succeeded', 'failed') THEN p.status ELSE $3 END,
+                updated_at = now()
+           FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
+    .bind(intent_id)
+    .bind(provider_payment_id)
+    .bind(status)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(m) = moved {
+        announce_if_completed(conn, &m).await?;
+    }
+    Ok(())
+}
+
+/// A provider's webhook completed the payment: the intent linked to it follows (called by the worker in the
+/// payment's transaction), and its domain event is written. Returns whether an intent was linked.
+pub async fn complete_from_payment(
+    conn: &mut PgConnection,
+    provider: &str,
+    provider_payment_id: &str,
+    status: &str,
+) -> Result<bool, RecordError> {
+    let moved: Option<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p SET status = $3, updated_at = now()
+           FROM (SELECT id, status AS previous FROM payment_intents
+                  WHERE provider = $1 AND provider_payment_id = $2
+                    AND status NOT IN ('succeeded', 'failed')
+                  FOR UPDATE) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
+    .bind(provider)
+    .bind(provider_payment_id)
+    .bind(status)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match moved {
+        Some(m) => {
+            announce_if_completed(conn, &m).await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// [`complete_from_payment`] for several payments in one statement (the set-based worker path):
+/// `(provider, provider_payment_id, status)` each. Returns how many intents were completed.
+pub async fn complete_from_payments(
+    conn: &mut PgConnection,
+    completed: &[(&str, &str, &str)],
+) -> Result<usize, RecordError> {
+    if completed.is_empty() {
+        return Ok(0);
+    }
+    let providers: Vec<&str> = completed.iter().map(|c| c.0).collect();
+    let refs: Vec<&str> = completed.iter().map(|c| c.1).collect();
+    let statuses: Vec<&str> = completed.iter().map(|c| c.2).collect();
+    let moved: Vec<Moved> = sqlx::query_as(&format!(
+        "UPDATE payment_intents p SET status = old.new_status, updated_at = now()
+           FROM (SELECT i.id, i.status AS previous, u.status AS new_status
+                   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(provider, ref, status)
+                          ORDER BY provider, ref) u
+                   CROSS JOIN LATERAL (
+                        SELECT id, status FROM payment_intents
+                         WHERE provider = u.provider AND provider_payment_id = u.ref
+                           AND status NOT IN ('succeeded', 'failed')
+                         FOR UPDATE) i) old
+          WHERE p.id = old.id
+         RETURNING {RETURNED}, old.previous"
+    ))
+    .bind(&providers)
+    .bind(&refs)
+    .bind(&statuses)
+    .fetch_all(&mut *conn)
+    .await?;
+    for m in &moved {
+        announce_if_completed(conn, m).await?;
+    }
+    Ok(moved.len())
+}
+
+/// Columns returned by the updates above (`p` is the updated row).
+const RETURNED: &str =
+    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, \
+                        p.status, p.provider_payment_id, p.refunded, p.created_at";
+
+/// An intent after an update, and its status before.
+#[derive(Debug, sqlx::FromRow)]
+struct Moved {
+    #[sqlx(flatten)]
+    intent: Intent,
+    previous: String,
+}
+
+/// What `payment_intent.succeeded` / `payment_intent.failed` carry.
+#[derive(Debug, serde::Serialize)]
+struct IntentFact<'a> {
+    intent_id: &'a str,
+    provider: &'a str,
+    provider_payment_id: Option<&'a str>,
+    status: &'a str,
+    amount: i64,
+    currency: &'a str,
+    customer: Option<&'a str>,
+}
+
+/// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
+/// status never leaves a final value, and the fact's id is derived from the intent).
+async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(), RecordError> {
+    let final_status = |s: &str| s == "succeeded" || s == "failed";
+    if final_status(&m.previous) || !final_status(&m.intent.status) {
+        return Ok(());
+    }
+    let ty = if m.intent.status == "succeeded" {
+        EventType::PaymentIntentSucceeded
+    } else {
+        EventType::PaymentIntentFailed
+    };
+    let i = &m.intent;
+    domain_events::record(
+        conn,
+        ty,
+        &i.public_id,
+        &IntentFact {
+            intent_id: &i.public_id,
+            provider: &i.provider,
+            provider_payment_id: i.provider_payment_id.as_deref(),
+            status: &i.status,
+            amount: i.amount,
+            currency: &i.currency,
+            customer: i.customer.as_deref(),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Why a refund cannot be requested.
+#[derive(Debug, thiserror::Error)]
+pub enum RefundError {
+    /// No such intent.
+    #[error("no payment intent {0}")]
+    UnknownIntent(String),
+    /// The intent has not succeeded (nothing captured yet).
+    #[error("payment intent {0} has not succeeded; nothing to refund")]
+    NotCaptured(String),
+    /// The amount would take the refunds beyond what was captured.
+    #[error("refunding {amount} would exceed what is left ({left})")]
+    AboveCaptured {
+        /// Requested.
+        amount: i64,
+        /// Still refundable.
+        left: i64,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Requests a refund of `amount` on intent `public_id` (any intent: the operator's `hookline refund`), in the
+/// caller's transaction: the refund record, the intent's `refunded` counter (the database refuses going above
+/// the amount, also under concurrent requests: the UPDATE's condition and the CHECK decide) and the outbound
+/// request.
+pub async fn request_refund(
+    tx: &mut PgConnection,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    refund(tx, None, public_id, amount, reason).await
+}
+
+/// [`request_refund`] for the merchant API: only an intent of `client`; another client's intent (or one of
+/// hookline's own) is [`RefundError::UnknownIntent`].
+pub async fn request_refund_for_client(
+    tx: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    refund(tx, Some(client), public_id, amount, reason).await
+}
+
+async fn refund(
+    tx: &mut PgConnection,
+    client: Option<&str>,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+) -> Result<i64, RefundError> {
+    let row: Option<(i64, String, String)> = sqlx::query_as(
+        "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
+          WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
+            AND ($3::text IS NULL OR client = $3)
+          RETURNING id, provider, status",
+    )
+    .bind(public_id)
+    .bind(amount)
+    .bind(client)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((intent_id, provider, _)) = row else {
+        let intent: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT status, amount, refunded FROM payment_intents
+              WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)",
+        )
+        .bind(public_id)
+        .bind(client)
+        .fetch_optional(&mut *tx)
+        .await?;
+        return Err(match intent {
+            None => RefundError::UnknownIntent(public_id.to_owned()),
+            Some((status, _, _)) if status != "succeeded" => {
+                RefundError::NotCaptured(public_id.to_owned())
+            }
+            Some((_, total, refunded)) => RefundError::AboveCaptured {
+                amount,
+                left: total - refunded,
+            },
+        });
+    };
+    let refund_id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbound_refunds (intent_id, amount, reason) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(intent_id)
+    .bind(amount)
+    .bind(reason)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::outbound_requests::enqueue(
+        &mut *tx,
+        crate::outbound_requests::Kind::Refund,
+        intent_id,
+        Some(refund_id),
+        &provider,
+        &refund_key(refund_id),
+    )
+    .await?;
+    Ok(refund_id)
+}
+
+/// What the dispatcher needs of a refund: `(intent_id, amount, status)`.
+pub async fn get_refund(
+    conn: &mut PgConnection,
+    refund_id: i64,
+) -> Result<Option<(i64, i64, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT intent_id, amount, status FROM outbound_refunds WHERE id = $1")
+        .bind(refund_id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Records the gateway's answer to a refund: its refund id (kept once known) and the refund's status
+/// (`succeeded`, `failed` or `needs_attention`), and moves the intent's `refunded` reservation with it, in the
+/// caller's transaction (one statement).
+///
+/// A refund holds its amount on the intent while it is `requires_dispatch` or `succeeded`; a refused
+/// (`needs_attention`) or `failed` refund moved nothing at the gateway and releases it, so a corrected refund
+/// fits (issue 25, finding 5). The release happens once: recording the same refusal again changes nothing, and
+/// a refund that later turns out to have succeeded takes its amount back (the intent's CHECK still bounds the
+/// sum by what was captured).
+pub async fn record_refund_answer(
+    conn: &mut PgConnection,
+    refund_id: i64,
+    provider_refund_id: Option<&str>,
+    status: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "WITH old AS (
+              SELECT id, intent_id, amount, status FROM outbound_refunds WHERE id = $1 FOR UPDATE),
+          moved AS (
+              UPDATE outbound_refunds r
+                 SET provider_refund_id = coalesce(r.provider_refund_id, $2), status = $3, updated_at = now()
+                FROM old
+               WHERE r.id = old.id
+              RETURNING old.intent_id, old.amount,
+                        (CASE WHEN r.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END)
+                      - (CASE WHEN old.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END) AS held)
+         UPDATE payment_intents p
+            SET refunded = p.refunded + moved.held * moved.amount, updated_at = now()
+           FROM moved
+          WHERE p.id = moved.intent_id AND moved.held <> 0",
+    )
+    .bind(refund_id)
+    .bind(provider_refund_id)
+    .bind(status)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What [`claim_idempotency_key`] found for `(client, key)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key is this transaction's: it runs the request and stores the response
+    /// ([`complete_idempotency_key`]) before committing.
+    Claimed,
+    /// An earlier request with this key completed: its request hash and stored response.
+    Completed {
+        /// sha256 of the earlier request's method, path and body.
+        request_hash: String,
+        /// The HTTP status it was answered with.
+        status: i16,
+        /// The body it was answered with.
+        body: Vec<u8>,
+    },
+    /// A committed key row without a response (never written by the API, which stores the response in the
+    /// claiming transaction): treated as in flight.
+    Incomplete,
+}
+
+/// A key row as read back: request hash, response status and body, and whether it is past the window.
+type StoredKey = (String, Option<i16>, Option<Vec<u8>>, bool);
+
+/// Claims the merchant API's idempotency key `(client, key)` in the caller's transaction.
+///
+/// The database decides: the INSERT takes the key's primary-key entry, so a concurrent request with the same
+/// key waits here (bounded by the transaction's `lock_timeout`: SQLSTATE 55P03) until the first one commits,
+/// then finds its stored response. A key older than `window` (not pruned yet) is taken over as new.
+pub async fn claim_idempotency_key(
+    tx: &mut PgConnection,
+    client: &str,
+    key: &str,
+    request_hash: &str,
+    window: std::time::Duration,
+) -> Result<KeyClaim, sqlx::Error> {
+    // Twice at most: the second round only follows the removal of an expired key.
+    for _ in 0..2 {
+        let claimed: Option<bool> = sqlx::query_scalar(
+            "INSERT INTO api_idempotency_keys (client, key, request_hash) VALUES ($1, $2, $3)
+             ON CONFLICT (client, key) DO NOTHING
+             RETURNING true",
+        )
+        .bind(client)
+        .bind(key)
+        .bind(request_hash)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if claimed.is_some() {
+            return Ok(KeyClaim::Claimed);
+        }
+        let row: Option<StoredKey> = sqlx::query_as(
+            "SELECT request_hash, response_status, response_body,
+                    created_at < now() - make_interval(secs => $3)
+               FROM api_idempotency_keys WHERE client = $1 AND key = $2",
+        )
+        .bind(client)
+        .bind(key)
+        .bind(window.as_secs_f64())
+        .fetch_optional(&mut *tx)
+        .await?;
+        match row {
+            Some((_, _, _, true)) => {
+                // Expired but not pruned yet: the key is free again.
+                sqlx::query(
+                    "DELETE FROM api_idempotency_keys
+                      WHERE client = $1 AND key = $2 AND created_at < now() - make_interval(secs => $3)",
+                )
+                .bind(client)
+                .bind(key)
+                .bind(window.as_secs_f64())
+                .execute(&mut *tx)
+                .await?;
+            }
+            Some((request_hash, Some(status), Some(body), false)) => {
+                return Ok(KeyClaim::Completed {
+                    request_hash,
+                    status,
+                    body,
+                })
+            }
+            // Gone between the INSERT and the SELECT (pruned, or its request rolled back): try again.
+            None => {}
+            Some(_) => return Ok(KeyClaim::Incomplete),
+        }
+    }
+    Ok(KeyClaim::Incomplete)
+}
+
+/// Stores the response of the request that claimed `(client, key)`, in the same transaction.
+pub async fn complete_idempotency_key(
+    tx: &mut PgConnection,
+    client: &str,
+    key: &str,
+    status: i16,
+    body: &[u8],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE api_idempotency_keys SET response_status = $3, response_body = $4, completed_at = now()
+          WHERE client = $1 AND key = $2",
+    )
+    .bind(client)
+    .bind(key)
+    .bind(status)
+    .bind(body)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// Deletes idempotency keys older than `window`, `batch` rows per statement (each its own short transaction);
+/// returns how many were deleted.
+pub async fn prune_idempotency_keys(
+    pool: &sqlx::PgPool,
+    window: std::time::Duration,
+    batch: i64,
+) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM api_idempotency_keys WHERE ctid = ANY (ARRAY(
+                SELECT ctid FROM api_idempotency_keys
+                 WHERE created_at < now() - make_interval(secs => $1)
+                 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+        )
+        .bind(window.as_secs_f64())
+        .bind(batch.max(1))
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += n;
+        if n < batch.max(1) as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Intents, newest first, with `id < before` (keyset pagination), for the operator console.
+pub async fn recent<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
+         ORDER BY id DESC LIMIT $2"
+    ))
+    .bind(before)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
