@@ -210,7 +210,7 @@ impl Cluster {
             .env_remove("FAILPOINTS")
             .env(
                 "RUST_LOG",
-                "info,sqlx=warn,lapin=warn,actix_server=warn,hookline_worker=debug",
+                "info,sqlx=warn,lapin=warn,actix_server=warn,hookline_worker=debug,hookline_consumer=debug,hookline_payments=debug",
             )
             .env(
                 "HOOKLINE_LOG_FORMAT",
