@@ -142,7 +142,7 @@ async fn serve(route: Route, work: impl Future<Output = Result<Reply, ApiError>>
                 tracing::error!(
                     route = route.label(),
                     error.code = e.code(),
-                    error.cause_chain = ?log_text(&format!("{e:?}")),
+                    error.cause_chain = ?hookline_core::input::log_text(&format!("{e:?}")),
                     "API request failed"
                 );
             } else {
@@ -179,16 +179,6 @@ async fn read_body(
             BodyError::Timeout(t) => ApiError::BodyTimeout(t),
             BodyError::Read(e) => ApiError::BodyRead(e),
         })
-}
-
-/// Request-derived text as it may appear in a log line: bounded, and recorded with `?` so control characters
-/// are escaped.
-fn log_text(value: &str) -> &str {
-    const LOG_TEXT_CHARS: usize = 1024;
-    match value.char_indices().nth(LOG_TEXT_CHARS) {
-        Some((end, _)) => &value[..end],
-        None => value,
-    }
 }
 
 /// Registers the API's routes (and nothing else: no `/webhooks`).

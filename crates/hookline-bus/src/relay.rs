@@ -14,6 +14,7 @@
 //! outage or missing confirm leaves the row in the outbox and the sweeper retries it: delivery is at least once,
 //! and the worker deduplicates.
 
+use hookline_core::retry::Backoff;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +85,7 @@ pub struct Relay {
     connection_name: String,
     publisher: Option<Publisher>,
     retry_at: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Relay {
@@ -104,7 +105,7 @@ impl Relay {
             connection_name: connection_name.to_string(),
             publisher: None,
             retry_at: None,
-            backoff: Duration::from_millis(200),
+            backoff: Backoff::reconnect(),
         }
     }
 
@@ -313,17 +314,16 @@ impl Relay {
                     tracing::info!(messaging.system = "rabbitmq", "relay connected");
                     self.publisher = Some(p);
                     self.retry_at = None;
-                    self.backoff = Duration::from_millis(200);
+                    self.backoff.reset();
                 }
                 Err(e) => {
                     tracing::warn!(
                         messaging.system = "rabbitmq",
                         error.message = %e,
-                        retry_in_ms = self.backoff.as_millis() as u64,
+                        retry_in_ms = self.backoff.current().as_millis() as u64,
                         "relay cannot reach RabbitMQ; events stay in the outbox"
                     );
-                    self.retry_at = Some(Instant::now() + self.backoff);
-                    self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+                    self.retry_at = Some(Instant::now() + self.backoff.failed());
                     return false;
                 }
             }
@@ -353,12 +353,11 @@ impl Relay {
         tracing::warn!(
             messaging.system = "rabbitmq",
             nacked,
-            retry_in_ms = self.backoff.as_millis() as u64,
+            retry_in_ms = self.backoff.current().as_millis() as u64,
             "publishes nacked; reopening the publisher"
         );
         self.discard_publisher();
-        self.retry_at = Some(Instant::now() + self.backoff);
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(10));
+        self.retry_at = Some(Instant::now() + self.backoff.failed());
     }
 
     async fn report_backlog(&self) {

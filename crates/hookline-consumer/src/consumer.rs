@@ -8,6 +8,7 @@ use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::{EventMessage, Topology};
 use hookline_core::config::AmqpEndpoints;
+use hookline_core::retry::Backoff;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -143,22 +144,22 @@ impl<H: Handler> Worker<H> {
                     .await
             })
         };
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::reconnect();
         while !cancel.is_cancelled() {
             match self.consume_session(&ctx, &permits, &cancel).await {
-                Ok(()) => backoff = Duration::from_millis(200),
+                Ok(()) => backoff.reset(),
                 Err(e) => {
+                    let wait = backoff.failed();
                     tracing::warn!(
                         messaging.system = "rabbitmq",
                         error.cause_chain = %format!("{e:#}"),
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = wait.as_millis() as u64,
                         "consumer session ended; reconnecting"
                     );
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         }

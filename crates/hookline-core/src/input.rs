@@ -189,6 +189,20 @@ mod tests {
     }
 }
 
+/// Longest request-derived value written to a log line.
+pub const LOG_TEXT_CHARS: usize = 256;
+
+/// Request-derived text as it may appear in a log line: at most [`LOG_TEXT_CHARS`] characters. Record it with
+/// `?` so that `Debug` escapes every control character (`\n`, `\u{1b}`, …): a client cannot forge log lines or
+/// send terminal escapes through a provider name, an event id or an error message that quotes them. Every
+/// listener (the edge, the merchant API) uses this one rule.
+pub fn log_text(value: &str) -> &str {
+    match value.char_indices().nth(LOG_TEXT_CHARS) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    }
+}
+
 /// `url` fit to show an operator or write to a log: a password or user name (`https://user:pw@host`) and every
 /// query value (`?token=…`) and a fragment are replaced by `***`; the scheme, host, port, path and query keys
 /// stay, so an operator still recognises the destination. A credential in a destination URL (a receiver's

@@ -35,6 +35,49 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
     )
 }
 
+/// A reconnection schedule: 200 ms doubling to 10 s, back to 200 ms after a success. Every loop that waits out
+/// an outage of the broker (the consumer, the event relay, the domain relay) uses this one.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next: Duration,
+    initial: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// 200 ms doubling to 10 s: short enough to notice a node that is back, long enough not to hammer one
+    /// that is not.
+    pub fn reconnect() -> Self {
+        Self::new(Duration::from_millis(200), Duration::from_secs(10))
+    }
+
+    /// `initial` doubling to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            next: initial,
+            initial,
+            max,
+        }
+    }
+
+    /// The delay the next failure will wait.
+    pub fn current(&self) -> Duration {
+        self.next
+    }
+
+    /// A failure: returns the delay to wait now and doubles the next one (up to the cap).
+    pub fn failed(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+
+    /// A success: the next failure waits the initial delay again.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +92,14 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn reconnect_backoff_doubles_to_its_cap_and_resets() {
+        let mut b = Backoff::reconnect();
+        let waits: Vec<u128> = (0..8).map(|_| b.failed().as_millis()).collect();
+        assert_eq!(waits, [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]);
+        b.reset();
+        assert_eq!(b.current(), Duration::from_millis(200));
     }
 }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use hookline_bus::publisher::Outgoing;
 use hookline_bus::{Publisher, Topology};
+use hookline_core::retry::Backoff;
 
 /// Metric names of the domain relay.
 pub mod metric {
@@ -67,7 +68,7 @@ impl DomainRelay {
     /// waited out here rather than counted as a crash by the supervisor (which still restarts the loop after a
     /// panic). The facts stay unpublished in the meantime.
     pub async fn run(&self, cancel: CancellationToken) -> anyhow::Result<()> {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::reconnect();
         while !cancel.is_cancelled() {
             let opened = tokio::select! {
                 p = Publisher::open(&self.amqp_urls, &self.topology, &self.connection_name) => p,
@@ -82,19 +83,19 @@ impl DomainRelay {
                 Err(e) => Err(e),
             };
             match result {
-                Ok(()) => backoff = Duration::from_millis(200),
+                Ok(()) => backoff.reset(),
                 Err(e) => {
+                    let wait = backoff.failed();
                     tracing::warn!(
                         messaging.system = "rabbitmq",
                         error.cause_chain = %format!("{e:#}"),
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = wait.as_millis() as u64,
                         "domain relay: cannot publish; facts stay in the outbox"
                     );
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(wait) => {}
                         _ = cancel.cancelled() => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         }

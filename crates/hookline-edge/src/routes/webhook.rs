@@ -7,6 +7,7 @@ use anyhow::Context;
 use bytes::BytesMut;
 use hookline_bus::EventMessage;
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
+use hookline_core::input::log_text;
 use hookline_signature::{Request, Verified, Verifier};
 
 use crate::writer::WriteError;
@@ -209,19 +210,6 @@ async fn read_body(
         BodyError::Read(e) => IngestError::BodyRead(e),
     })
 }
-
-/// Request-derived text as it may appear in a log line: at most [`LOG_TEXT_CHARS`] characters, recorded with
-/// `?` so that `Debug` escapes every control character (`\n`, `\u{1b}`, …): a client cannot forge log lines or
-/// send terminal escapes through a provider name, an event id or an error message that quotes them.
-fn log_text(value: &str) -> &str {
-    match value.char_indices().nth(LOG_TEXT_CHARS) {
-        Some((end, _)) => &value[..end],
-        None => value,
-    }
-}
-
-/// Longest request-derived value written to a log line.
-const LOG_TEXT_CHARS: usize = 256;
 
 fn now_unix() -> i64 {
     SystemTime::now()
