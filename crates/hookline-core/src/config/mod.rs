@@ -28,6 +28,7 @@ mod amqp;
 mod api;
 mod console;
 mod delivery;
+mod dispatcher;
 mod edge;
 mod providers;
 mod reconcile;
@@ -44,6 +45,10 @@ pub use console::{
     ConsoleConfig, ConsoleOperator, DEFAULT_CONSOLE_LISTEN, MAX_OPERATOR_NAME_BYTES,
 };
 pub use delivery::{DeliveryConfig, DestinationConfig, MAX_DESTINATIONS, MAX_SECRETS};
+pub use dispatcher::{
+    DispatcherConfig, DEFAULT_DISPATCH_LEASE_SECS, DEFAULT_DISPATCH_REQUEST_TIMEOUT_SECS,
+    MAX_DISPATCH_LEASE_SECS, MAX_DISPATCH_REQUEST_TIMEOUT_SECS,
+};
 pub use edge::EdgeConfig;
 pub use providers::ProviderConfig;
 pub use reconcile::ReconcileConfig;
@@ -125,6 +130,8 @@ pub struct Config {
     pub destinations: Vec<DestinationConfig>,
     /// `[delivery]`: how domain events are delivered.
     pub delivery: DeliveryConfig,
+    /// `[dispatcher]`: how charges and refunds are sent to the gateways.
+    pub dispatcher: DispatcherConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +166,8 @@ struct RawConfig {
     destinations: Vec<delivery::RawDestination>,
     #[serde(default)]
     delivery: delivery::RawDelivery,
+    #[serde(default)]
+    dispatcher: dispatcher::RawDispatcher,
 }
 
 /// Where environment lookups come from; a trait so tests need not mutate the process environment.
@@ -322,6 +331,7 @@ impl Config {
             providers,
             destinations: delivery::destinations(raw.destinations, env)?,
             delivery: delivery::delivery(raw.delivery)?,
+            dispatcher: dispatcher::dispatcher(raw.dispatcher, env)?,
         })
     }
 }
