@@ -12,16 +12,16 @@ const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dispatcher_killed_between_send_and_record_charges_once() {
-    // The lease a dead dispatcher holds before another may claim its request (default 60 s).
-    std::env::set_var("HOOKLINE_DISPATCH_LEASE_SECS", "2");
     let sandbox_port = free_port();
     let api = format!("http://127.0.0.1:{sandbox_port}");
     let mut c = Cluster::new(
         "dispatcher_killed_between_send_and_record",
         ClusterOptions {
+            // The lease a dead dispatcher holds before another may claim its request (default 60 s).
             tail: format!(
                 "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_kill\"]\n\
-                 api_base = \"{api}\"\napi_token = \"sk_test_kill\"\n"
+                 api_base = \"{api}\"\napi_token = \"sk_test_kill\"\n\
+                 [dispatcher]\nlease_secs = 2\n"
             ),
             ..ClusterOptions::default()
         },

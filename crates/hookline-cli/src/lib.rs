@@ -133,7 +133,7 @@ pub fn main() -> ExitCode {
             Command::Dlq(cmd) => dlq::run(&config, &cmd).await,
             Command::Purge(args) => purge::run(&config, &args).await,
             Command::Simulate(args) => simulate::run(&config, &args).await,
-            Command::Sandbox(args) => sandbox::run(&config, &args).await,
+            Command::Sandbox(args) => sandbox::run(&config, config_path.as_deref(), &args).await,
             Command::Reconcile(args) => reconcile::run(&config, &args).await,
             Command::Subscriptions(cmd) => outbound::subscriptions(&config, &cmd).await,
             Command::Billing(cmd) => outbound::billing(&config, &cmd).await,

@@ -115,10 +115,10 @@ pub struct DispatchArgs {
     /// Send what is due now and exit instead of running until stopped
     #[arg(long)]
     once: bool,
-    /// Timeout of one gateway request, seconds
-    #[arg(long, value_name = "SECS", default_value_t = 30,
+    /// Timeout of one gateway request, seconds (default: `dispatcher.request_timeout_secs`, 30)
+    #[arg(long, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..=600))]
-    request_timeout_secs: u64,
+    request_timeout_secs: Option<u64>,
 }
 
 fn chargeable(config: &Config, provider: &str) -> Result<(), String> {
@@ -312,10 +312,11 @@ pub async fn refund(config: &Config, args: &RefundArgs) -> anyhow::Result<ExitCo
 /// Runs `hookline dispatch`.
 pub async fn dispatch(config: &Config, args: &DispatchArgs) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
-    let settings = DispatchSettings {
-        request_timeout: Duration::from_secs(args.request_timeout_secs),
-        ..DispatchSettings::default()
-    };
+    // `[dispatcher]` as the worker's dispatcher runs, the flag overriding its timeout for this run.
+    let mut settings = DispatchSettings::from_config(&config.dispatcher);
+    if let Some(secs) = args.request_timeout_secs {
+        settings.request_timeout = Duration::from_secs(secs);
+    }
     let dispatcher = Dispatcher::from_config(pool, config, settings);
     if args.once {
         let mut total = 0;

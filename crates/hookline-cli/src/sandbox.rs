@@ -6,19 +6,21 @@
 //! - every `[providers.NAME]` whose `scheme` is `stripe` or `mercadopago` is played, under its NAME (webhooks go
 //!   to `{sandbox.edge_url}/webhooks/NAME`), signing with `secrets[0]` and requiring `api_token` as the Bearer
 //!   token when it is set (without one, the API is open);
-//! - `[sandbox]`: `edge_url` (default `http://{edge.listen}`), `idempotency_window_secs` (86400),
-//!   `webhook_timeout_ms` (5000), `webhook_max_attempts` (8);
+//! - `[sandbox]`, owned by the sandbox crate ([`SandboxConfig`], read from the same file): `edge_url` (default
+//!   `http://{edge.listen}`), `idempotency_window_secs` (86400), `webhook_timeout_ms` (5000),
+//!   `webhook_max_attempts` (8);
 //! - `--listen` (default 127.0.0.1:12111) and `--seed` (default: from the clock; printed, to reproduce a run).
 //!
 //! Point a provider's `api_base` at the printed URL for the worker and reconciliation to talk to the sandbox.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use hookline_core::Config;
-use hookline_sandbox::{Sandbox, SandboxProvider, SandboxSettings, Scheme};
+use hookline_sandbox::{Sandbox, SandboxConfig, SandboxProvider, SandboxSettings, Scheme};
 use secrecy::ExposeSecret;
 
 /// Arguments of `hookline sandbox`.
@@ -33,8 +35,13 @@ pub struct SandboxArgs {
     seed: Option<u64>,
 }
 
-/// The sandbox settings the configuration and arguments describe.
-fn settings(config: &Config, listen: SocketAddr, seed: u64) -> SandboxSettings {
+/// The sandbox settings the configuration (its providers and its `[sandbox]`) and arguments describe.
+fn settings(
+    config: &Config,
+    sandbox: &SandboxConfig,
+    listen: SocketAddr,
+    seed: u64,
+) -> SandboxSettings {
     let providers = config
         .providers
         .values()
@@ -49,11 +56,9 @@ fn settings(config: &Config, listen: SocketAddr, seed: u64) -> SandboxSettings {
             })
         })
         .collect();
-    let mut settings = SandboxSettings::new(listen, config.sandbox.edge_url.clone(), providers);
+    let mut settings = SandboxSettings::new(listen, sandbox.edge_url.clone(), providers);
     settings.seed = seed;
-    settings.idempotency_window = config.sandbox.idempotency_window;
-    settings.webhook_timeout = config.sandbox.webhook_timeout;
-    settings.webhook_max_attempts = config.sandbox.webhook_max_attempts;
+    sandbox.apply(&mut settings);
     settings
 }
 
@@ -64,10 +69,24 @@ fn clock_seed() -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs the sandbox until SIGTERM/SIGINT. Exit 2 when no provider can be played, 3 when its delivery loop died.
-pub async fn run(config: &Config, args: &SandboxArgs) -> anyhow::Result<ExitCode> {
+/// Runs the sandbox until SIGTERM/SIGINT. `config_path` is the file `config` was loaded from (`--config`; `None`:
+/// `$HOOKLINE_CONFIG` or defaults), read again for its `[sandbox]` section. Exit 2 when that section is invalid
+/// or no provider can be played, 3 when its delivery loop died.
+pub async fn run(
+    config: &Config,
+    config_path: Option<&Path>,
+    args: &SandboxArgs,
+) -> anyhow::Result<ExitCode> {
+    let sandbox = match SandboxConfig::load(config_path, config.edge.listen) {
+        Ok(s) => s,
+        Err(e) => {
+            // The same exit and form as any other configuration error (see `crate::main`).
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let seed = args.seed.unwrap_or_else(clock_seed);
-    let settings = settings(config, args.listen, seed);
+    let settings = settings(config, &sandbox, args.listen, seed);
     if settings.providers.is_empty() {
         eprintln!(
             "error: no provider with scheme stripe or mercadopago is configured; nothing to play"
@@ -136,7 +155,8 @@ mod tests {
     fn stripe_and_mercado_pago_providers_are_played_with_their_first_secret_and_token() {
         let env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
-        let s = settings(&config, "127.0.0.1:0".parse().unwrap(), 7);
+        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", config.edge.listen).unwrap();
+        let s = settings(&config, &sandbox, "127.0.0.1:0".parse().unwrap(), 7);
         assert_eq!(s.seed, 7);
         assert_eq!(s.edge_url.as_str(), "http://127.0.0.1:18080/");
         assert_eq!(s.webhook_max_attempts, 3);
@@ -151,33 +171,19 @@ mod tests {
         assert_eq!(s.providers[0].api_token, None);
     }
 
-    #[test]
-    fn sandbox_section_is_validated() {
-        let env: [(&str, &str); 0] = [];
-        let err = Config::from_toml_str("[sandbox]\nwebhook_timeout_ms = 0\n", "t", &env)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("sandbox.webhook_timeout_ms:"), "{err}");
-        let err = Config::from_toml_str("[sandbox]\nedge_url = \"ftp://x\"\n", "t", &env)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("sandbox.edge_url:"), "{err}");
-        let c = Config::from_toml_str(
-            "[sandbox]\nedge_url = \"http://edge:9000/base\"\n",
-            "t",
-            &env,
-        )
-        .unwrap();
-        assert_eq!(c.sandbox.edge_url.as_str(), "http://edge:9000/base");
-    }
-
     #[tokio::test]
     async fn the_configured_sandbox_serves_both_providers() {
         let env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
-        let running = Sandbox::start(settings(&config, "127.0.0.1:0".parse().unwrap(), 1))
-            .await
-            .unwrap();
+        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", config.edge.listen).unwrap();
+        let running = Sandbox::start(settings(
+            &config,
+            &sandbox,
+            "127.0.0.1:0".parse().unwrap(),
+            1,
+        ))
+        .await
+        .unwrap();
         let client = reqwest::Client::new();
         let health: serde_json::Value = client
             .get(running.url("/_sandbox/health"))

@@ -1,8 +1,8 @@
 //! The outbound dispatcher: sends the requests queued in `outbound_requests` (charges of payment intents,
 //! refunds) to the provider's API and records the answers.
 //!
-//! Runs supervised inside `hookline-worker` (task `dispatcher`; `HOOKLINE_DISPATCHER=off` disables it) and on its
-//! own with `hookline dispatch`. Several dispatchers may run at once: requests are claimed with a lease
+//! Runs supervised inside `hookline-worker` (task `dispatcher`; `[dispatcher] enabled = false` disables it) and
+//! on its own with `hookline dispatch`. Several dispatchers may run at once: requests are claimed with a lease
 //! ([`outbound_requests::claim_due`], `FOR UPDATE SKIP LOCKED`).
 //!
 //! Exactly-once at the gateway rests on the stored idempotency key, sent unchanged on **every** attempt (Stripe
@@ -35,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::intents;
 use crate::outbound_requests::{self, Claimed};
+use hookline_core::config::DispatcherConfig;
 use hookline_core::retry::{jittered_backoff, parse_retry_after};
 use hookline_core::{Config, ProviderConfig};
 use hookline_signature::Scheme;
@@ -97,26 +98,13 @@ impl Default for DispatchSettings {
 }
 
 impl DispatchSettings {
-    /// The defaults, with `HOOKLINE_DISPATCH_TIMEOUT_SECS` (the request timeout) and
-    /// `HOOKLINE_DISPATCH_LEASE_SECS` (the lease, 60 s) applied when set.
-    pub fn from_env() -> DispatchSettings {
-        let mut s = DispatchSettings::default();
-        if let Some(secs) = std::env::var("HOOKLINE_DISPATCH_TIMEOUT_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|s| *s > 0)
-        {
-            s.request_timeout = Duration::from_secs(secs);
+    /// The defaults, with the request timeout and the lease of `[dispatcher]`.
+    pub fn from_config(dispatcher: &DispatcherConfig) -> DispatchSettings {
+        DispatchSettings {
+            request_timeout: dispatcher.request_timeout,
+            lease: dispatcher.lease,
+            ..DispatchSettings::default()
         }
-        // How long a claimed request stays leased to a dispatcher that may have died (fault tests shorten it).
-        if let Some(secs) = std::env::var("HOOKLINE_DISPATCH_LEASE_SECS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|s| *s > 0)
-        {
-            s.lease = Duration::from_secs(secs);
-        }
-        s
     }
 
     /// The delay before attempt `attempts + 1`: exponential, with jitter (half of it random), within

@@ -109,6 +109,7 @@
 mod api;
 mod auth;
 mod clock;
+mod config;
 mod control;
 mod faults;
 mod idempotency;
@@ -129,6 +130,7 @@ use anyhow::Context;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use tokio_util::sync::CancellationToken;
 
+pub use config::SandboxConfig;
 pub use control::{
     ChargesReport, Outcome, ProviderReport, RequestRecord, SandboxControl, MAX_COUNT, MAX_DELAY_MS,
     MAX_DUPLICATES,

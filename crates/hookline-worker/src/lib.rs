@@ -78,13 +78,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         })
     };
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
-    // HOOKLINE_DISPATCHER=off.
-    let dispatcher = dispatch_enabled().then(|| {
+    // [dispatcher] enabled = false.
+    let dispatcher = config.dispatcher.enabled.then(|| {
         let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
         let dispatcher = dispatch::Dispatcher::from_config(
             worker.pool().clone(),
             &config,
-            dispatch::DispatchSettings::from_env(),
+            dispatch::DispatchSettings::from_config(&config.dispatcher),
         );
         tokio::spawn(async move {
             supervisor
@@ -133,15 +133,4 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         server.stop(true).await;
     }
     result
-}
-
-/// Whether the worker runs the outbound dispatcher (`HOOKLINE_DISPATCHER` unset, or anything but
-/// `off`/`0`/`false`).
-fn dispatch_enabled() -> bool {
-    !std::env::var("HOOKLINE_DISPATCHER").is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "off" | "0" | "false"
-        )
-    })
 }

@@ -1,0 +1,319 @@
+//! `[providers.NAME]`: the webhook sources, their signature schemes, secrets, fees and API access.
+
+use hookline_signature::Scheme;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+use super::{ConfigError, Env};
+
+/// `[providers.NAME]`: one webhook source.
+#[derive(Clone)]
+pub struct ProviderConfig {
+    /// The provider's name (the URL segment).
+    pub name: String,
+    /// How its signatures are computed.
+    pub scheme: Scheme,
+    /// Accepted secrets, current first. Several are accepted at once during rotation.
+    pub secrets: Vec<SecretString>,
+    /// Accepted clock skew for schemes that sign a timestamp; `None` for schemes that sign none.
+    pub tolerance_secs: Option<u64>,
+    /// Provider fee in basis points of the amount (used by the ledger).
+    pub fee_bps: i64,
+    /// Fixed provider fee per payment, in minor units (used by the ledger).
+    pub fee_fixed: i64,
+    /// Base URL of the provider's API (`https://api.stripe.com`, `https://api.mercadopago.com`, or the local
+    /// sandbox): what the worker fetches resources from and where outbound calls and reconciliation go.
+    pub api_base: Option<url::Url>,
+    /// Bearer token for that API (`env:VAR` allowed); never logged.
+    pub api_token: Option<SecretString>,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    // Written by hand so the number of secrets is visible but never their values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("scheme", &self.scheme.as_str())
+            .field(
+                "secrets",
+                &format_args!("[{} redacted]", self.secrets.len()),
+            )
+            .field("tolerance_secs", &self.tolerance_secs)
+            .field("fee_bps", &self.fee_bps)
+            .field("fee_fixed", &self.fee_fixed)
+            .field("api_base", &self.api_base.as_ref().map(url::Url::as_str))
+            .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+impl ProviderConfig {
+    /// The secrets as byte slices, in configured order, for the verifier.
+    pub fn secret_bytes(&self) -> Vec<&[u8]> {
+        self.secrets
+            .iter()
+            .map(|s| s.expose_secret().as_bytes())
+            .collect()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    scheme: Option<String>,
+    secrets: Option<Vec<String>>,
+    tolerance_secs: Option<u64>,
+    fee_bps: Option<i64>,
+    fee_fixed: Option<i64>,
+    api_base: Option<String>,
+    api_token: Option<String>,
+}
+
+pub(super) fn provider(
+    name: String,
+    p: RawProvider,
+    env: &dyn Env,
+) -> Result<ProviderConfig, ConfigError> {
+    let field = |f: &str| format!("providers.{name}.{f}");
+    if name.is_empty()
+        || name.len() > crate::events::MAX_PROVIDER_NAME_BYTES
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+    {
+        return Err(ConfigError::invalid(
+            format!("providers.{name}"),
+            format!(
+                "a provider name is a URL segment of at most {} bytes: use only letters, digits, '-' or '_'",
+                crate::events::MAX_PROVIDER_NAME_BYTES
+            ),
+        ));
+    }
+    let scheme_text = p
+        .scheme
+        .ok_or_else(|| ConfigError::invalid(field("scheme"), "is required"))?;
+    let scheme: Scheme = scheme_text.parse().map_err(|_| {
+        let valid: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
+        ConfigError::invalid(
+            field("scheme"),
+            format!(
+                "unknown scheme '{scheme_text}' (valid: {})",
+                valid.join(", ")
+            ),
+        )
+    })?;
+    let secrets_raw = p.secrets.unwrap_or_default();
+    if secrets_raw.is_empty() {
+        return Err(ConfigError::invalid(
+            field("secrets"),
+            "at least one secret is required",
+        ));
+    }
+    let mut secrets = Vec::with_capacity(secrets_raw.len());
+    for (i, s) in secrets_raw.into_iter().enumerate() {
+        let f = format!("providers.{name}.secrets[{i}]");
+        let value = match s.strip_prefix("env:") {
+            Some(var) => env.var(var).ok_or_else(|| {
+                ConfigError::invalid(&f, format!("environment variable {var} is not set"))
+            })?,
+            None => s,
+        };
+        if value.is_empty() {
+            return Err(ConfigError::invalid(&f, "is empty"));
+        }
+        hookline_signature::validate_secret(scheme, value.as_bytes())
+            .map_err(|why| ConfigError::invalid(&f, why))?;
+        secrets.push(SecretString::from(value));
+    }
+    let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
+        (Some(_), false) => {
+            return Err(ConfigError::invalid(
+                field("tolerance_secs"),
+                format!(
+                    "scheme '{}' signs no timestamp, so a tolerance has no meaning",
+                    scheme.as_str()
+                ),
+            ))
+        }
+        (Some(0), true) => {
+            return Err(ConfigError::invalid(
+                field("tolerance_secs"),
+                "must be greater than 0",
+            ))
+        }
+        (Some(t), true) => Some(t),
+        (None, _) => scheme.default_tolerance_secs(),
+    };
+    let fee_bps = p.fee_bps.unwrap_or(0);
+    if !(0..=10_000).contains(&fee_bps) {
+        return Err(ConfigError::invalid(
+            field("fee_bps"),
+            "must be between 0 and 10000",
+        ));
+    }
+    let fee_fixed = p.fee_fixed.unwrap_or(0);
+    if fee_fixed < 0 {
+        return Err(ConfigError::invalid(
+            field("fee_fixed"),
+            "must not be negative",
+        ));
+    }
+    let api_base = match p.api_base {
+        None => None,
+        Some(text) => {
+            let parsed = url::Url::parse(&text).map_err(|e| {
+                ConfigError::invalid(field("api_base"), format!("is not a URL: {e}"))
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                return Err(ConfigError::invalid(
+                    field("api_base"),
+                    "must be an http:// or https:// URL with a host",
+                ));
+            }
+            Some(parsed)
+        }
+    };
+    let api_token = match p.api_token {
+        None => None,
+        Some(t) => {
+            let f = field("api_token");
+            let value = match t.strip_prefix("env:") {
+                Some(var) => env.var(var).ok_or_else(|| {
+                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
+                })?,
+                None => t,
+            };
+            if value.is_empty() || value.chars().any(|c| c.is_control() || c == ' ') {
+                return Err(ConfigError::invalid(
+                    &f,
+                    "must be a non-empty token without spaces or control characters",
+                ));
+            }
+            Some(SecretString::from(value))
+        }
+    };
+    if api_token.is_some() && api_base.is_none() {
+        return Err(ConfigError::invalid(
+            field("api_base"),
+            "is required when api_token is set",
+        ));
+    }
+    Ok(ProviderConfig {
+        name,
+        scheme,
+        secrets,
+        tolerance_secs,
+        fee_bps,
+        fee_fixed,
+        api_base,
+        api_token,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::super::testing::err;
+    use super::super::Config;
+
+    #[test]
+    fn api_base_and_token_are_validated_and_the_token_redacted() {
+        let env = [("MP_TOKEN", "APP_USR-secret-token")];
+        let c = Config::from_toml_str(
+            "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\n\
+             api_base = \"http://127.0.0.1:8090\"\napi_token = \"env:MP_TOKEN\"\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let mp = &c.providers["mp"];
+        assert_eq!(
+            mp.api_base.as_ref().unwrap().as_str(),
+            "http://127.0.0.1:8090/"
+        );
+        assert_eq!(
+            mp.api_token.as_ref().unwrap().expose_secret(),
+            "APP_USR-secret-token"
+        );
+        assert!(!format!("{mp:?}").contains("APP_USR"));
+        let message = err(
+            "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_base = \"ftp://x\"\n",
+        );
+        assert!(message.contains("providers.mp.api_base"), "{message}");
+        let message =
+            err("[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_token = \"t\"\n");
+        assert!(message.contains("required when api_token"), "{message}");
+    }
+
+    #[test]
+    fn provider_names_are_bounded() {
+        let long = "p".repeat(crate::events::MAX_PROVIDER_NAME_BYTES + 1);
+        let message = err(&format!(
+            "[providers.{long}]\nscheme = \"github\"\nsecrets = [\"x\"]\n"
+        ));
+        assert!(message.contains("at most"), "{message}");
+    }
+
+    #[test]
+    fn full_example_with_env_secret_and_shared_scheme() {
+        let env = [("STRIPE_OLD_SECRET", "whsec_old")];
+        let c = Config::from_toml_str(
+            r#"
+            [providers.stripe]
+            scheme = "stripe"
+            secrets = ["whsec_new", "env:STRIPE_OLD_SECRET"]
+            tolerance_secs = 120
+            [providers.stripe-eu]
+            scheme = "stripe"
+            secrets = ["whsec_eu"]
+            [providers.gh]
+            scheme = "github"
+            secrets = ["s3cret"]
+            "#,
+            "t",
+            &env,
+        )
+        .unwrap();
+        let s = &c.providers["stripe"];
+        assert_eq!(s.secret_bytes(), vec![&b"whsec_new"[..], &b"whsec_old"[..]]);
+        assert_eq!(s.tolerance_secs, Some(120));
+        assert_eq!(c.providers["stripe-eu"].tolerance_secs, Some(300));
+        assert_eq!(c.providers["gh"].tolerance_secs, None);
+    }
+
+    #[test]
+    fn unknown_scheme_names_the_field() {
+        let e = err("[providers.p]\nscheme = \"strpe\"\nsecrets = [\"x\"]");
+        assert!(
+            e.starts_with("providers.p.scheme: unknown scheme 'strpe'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_and_empty_secrets_name_the_field() {
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\""),
+            "providers.p.secrets: at least one secret is required"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = []"),
+            "providers.p.secrets: at least one secret is required"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = [\"a\", \"\"]"),
+            "providers.p.secrets[1]: is empty"
+        );
+        assert_eq!(
+            err("[providers.p]\nscheme = \"github\"\nsecrets = [\"env:NOPE_NOT_SET\"]"),
+            "providers.p.secrets[0]: environment variable NOPE_NOT_SET is not set"
+        );
+    }
+
+    #[test]
+    fn tolerance_on_untimestamped_scheme_is_rejected() {
+        let e = err("[providers.gh]\nscheme = \"github\"\nsecrets = [\"x\"]\ntolerance_secs = 300");
+        assert!(e.starts_with("providers.gh.tolerance_secs:"), "{e}");
+    }
+}

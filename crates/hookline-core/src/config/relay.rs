@@ -1,0 +1,90 @@
+//! `[relay]`: the transactional-outbox publisher (embedded in the edge or `hookline relay`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{linger, positive, ConfigError};
+
+/// `[relay]`: the transactional-outbox publisher.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Run the relay inside the edge process (publish right after each commit).
+    pub embedded: bool,
+    /// How often the sweeper looks for committed-but-unpublished events.
+    pub sweep_interval: Duration,
+    /// The sweeper only takes rows older than this, leaving fresh ones to the fast path.
+    pub sweep_min_age: Duration,
+    /// Rows per sweep batch (one transaction, pipelined publishes).
+    pub batch_size: u32,
+    /// How long a fast-path batch that is not full waits for more committed events before its publish round
+    /// (0 = never): under ingest pressure fewer, larger rounds for a few milliseconds of relay lag.
+    pub linger: Duration,
+    /// One deadline for a batch's writes and confirms: past it the batch is treated as unpublished and the
+    /// publisher replaced.
+    pub confirm_timeout: Duration,
+    /// An unpublished event older than this needs attention: `hookline status` exits 1 (its
+    /// `--max-unpublished-age` overrides it for one run).
+    pub max_unpublished_age: Duration,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRelay {
+    embedded: Option<bool>,
+    sweep_interval_ms: Option<u64>,
+    sweep_min_age_ms: Option<u64>,
+    batch_size: Option<u32>,
+    linger_ms: Option<u64>,
+    confirm_timeout_ms: Option<u64>,
+    max_unpublished_age_secs: Option<u64>,
+}
+
+pub(super) fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
+    let relay = RelayConfig {
+        embedded: r.embedded.unwrap_or(true),
+        sweep_interval: Duration::from_millis(positive(
+            r.sweep_interval_ms,
+            1000,
+            "relay.sweep_interval_ms",
+        )?),
+        sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
+        batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
+        linger: linger(r.linger_ms, "relay.linger_ms")?,
+        confirm_timeout: Duration::from_millis(positive(
+            r.confirm_timeout_ms,
+            10_000,
+            "relay.confirm_timeout_ms",
+        )?),
+        max_unpublished_age: Duration::from_secs(positive(
+            r.max_unpublished_age_secs,
+            60,
+            "relay.max_unpublished_age_secs",
+        )?),
+    };
+    Ok(relay)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::{err, NO_ENV};
+    use super::super::Config;
+
+    #[test]
+    fn relay_linger_is_bounded_and_zero_turns_it_off() {
+        let linger = |text: &str| {
+            Config::from_toml_str(text, "t", &NO_ENV)
+                .unwrap()
+                .relay
+                .linger
+        };
+        assert_eq!(linger(""), Duration::from_millis(5));
+        assert_eq!(linger("[relay]\nlinger_ms = 0"), Duration::ZERO);
+        assert_eq!(linger("[relay]\nlinger_ms = 1000"), Duration::from_secs(1));
+        assert!(err("[relay]\nlinger_ms = 1001").starts_with("relay.linger_ms:"));
+        assert!(err("[relay]\nlinger_ms = -1").contains("linger_ms"));
+        assert!(err("[relay]\nlinger_ms = \"5\"").contains("linger_ms"));
+    }
+}

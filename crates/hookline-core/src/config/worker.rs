@@ -1,0 +1,83 @@
+//! `[worker]`: the consumer that applies payment effects (prefetch, concurrency, batching, its health listener).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{linger, positive, ConfigError};
+
+/// `[worker]`: the consumer.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Unacknowledged deliveries RabbitMQ may push to one worker process (`basic.qos`).
+    pub prefetch: u16,
+    /// Deliveries processed at once by one worker process.
+    pub concurrency: usize,
+    /// Size of the worker's connection pool.
+    pub db_max_connections: u32,
+    /// Most deliveries applied in one transaction (each in its own savepoint); 1 disables batching.
+    pub batch_max: usize,
+    /// How long a batch that is not full waits for more deliveries before it starts (0 = never waits).
+    pub batch_linger: Duration,
+    /// Where the worker serves `/healthz` and `/metrics`; `None` (the default) serves nothing.
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWorker {
+    listen: Option<String>,
+    prefetch: Option<u16>,
+    concurrency: Option<usize>,
+    db_max_connections: Option<u32>,
+    batch_max: Option<usize>,
+    batch_linger_ms: Option<u64>,
+}
+
+pub(super) fn worker(w: RawWorker) -> Result<WorkerConfig, ConfigError> {
+    let worker = WorkerConfig {
+        prefetch: positive(w.prefetch.map(u64::from), 128, "worker.prefetch")? as u16,
+        concurrency: positive(w.concurrency.map(|c| c as u64), 8, "worker.concurrency")? as usize,
+        db_max_connections: positive(
+            w.db_max_connections.map(u64::from),
+            16,
+            "worker.db_max_connections",
+        )? as u32,
+        batch_max: positive(w.batch_max.map(|b| b as u64), 32, "worker.batch_max")? as usize,
+        batch_linger: linger(w.batch_linger_ms, "worker.batch_linger_ms")?,
+        listen: match w.listen {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                ConfigError::invalid(
+                    "worker.listen",
+                    format!("'{text}' is not an address like 127.0.0.1:9091"),
+                )
+            })?),
+        },
+    };
+    Ok(worker)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::{err, NO_ENV};
+    use super::super::Config;
+
+    #[test]
+    fn batch_linger_is_bounded_and_zero_turns_it_off() {
+        let linger = |text: &str| {
+            Config::from_toml_str(text, "t", &NO_ENV)
+                .unwrap()
+                .worker
+                .batch_linger
+        };
+        assert_eq!(linger(""), Duration::from_millis(5));
+        assert_eq!(linger("[worker]\nbatch_linger_ms = 0"), Duration::ZERO);
+        assert!(err("[worker]\nbatch_linger_ms = 1001").starts_with("worker.batch_linger_ms:"));
+        assert!(err("[worker]\nbatch_linger_ms = -1").contains("batch_linger_ms"));
+        assert!(err("[worker]\nbatch_linger_ms = \"5\"").contains("batch_linger_ms"));
+    }
+}
