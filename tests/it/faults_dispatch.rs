@@ -12,8 +12,6 @@ const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dispatcher_killed_between_send_and_record_charges_once() {
-    // The lease a dead dispatcher holds before another may claim its request (default 60 s).
-    std::env::set_var("HOOKLINE_DISPATCH_LEASE_SECS", "2");
     let sandbox_port = free_port();
     let api = format!("http://127.0.0.1:{sandbox_port}");
     let mut c = Cluster::new(
@@ -23,6 +21,9 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
                 "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_kill\"]\n\
                  api_base = \"{api}\"\napi_token = \"sk_test_kill\"\n"
             ),
+            // The lease a dead dispatcher holds before another may claim its request (default 60 s): for the
+            // workers only, not this process (the other tests in it read their environment too).
+            env: vec![("HOOKLINE_DISPATCH_LEASE_SECS".into(), "2".into())],
             ..ClusterOptions::default()
         },
     )
