@@ -42,4 +42,5 @@ mod outbound;
 mod pipeline;
 mod provider_api;
 mod purge;
+mod redelivery;
 mod worker_crash;
