@@ -136,6 +136,48 @@ pub fn output_within(timeout: Duration, cmd: &mut std::process::Command) -> std:
     }
 }
 
+/// How long a CLI command (`hookline …`) may run in a test before it counts as hung.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// [`output_within`] as a method, so a command chain keeps its shape: `Command::new(…).args(…).output_within(t)`.
+pub trait OutputWithin {
+    /// Runs the command to completion with a deadline (see [`output_within`]).
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output;
+}
+
+impl OutputWithin for std::process::Command {
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output {
+        output_within(timeout, self)
+    }
+}
+
+/// The same for `tokio::process::Command`, without blocking the runtime: killed (`kill_on_drop`) and failing
+/// with the command line when it has not finished within `timeout`.
+pub trait OutputWithinAsync {
+    /// Runs the command to completion with a deadline.
+    fn output_within(
+        &mut self,
+        timeout: Duration,
+    ) -> impl Future<Output = std::process::Output> + Send;
+}
+
+impl OutputWithinAsync for tokio::process::Command {
+    fn output_within(
+        &mut self,
+        timeout: Duration,
+    ) -> impl Future<Output = std::process::Output> + Send {
+        let line = format!("{:?}", self.as_std());
+        let output = self.kill_on_drop(true).output();
+        async move {
+            match tokio::time::timeout(timeout, output).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => panic!("run {line}: {e}"),
+                Err(_) => panic!("{line} did not finish within {timeout:?} (killed)"),
+            }
+        }
+    }
+}
+
 /// Waits until `sql` (a `count(*)`-like scalar) equals `want`, or panics with `what` and the last count (or
 /// error) after `timeout`.
 pub async fn wait_for_count(pool: &PgPool, timeout: Duration, what: &str, sql: &str, want: i64) {
