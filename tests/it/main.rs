@@ -1,7 +1,7 @@
 //! Every integration test of hookline, built as ONE test binary (`--test it`).
 //!
 //! Each former test target is a module here, its file moved unchanged from `tests/NAME.rs` to `tests/it/NAME.rs`:
-//! one binary links the workspace once per change instead of once per target (24 links before). Test names are
+//! one binary links the workspace once per change instead of once per target (27 links before). Test names are
 //! `MODULE::test`, so `cargo test -p hookline-tests --test it -- edge::` runs what `--test edge` ran.
 //!
 //! Separate binaries used to give isolation for free (cargo runs test binaries one after another); here is how
