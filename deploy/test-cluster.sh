@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The scale-out step of deploy/test.sh (issue 15), runnable alone: builds the RabbitMQ cluster and the PostgreSQL
 # primary + synchronous standby behind HAProxy with deploy/cluster.sh (own ports and directories; the machine's
-# default RabbitMQ and PostgreSQL are not touched), runs tests/cluster.rs against them (two edges, two workers,
+# default RabbitMQ and PostgreSQL are not touched), runs tests/it/cluster.rs against them (two edges, two workers,
 # broker-node and database failovers under load, total-queue check), and removes the cluster again — also when the
-# test fails. Needs root (deploy/cluster.sh switches to the rabbitmq and postgres users). A few minutes.
+# test fails. The test is the `cluster::` module of the one integration-test binary `it`, `#[ignore]`d in every other
+# run: `--ignored cluster::` selects it alone (the disruptive:: tests are ignored too but do not match). Needs root (deploy/cluster.sh switches to the rabbitmq and postgres users). A few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +26,4 @@ trap 'rc=$?; [ "$rc" = 0 ] || keep_logs; down; exit $rc' EXIT
 cargo build --workspace --bins --locked
 bash deploy/cluster.sh up >/dev/null
 eval "$(bash deploy/cluster.sh env)"
-cargo test --locked -p hookline-tests --test cluster -- --ignored
+cargo test --locked -p hookline-tests --test it -- --ignored cluster::

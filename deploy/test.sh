@@ -55,7 +55,18 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).
 cargo build --workspace --bins --locked
 # Tests are I/O bound (real databases and brokers), so run more of them at once than there are cores.
+# The integration tests are one binary (tests/it, `--test it`); its tests that stop or disturb the shared
+# PostgreSQL/RabbitMQ (module `disruptive::`) and the cluster test (`cluster::`) are #[ignore]d, so this run has
+# none of them beside the others.
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-8} cargo test --workspace --locked "$@"
+
+# The disruptive tests (broker app stopped, every broker connection closed, PostgreSQL restarted or stopped):
+# after everything else, alone and one at a time, so that no other test sees their outages (separate test binaries
+# gave that isolation before: cargo runs binaries one after another). Skipped when arguments narrowed the run or
+# HOOKLINE_SKIP_DISRUPTIVE=1.
+if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_DISRUPTIVE:-0}" != 1 ]; then
+  cargo test --locked -p hookline-tests --test it -- --ignored --test-threads=1 disruptive::
+fi
 
 # Scale-out (issue 15), its own step (deploy/test-cluster.sh): a three-node RabbitMQ cluster and a PostgreSQL
 # failover pair built by deploy/cluster.sh, the chaos test against them, the cluster removed again. Skipped when

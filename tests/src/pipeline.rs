@@ -19,36 +19,183 @@ use crate::{parse_config, test_config_toml, TestDb, TestEdge};
 pub const FAST_PIPELINE: &str = "[relay]\nsweep_interval_ms = 200\nsweep_min_age_ms = 300\n[worker]\nprefetch = 16\nconcurrency = 4\ndb_max_connections = 6";
 
 /// Polls `check` every 50 ms until it returns true or `timeout` passes; panics with `what` on timeout. Waits on
-/// an observable outcome, never a fixed sleep.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+/// an observable outcome, never a fixed sleep. A check that itself never returns (a lock, a dead peer) fails at
+/// the same deadline: the deadline bounds the whole wait, not only the pauses between checks.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + timeout;
+    wait_for(timeout, what, check, |done| *done).await;
+}
+
+/// Polls `probe` every 50 ms until `done` accepts what it returned, and returns that value. After `timeout`
+/// (which also bounds a probe that never returns) it panics with `what` and the last value the probe returned,
+/// so a failed wait says what it saw instead of only that it waited.
+pub async fn wait_for<T, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut probe: F,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last: Option<T> = None;
+    let mut polls = 0u32;
     loop {
-        if check().await {
-            return;
+        match tokio::time::timeout_at(deadline, probe()).await {
+            Ok(seen) if done(&seen) => return seen,
+            Ok(seen) => last = Some(seen),
+            Err(_) => panic!(
+                "timed out after {timeout:?} waiting for {what}: the check in progress did not return \
+                 ({polls} earlier checks; last seen: {last:?})"
+            ),
         }
+        polls += 1;
         assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what} ({polls} checks; last seen: {last:?})"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-/// Waits until `sql` (a `count(*)`-like scalar) equals `want`, or panics with `what` after `timeout`.
-pub async fn wait_for_count(pool: &PgPool, timeout: Duration, what: &str, sql: &str, want: i64) {
-    wait_until(timeout, what, || {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .is_ok_and(|n| n == want)
+/// Awaits `fut` for at most `timeout`; panics with `what` if it has not finished by then. For awaits that are
+/// not polls (a task joined, a server stopped): a hang fails the test instead of holding the run.
+pub async fn within<T>(timeout: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not finish within {timeout:?}"),
+    }
+}
+
+/// Runs `cmd` to completion (stdin closed, stdout and stderr captured) and returns its output; after `timeout` it
+/// is SIGKILLed and the test fails with the command line and what it printed so far. A blocking call: for
+/// commands that finish quickly, like the CLI's.
+pub fn output_within(timeout: Duration, cmd: &mut std::process::Command) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let line = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {line}: {e}"));
+    // Both pipes are read on their own threads: a child filling one pipe must not block while we wait.
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut buf).ok();
+            }
+            buf
+        })
+    };
+    let stdout = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                child.kill().ok();
+                child.wait().ok();
+                let out = stdout.join().unwrap_or_default();
+                let err = stderr.join().unwrap_or_default();
+                panic!(
+                    "{line} did not finish within {timeout:?}; it printed:\n{}{}",
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            Err(e) => panic!("wait for {line}: {e}"),
         }
-    })
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
+/// How long a CLI command (`hookline …`) may run in a test before it counts as hung.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// [`output_within`] as a method, so a command chain keeps its shape: `Command::new(…).args(…).output_within(t)`.
+pub trait OutputWithin {
+    /// Runs the command to completion with a deadline (see [`output_within`]).
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output;
+}
+
+impl OutputWithin for std::process::Command {
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output {
+        output_within(timeout, self)
+    }
+}
+
+/// The same for `tokio::process::Command`, without blocking the runtime: killed (`kill_on_drop`) and failing
+/// with the command line when it has not finished within `timeout`.
+pub trait OutputWithinAsync {
+    /// Runs the command to completion with a deadline.
+    fn output_within(
+        &mut self,
+        timeout: Duration,
+    ) -> impl Future<Output = std::process::Output> + Send;
+}
+
+impl OutputWithinAsync for tokio::process::Command {
+    fn output_within(
+        &mut self,
+        timeout: Duration,
+    ) -> impl Future<Output = std::process::Output> + Send {
+        let line = format!("{:?}", self.as_std());
+        let output = self.kill_on_drop(true).output();
+        async move {
+            match tokio::time::timeout(timeout, output).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => panic!("run {line}: {e}"),
+                Err(_) => panic!("{line} did not finish within {timeout:?} (killed)"),
+            }
+        }
+    }
+}
+
+/// Waits until `sql` (a `count(*)`-like scalar) equals `want`, or panics with `what` and the last count (or
+/// error) after `timeout`.
+pub async fn wait_for_count(pool: &PgPool, timeout: Duration, what: &str, sql: &str, want: i64) {
+    // Only an `Ok(want)` ends the wait: the value returned is known.
+    let _seen = wait_for(
+        timeout,
+        &format!("{what} ({sql} = {want})"),
+        || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+        |n| n.as_ref().is_ok_and(|n| *n == want),
+    )
     .await;
 }
 
@@ -59,10 +206,18 @@ pub struct WorkerGuard {
 }
 
 impl WorkerGuard {
-    /// Graceful stop: in-flight deliveries finish and ack.
+    /// Graceful stop: in-flight deliveries finish and ack. A worker that does not stop within a minute fails the
+    /// test (a stop is a wait like any other).
     pub async fn stop(self) {
         self.cancel.cancel();
-        self.task.await.expect("worker task").expect("worker run");
+        within(
+            Duration::from_secs(60),
+            "the worker's graceful stop",
+            self.task,
+        )
+        .await
+        .expect("worker task")
+        .expect("worker run");
     }
 }
 
@@ -138,13 +293,14 @@ impl TestPipeline {
     /// Waits until every stored event has been processed (marker) or dead-lettered.
     pub async fn drain(&self, timeout: Duration) {
         let pool = self.pool().clone();
-        wait_until(
+        wait_for(
             timeout,
-            "every stored event processed or dead-lettered",
+            "every stored event processed or dead-lettered (seen: events still pending)",
             || {
                 let pool = pool.clone();
-                async move { pending_events(&pool).await == 0 }
+                async move { pending_events(&pool).await }
             },
+            |pending| *pending == 0,
         )
         .await;
     }
@@ -154,7 +310,13 @@ impl TestPipeline {
     pub async fn queue_depth(&self, queue: &str) -> u32 {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(n) = self.try_queue_depth(queue).await {
+            let depth = within(
+                Duration::from_secs(10),
+                &format!("a passive declare of {queue}"),
+                self.try_queue_depth(queue),
+            )
+            .await;
+            if let Some(n) = depth {
                 return n;
             }
             assert!(

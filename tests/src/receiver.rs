@@ -139,9 +139,14 @@ impl Receiver {
             .unwrap_or(0)
     }
 
-    /// Stops the server.
+    /// Stops the server (at most 30 s: a stop that hangs fails the test).
     pub async fn stop(self) {
-        self.handle.stop(false).await;
+        crate::within(
+            Duration::from_secs(30),
+            "the receiver's stop",
+            self.handle.stop(false),
+        )
+        .await;
     }
 }
 

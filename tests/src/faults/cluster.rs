@@ -51,6 +51,9 @@ pub struct ClusterOptions {
     pub rabbitmq_nodes: Vec<String>,
     /// `amqp.delivery_limit` instead of the test configuration's 3.
     pub delivery_limit: Option<u32>,
+    /// Extra environment variables of every child process (e.g. `RUST_LOG`). Set here, never
+    /// with `std::env::set_var`: the tests share one process, whose environment every other test and child reads.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
@@ -67,6 +70,7 @@ impl Default for ClusterOptions {
             pg_base: None,
             rabbitmq_nodes: Vec::new(),
             delivery_limit: None,
+            env: Vec::new(),
         }
     }
 }
@@ -110,6 +114,7 @@ pub struct Cluster {
     history: Vec<(String, PathBuf)>,
     http: reqwest::Client,
     edge_text_logs: bool,
+    env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -176,6 +181,7 @@ impl Cluster {
             rabbitmq_nodes: opts.rabbitmq_nodes.clone(),
             history: Vec::new(),
             edge_text_logs: opts.edge_text_logs,
+            env: opts.env.clone(),
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .timeout(Duration::from_secs(5))
@@ -222,6 +228,7 @@ impl Cluster {
             )
             // As on production machines (and ours): errors must still be logged without backtraces.
             .env("RUST_BACKTRACE", "1")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("clone log file"))
             .stderr(file);

@@ -521,8 +521,7 @@ async fn destination_urls_are_shown_with_userinfo_and_query_values_redacted() {
             .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL")
-            .output()
-            .expect("run hookline");
+            .output_within(CLI_TIMEOUT);
         let shown = String::from_utf8_lossy(&out.stdout);
         assert!(shown.contains("token=***"), "{args:?}: {shown}");
         assert!(

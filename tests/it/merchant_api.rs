@@ -1024,6 +1024,8 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         "{more:?}"
     );
     cancel.cancel();
-    task.await.unwrap();
+    within(Duration::from_secs(60), "the dispatcher's stop", task)
+        .await
+        .unwrap();
     sandbox.stop().await;
 }

@@ -21,8 +21,7 @@ fn cli(config: &std::path::Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .env_remove("DATABASE_URL")
         .env_remove("AMQP_URL")
-        .output()
-        .expect("run hookline")
+        .output_within(CLI_TIMEOUT)
 }
 
 async fn store(pool: &sqlx::PgPool, id: &str) {

@@ -24,7 +24,7 @@ async fn hookline(p: &TestPipeline, args: &[&str]) -> Output {
         .arg("--config")
         .arg(&config)
         .args(args);
-    cmd.output().await.expect("run hookline")
+    cmd.output_within(CLI_TIMEOUT).await
 }
 
 /// Ready + unacknowledged messages of `queue` (`rabbitmqctl list_queues`), `None` when not listed.

@@ -208,7 +208,7 @@ async fn lost_answer_is_retried_with_the_same_key_and_charges_once() {
         2
     );
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
     sandbox.stop().await;
 }
@@ -264,7 +264,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     )
     .await;
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
     sandbox.stop().await;
 }
@@ -382,7 +382,7 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
             .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL");
-        cmd.output().expect("run hookline")
+        cmd.output_within(CLI_TIMEOUT)
     };
     assert_eq!(
         cli(&["billing", "run", "--cycle", "2026-13"]).status.code(),
@@ -503,8 +503,7 @@ async fn concurrent_refunds_never_exceed_the_capture() {
             .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL")
-            .output()
-            .expect("run hookline")
+            .output_within(CLI_TIMEOUT)
     };
     let out = cli(&[
         "refund",
@@ -535,7 +534,7 @@ async fn concurrent_refunds_never_exceed_the_capture() {
 
     outbox_drained(&p).await;
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
     let report = sandbox.control().charges();
     let (st_report, mp_report) = (
         report.provider("st").unwrap(),
@@ -624,7 +623,7 @@ async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
     );
     assert!(last_error.unwrap_or_default().contains("card_declined"));
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
     sandbox.stop().await;
 }
@@ -746,7 +745,7 @@ async fn gateway_redirect_is_not_followed_and_needs_attention() {
     let (cancel, task) = spawn_dispatcher(&p);
     outbox_drained(&p).await;
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
 
     assert!(
         internal.seen().is_empty(),
@@ -828,7 +827,7 @@ async fn gateway_2xx_without_the_object_is_not_a_success() {
     );
     outbox_drained(&p).await;
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
 
     let max = hookline_payments::dispatch::MAX_UNREADABLE_ATTEMPTS;
     for (i, path, reason) in [
@@ -881,8 +880,7 @@ async fn status_reports_intents_stuck_without_a_final_answer() {
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL")
             .env_remove("HOOKLINE_CONFIG")
-            .output()
-            .expect("run hookline")
+            .output_within(CLI_TIMEOUT)
     };
     let text = |o: &std::process::Output| {
         format!(
@@ -967,8 +965,7 @@ async fn status_reports_intents_stuck_without_a_final_answer() {
         .env_remove("DATABASE_URL")
         .env_remove("AMQP_URL")
         .env_remove("HOOKLINE_CONFIG")
-        .output()
-        .expect("run hookline");
+        .output_within(CLI_TIMEOUT);
     assert_eq!(table.status.code(), Some(1));
     assert!(
         text(&table).contains("ATTENTION: 1 payment intent(s) and 1 refund(s)"),
@@ -1039,7 +1036,7 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
     }
     outbox_drained(&p).await;
     cancel.cancel();
-    task.await.unwrap();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
 
     let report = control.charges();
     let requests = control.requests();

@@ -10,7 +10,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_tests::receiver::{Behaviour, Receiver};
-use hookline_tests::{binary, secrets, stripe, wait_until, TestPipeline};
+use hookline_tests::{
+    binary, output_within, secrets, stripe, wait_for, wait_until, within, TestPipeline,
+};
 use lapin::options::{BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use serde_json::Value;
@@ -183,14 +185,15 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
         .filter(|(_, (ty, _))| ledger_types.contains(&ty.as_str()))
         .map(|(id, _)| id.clone())
         .collect();
-    wait_until(
+    // Seen on timeout: the ids each receiver acted on (compare with the facts above).
+    wait_for(
         WAIT,
-        "orders and ledger received every subscribed fact",
+        &format!("orders and ledger acting on every subscribed fact ({everything:?})"),
         || {
-            let done =
-                receiver.acted("orders") == everything && receiver.acted("ledger") == for_ledger;
-            async move { done }
+            let seen = (receiver.acted("orders"), receiver.acted("ledger"));
+            async move { seen }
         },
+        |(orders, ledger)| *orders == everything && *ledger == for_ledger,
     )
     .await;
 
@@ -269,10 +272,12 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
             .unwrap()
         }
     };
-    wait_until(WAIT, "every 410 was recorded", || {
-        let attempts = gone_attempts();
-        async move { attempts.await == gone_requests as i64 }
-    })
+    wait_for(
+        WAIT,
+        &format!("{gone_requests} recorded 410 attempts"),
+        gone_attempts,
+        |n| *n == gone_requests as i64,
+    )
     .await;
     let gone_attempts = gone_attempts().await;
     assert!(
@@ -292,13 +297,14 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
             .await
             .unwrap()
     );
-    wait_until(
+    wait_for(
         WAIT,
-        "the re-enabled destination received everything",
+        "the re-enabled destination acting on every fact",
         || {
-            let done = receiver.acted("gone") == everything;
-            async move { done }
+            let seen = receiver.acted("gone");
+            async move { seen }
         },
+        |acted| *acted == everything,
     )
     .await;
 
@@ -337,8 +343,9 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
         .await
         .unwrap();
     let config_file = p.config_file();
-    let out = Command::new(binary("hookline"))
-        .args([
+    let out = output_within(
+        WAIT,
+        Command::new(binary("hookline")).args([
             "--config",
             config_file.to_str().unwrap(),
             "replay",
@@ -347,18 +354,22 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
             "test: replay everything",
             "--rate",
             "0",
-        ])
-        .output()
-        .expect("run hookline replay");
+        ]),
+    );
     assert!(
         out.status.success(),
         "replay: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_until(WAIT, "the replayed events were consumed", || {
-        let p = &p;
-        async move { p.queue_depth(&p.topology().payments_queue).await == 0 }
-    })
+    wait_for(
+        WAIT,
+        "the replayed events consumed (seen: messages in the payments queue)",
+        || {
+            let p = &p;
+            async move { p.queue_depth(&p.topology().payments_queue).await }
+        },
+        |depth| *depth == 0,
+    )
     .await;
     worker.stop().await; // in-flight deliveries finish and ack
     assert_eq!(
@@ -378,8 +389,9 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
         .iter()
         .filter(|r| r.destination == "ledger")
         .count();
-    let out = Command::new(binary("hookline"))
-        .args([
+    let out = output_within(
+        WAIT,
+        Command::new(binary("hookline")).args([
             "--config",
             config_file.to_str().unwrap(),
             "events",
@@ -392,9 +404,8 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
             "test: the ERP lost its copy",
             "--operator",
             "ops",
-        ])
-        .output()
-        .expect("run hookline events redeliver");
+        ]),
+    );
     assert!(
         out.status.success(),
         "redeliver: {}",
@@ -408,14 +419,19 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
     .unwrap();
     assert_eq!((operator.as_str(), published), ("ops", 3));
     assert!(reason.contains("ERP"));
-    wait_until(WAIT, "the redelivered facts arrived", || {
-        let n = receiver
-            .received()
-            .iter()
-            .filter(|r| r.destination == "ledger")
-            .count();
-        async move { n == before + 3 }
-    })
+    wait_for(
+        WAIT,
+        &format!("{} requests at ledger (3 redelivered)", before + 3),
+        || {
+            let n = receiver
+                .received()
+                .iter()
+                .filter(|r| r.destination == "ledger")
+                .count();
+            async move { n }
+        },
+        |n| *n == before + 3,
+    )
     .await;
     assert_eq!(
         receiver.acted("ledger"),
@@ -426,7 +442,7 @@ async fn every_fact_reaches_every_subscribed_destination_once_per_receiver() {
 
     cancel.cancel();
     for t in delivery {
-        t.await.unwrap();
+        within(WAIT, "a delivery task's stop", t).await.unwrap();
     }
     receiver.stop().await;
 }
@@ -549,12 +565,13 @@ async fn destinations_add_and_rotate_edit_the_configuration_and_print_the_secret
     let path = dir.join("hookline.toml");
     std::fs::write(&path, format!("# operator's comment, kept\n{toml}")).unwrap();
     let hookline = |args: &[&str]| {
-        Command::new(binary("hookline"))
-            .arg("--config")
-            .arg(&path)
-            .args(args)
-            .output()
-            .expect("run hookline")
+        output_within(
+            WAIT,
+            Command::new(binary("hookline"))
+                .arg("--config")
+                .arg(&path)
+                .args(args),
+        )
     };
     let load = || hookline_tests::parse_config(&std::fs::read_to_string(&path).unwrap());
 
@@ -743,12 +760,20 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
     .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(queued, 1);
-    wait_until(WAIT, "the redelivered fact arrived", || {
-        let done = receiver.acted("down").contains(&id);
-        async move { done }
-    })
+    wait_for(
+        WAIT,
+        &format!("the redelivered fact {id} acted on"),
+        || {
+            let seen = receiver.acted("down");
+            async move { seen }
+        },
+        |acted| acted.contains(&id),
+    )
     .await;
     cancel.cancel();
-    task.await.unwrap().unwrap();
+    within(WAIT, "the delivery's stop", task)
+        .await
+        .unwrap()
+        .unwrap();
     receiver.stop().await;
 }

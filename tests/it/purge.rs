@@ -121,9 +121,8 @@ impl Fixture {
             .env_remove("AMQP_URL")
             .env_remove("HOOKLINE_CONFIG")
             .env("RUST_LOG", "warn")
-            .output()
-            .await
-            .expect("run hookline purge");
+            .output_within(CLI_TIMEOUT)
+            .await;
         let code = out.status.code().expect("hookline exited normally");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -146,9 +146,8 @@ async fn mercadopago_notifications_are_fetched_and_posted_once() {
         .args(["replay", "--all", "--rate", "0", "--reason", "replay all"])
         .env_remove("DATABASE_URL")
         .env_remove("AMQP_URL")
-        .output()
-        .await
-        .unwrap();
+        .output_within(CLI_TIMEOUT)
+        .await;
     assert!(out.status.success(), "{out:?}");
     p.drain(WAIT).await;
     let queue = p.topology().payments_queue;
@@ -288,9 +287,8 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
                 .args(extra)
                 .env_remove("DATABASE_URL")
                 .env_remove("AMQP_URL")
-                .output()
+                .output_within(CLI_TIMEOUT)
                 .await
-                .unwrap()
         }
     };
     let dry = reconcile("mp", &["--dry-run"]).await;
