@@ -244,12 +244,7 @@ pub fn start(
     let server = server.run();
     let handle = server.handle();
     let prune = CancellationToken::new();
-    spawn_pruning(
-        pool,
-        api.idempotency_window,
-        supervisor.clone(),
-        prune.clone(),
-    );
+    spawn_pruning(pool, api.idempotency_window, supervisor, &prune);
     tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
     Ok(ApiServer {
         port,
@@ -264,33 +259,25 @@ pub fn start(
 fn spawn_pruning(
     pool: PgPool,
     window: Duration,
-    supervisor: Supervisor,
-    cancel: CancellationToken,
+    supervisor: &Supervisor,
+    cancel: &CancellationToken,
 ) {
     let every = (window / 4).clamp(Duration::from_secs(60), Duration::from_secs(3600));
-    tokio::spawn(async move {
-        supervisor
-            .run(PRUNE_TASK, cancel, |_| {
-                let pool = pool.clone();
-                async move {
-                    loop {
-                        tokio::time::sleep(every).await;
-                        match hookline_payments::intents::prune_idempotency_keys(&pool, window, 1000)
-                            .await
-                        {
-                            Ok(n) => {
-                                metrics::counter!(metric::KEYS_PRUNED).increment(n);
-                                if n > 0 {
-                                    tracing::info!(deleted = n, "pruned expired idempotency keys");
-                                }
-                            }
-                            Err(e) => {
-                                tracing::warn!(error.message = %e, "pruning idempotency keys failed; retrying later")
-                            }
-                        }
+    // The handle is not kept: the loop ends with `cancel` (ApiServer::stop).
+    drop(supervisor.spawn(PRUNE_TASK, cancel, pool, move |pool, _| async move {
+        loop {
+            tokio::time::sleep(every).await;
+            match hookline_payments::intents::prune_idempotency_keys(&pool, window, 1000).await {
+                Ok(n) => {
+                    metrics::counter!(metric::KEYS_PRUNED).increment(n);
+                    if n > 0 {
+                        tracing::info!(deleted = n, "pruned expired idempotency keys");
                     }
                 }
-            })
-            .await
-    });
+                Err(e) => {
+                    tracing::warn!(error.message = %e, "pruning idempotency keys failed; retrying later")
+                }
+            }
+        }
+    }));
 }

@@ -110,40 +110,33 @@ impl<H: Handler> Worker<H> {
         });
         // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
         // crashes carry no recorded reason otherwise).
-        let reconcile = {
-            let (pool, url, topology, cancel) = (
+        let consumer = self.handler.consumer();
+        let reconcile = supervisor.spawn(
+            "dlq_reconcile",
+            &cancel,
+            (
                 self.pool.clone(),
                 self.settings.amqp_urls.clone(),
                 self.settings.topology.clone(),
-                cancel.clone(),
-            );
-            let consumer = self.handler.consumer();
-            tokio::spawn(async move {
-                supervisor
-                    .run("dlq_reconcile", cancel.clone(), |_| {
-                        let (pool, url, topology, cancel) =
-                            (pool.clone(), url.clone(), topology.clone(), cancel.clone());
-                        async move {
-                            let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
-                            tick.tick().await; // the first tick is immediate: start one interval from now
-                            loop {
-                                tokio::select! {
-                                    _ = cancel.cancelled() => return Ok(()),
-                                    _ = tick.tick() => {}
-                                }
-                                // Bounded: a broker that stops answering mid-pass must not stop every later pass.
-                                let pass = hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000);
-                                match tokio::time::timeout(DLQ_RECONCILE_INTERVAL, pass).await {
-                                    Ok(Ok(_)) => {}
-                                    Ok(Err(e)) => tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry"),
-                                    Err(_) => tracing::warn!(timeout_ms = DLQ_RECONCILE_INTERVAL.as_millis() as u64, "dead-letter reconciliation did not finish in time; will retry"),
-                                }
-                            }
-                        }
-                    })
-                    .await
-            })
-        };
+            ),
+            move |(pool, url, topology), cancel| async move {
+                let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
+                tick.tick().await; // the first tick is immediate: start one interval from now
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Ok(()),
+                        _ = tick.tick() => {}
+                    }
+                    // Bounded: a broker that stops answering mid-pass must not stop every later pass.
+                    let pass = hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000);
+                    match tokio::time::timeout(DLQ_RECONCILE_INTERVAL, pass).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry"),
+                        Err(_) => tracing::warn!(timeout_ms = DLQ_RECONCILE_INTERVAL.as_millis() as u64, "dead-letter reconciliation did not finish in time; will retry"),
+                    }
+                }
+            },
+        );
         let mut backoff = Backoff::reconnect();
         while !cancel.is_cancelled() {
             match self.consume_session(&ctx, &permits, &cancel).await {

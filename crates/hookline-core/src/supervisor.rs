@@ -138,6 +138,32 @@ impl Supervisor {
         &self.liveness
     }
 
+    /// Spawns a supervised loop on the current runtime: each attempt calls `step` with its own clone of `state`
+    /// and of `cancel` (a restart starts from the same state, not from what a failed attempt left behind).
+    /// Await the handle after cancelling `cancel`. This is the one way a long-running loop is started, so that
+    /// no loop of any process can die unnoticed.
+    pub fn spawn<S, F, Fut>(
+        &self,
+        task: &'static str,
+        cancel: &CancellationToken,
+        state: S,
+        step: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        S: Clone + Send + Sync + 'static,
+        F: Fn(S, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let (supervisor, cancel) = (self.clone(), cancel.clone());
+        tokio::spawn(async move {
+            supervisor
+                .run(task, cancel.clone(), |_| {
+                    step(state.clone(), cancel.clone())
+                })
+                .await
+        })
+    }
+
     /// Runs `attempt` until it returns `Ok(())` (a clean stop, normally because `cancel` fired) or `cancel`
     /// fires. A panic or an `Err` is logged with its cause chain, counted in
     /// `hookline_supervisor_restarts_total{task}` and followed, after a backoff, by a new attempt; more than

@@ -32,27 +32,11 @@ pub fn spawn(
         "hookline-domain-relay",
     ));
     let delivery = deliver::Delivery::from_config(pool, config)?;
-    let relay_task = {
-        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
-        tokio::spawn(async move {
-            supervisor
-                .run(relay::TASK, cancel.clone(), |_| {
-                    let (relay, cancel) = (relay.clone(), cancel.clone());
-                    async move { relay.run(cancel).await }
-                })
-                .await
-        })
-    };
-    let delivery_task = {
-        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
-        tokio::spawn(async move {
-            supervisor
-                .run(deliver::TASK, cancel.clone(), |_| {
-                    let (delivery, cancel) = (delivery.clone(), cancel.clone());
-                    async move { delivery.run(cancel).await }
-                })
-                .await
-        })
-    };
+    let relay_task = supervisor.spawn(relay::TASK, cancel, relay, |relay, cancel| async move {
+        relay.run(cancel).await
+    });
+    let delivery_task = supervisor.spawn(deliver::TASK, cancel, delivery, |d, cancel| async move {
+        d.run(cancel).await
+    });
     Ok(vec![relay_task, delivery_task])
 }

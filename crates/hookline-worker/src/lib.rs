@@ -50,49 +50,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
     // Retention runs beside the consumer when [retention] auto_purge_older_than_days is set.
     let purge_pool = db::lazy_pool(&config.database_url, &PoolSettings::cli())?;
-    let purge = {
-        let (supervisor, retention, cancel) =
-            (supervisor.clone(), config.retention.clone(), cancel.clone());
-        tokio::spawn(async move {
-            supervisor
-                .run("purge", cancel.clone(), |_| {
-                    let (pool, retention, cancel) =
-                        (purge_pool.clone(), retention.clone(), cancel.clone());
-                    async move {
-                        hookline_ops::purge_loop::run_periodic(pool, retention, cancel).await;
-                        Ok(())
-                    }
-                })
-                .await
-        })
-    };
-    let reconcile = {
-        let (supervisor, config, cancel) = (supervisor.clone(), config.clone(), cancel.clone());
-        let pool = worker.pool().clone();
-        tokio::spawn(async move {
-            supervisor
-                .run("reconcile", cancel.clone(), |_| {
-                    reconcile::run_periodic(pool.clone(), config.clone(), cancel.clone())
-                })
-                .await
-        })
-    };
+    let purge = supervisor.spawn(
+        "purge",
+        &cancel,
+        (purge_pool, config.retention.clone()),
+        |(pool, retention), cancel| async move {
+            hookline_ops::purge_loop::run_periodic(pool, retention, cancel).await;
+            Ok(())
+        },
+    );
+    let reconcile = supervisor.spawn(
+        "reconcile",
+        &cancel,
+        (worker.pool().clone(), config.clone()),
+        |(pool, config), cancel| reconcile::run_periodic(pool, config, cancel),
+    );
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
     let dispatcher = config.dispatcher.enabled.then(|| {
-        let (supervisor, cancel) = (supervisor.clone(), cancel.clone());
         let dispatcher = dispatch::Dispatcher::from_config(
             worker.pool().clone(),
             &config,
             dispatch::DispatchSettings::from_config(&config.dispatcher),
         );
-        tokio::spawn(async move {
-            supervisor
-                .run("dispatcher", cancel.clone(), |_| {
-                    let (dispatcher, cancel) = (dispatcher.clone(), cancel.clone());
-                    async move { dispatcher.run(cancel).await }
-                })
-                .await
+        supervisor.spawn("dispatcher", &cancel, dispatcher, |d, cancel| async move {
+            d.run(cancel).await
         })
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
