@@ -194,25 +194,7 @@ impl<H: Handler> Worker<H> {
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
         let s = &self.settings;
-        s.topology.declare(connection).await?;
-        let channel =
-            hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
-        // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
-        hookline_bus::within_setup_timeout(
-            "basic.qos",
-            channel.basic_qos(s.prefetch, BasicQosOptions { global: false }),
-        )
-        .await?;
-        let mut consumer = hookline_bus::within_setup_timeout(
-            "basic.consume",
-            channel.basic_consume(
-                s.topology.payments_queue.as_str().into(),
-                "".into(),
-                BasicConsumeOptions::default(), // manual acks
-                FieldTable::default(),
-            ),
-        )
-        .await?;
+        let (channel, mut consumer) = open_consumer(connection, s).await?;
         let tag = consumer.tag();
         // Every settlement of this channel's deliveries goes through one tracker (one `multiple` ack per batch).
         let acks = Arc::new(Acks::default());
@@ -261,27 +243,8 @@ impl<H: Handler> Worker<H> {
                         // Then a short linger (`batch_linger`): at a moderate rate a batch would otherwise hold the
                         // one or two deliveries that arrived meanwhile and pay the whole batch's statements for
                         // them; a few milliseconds more of latency buys fuller batches and fewer statements.
-                        let mut batch = vec![delivery];
-                        let mut failed = None;
-                        let linger_until = tokio::time::Instant::now() + s.batch_linger;
-                        while batch.len() < s.batch_max {
-                            let next = match consumer.next().now_or_never() {
-                                Some(n) => n,
-                                None if s.batch_linger.is_zero() => break,
-                                None => match tokio::time::timeout_at(linger_until, consumer.next()).await {
-                                    Ok(n) => n,
-                                    Err(_) => break,
-                                },
-                            };
-                            match next {
-                                Some(Ok(d)) => batch.push(d),
-                                Some(Err(e)) => {
-                                    failed = Some(e);
-                                    break;
-                                }
-                                None => break,
-                            }
-                        }
+                        let (batch, failed) =
+                            gather_batch(&mut consumer, delivery, s.batch_max, s.batch_linger).await;
                         metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
                         acks.received(&batch).await;
                         let ctx = ctx.clone();
@@ -316,6 +279,63 @@ impl<H: Handler> Worker<H> {
         }
         result
     }
+}
+
+/// Declares the topology and registers a consumer on a new channel of `connection`, every step bounded in time
+/// (a node whose queue lost its majority may accept the connection but never answer the declare or the consume).
+async fn open_consumer(
+    connection: &lapin::Connection,
+    s: &WorkerSettings,
+) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
+    s.topology.declare(connection).await?;
+    let channel =
+        hookline_bus::within_setup_timeout("open channel", connection.create_channel()).await?;
+    // lapin's recovery does not re-issue basic.qos, and a new channel starts unlimited: always set it here.
+    hookline_bus::within_setup_timeout(
+        "basic.qos",
+        channel.basic_qos(s.prefetch, BasicQosOptions { global: false }),
+    )
+    .await?;
+    let consumer = hookline_bus::within_setup_timeout(
+        "basic.consume",
+        channel.basic_consume(
+            s.topology.payments_queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(), // manual acks
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    Ok((channel, consumer))
+}
+
+/// After `first`, takes whatever else has already arrived, then lingers up to `linger` for more, up to `max`
+/// deliveries. Returns the batch and the consumer's error if one ended the gathering (the batch is still
+/// handled; the session then ends).
+async fn gather_batch(
+    consumer: &mut lapin::Consumer,
+    first: Delivery,
+    max: usize,
+    linger: Duration,
+) -> (Vec<Delivery>, Option<lapin::Error>) {
+    let mut batch = vec![first];
+    let linger_until = tokio::time::Instant::now() + linger;
+    while batch.len() < max {
+        let next = match consumer.next().now_or_never() {
+            Some(n) => n,
+            None if linger.is_zero() => break,
+            None => match tokio::time::timeout_at(linger_until, consumer.next()).await {
+                Ok(n) => n,
+                Err(_) => break,
+            },
+        };
+        match next {
+            Some(Ok(d)) => batch.push(d),
+            Some(Err(e)) => return (batch, Some(e)),
+            None => break,
+        }
+    }
+    (batch, None)
 }
 
 /// How long an idle consumer (nothing in flight) goes without a delivery before it checks whether the queue has

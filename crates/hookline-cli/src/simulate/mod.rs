@@ -148,14 +148,7 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
     }
 
     let concurrency = args.concurrency as usize;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none()) // a provider does not follow the edge's redirects either
-        .pool_max_idle_per_host(concurrency)
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .user_agent(hookline_fake::user_agent(scheme))
-        .build()
-        .context("cannot build the HTTP client")?;
+    let client = provider_client(scheme, concurrency)?;
     if let Err(e) = client
         .get(format!("{base}/healthz"))
         .timeout(Duration::from_secs(5))
@@ -177,18 +170,7 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
         plan.len(),
         gen.fake.run
     );
-    let bar = if std::io::stderr().is_terminal() {
-        let bar =
-            ProgressBar::with_draw_target(Some(plan.len() as u64), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {per_sec} {msg}",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = progress_bar(plan.len());
 
     let started = Instant::now();
     let mut stats = Stats::default();
@@ -215,6 +197,36 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The HTTP client a provider would use: no redirects followed (a provider does not follow the edge's either),
+/// one idle connection per concurrent sender, the provider's user agent.
+fn provider_client(
+    scheme: hookline_signature::Scheme,
+    concurrency: usize,
+) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(concurrency)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .user_agent(hookline_fake::user_agent(scheme))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// A progress bar on a terminal, nothing otherwise (a log or a pipe gets the summary only).
+fn progress_bar(len: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {per_sec} {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// The edge's base URL without a trailing slash: `--url`, else `http://{edge.listen}` (an unspecified listen

@@ -102,29 +102,7 @@ pub(super) fn provider(
             ),
         )
     })?;
-    let secrets_raw = p.secrets.unwrap_or_default();
-    if secrets_raw.is_empty() {
-        return Err(ConfigError::invalid(
-            field("secrets"),
-            "at least one secret is required",
-        ));
-    }
-    let mut secrets = Vec::with_capacity(secrets_raw.len());
-    for (i, s) in secrets_raw.into_iter().enumerate() {
-        let f = format!("providers.{name}.secrets[{i}]");
-        let value = match s.strip_prefix("env:") {
-            Some(var) => env.var(var).ok_or_else(|| {
-                ConfigError::invalid(&f, format!("environment variable {var} is not set"))
-            })?,
-            None => s,
-        };
-        if value.is_empty() {
-            return Err(ConfigError::invalid(&f, "is empty"));
-        }
-        hookline_signature::validate_secret(scheme, value.as_bytes())
-            .map_err(|why| ConfigError::invalid(&f, why))?;
-        secrets.push(SecretString::from(value));
-    }
+    let secrets = secrets(&name, scheme, p.secrets.unwrap_or_default(), env)?;
     let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
         (Some(_), false) => {
             return Err(ConfigError::invalid(
@@ -158,40 +136,14 @@ pub(super) fn provider(
             "must not be negative",
         ));
     }
-    let api_base = match p.api_base {
-        None => None,
-        Some(text) => {
-            let parsed = url::Url::parse(&text).map_err(|e| {
-                ConfigError::invalid(field("api_base"), format!("is not a URL: {e}"))
-            })?;
-            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(ConfigError::invalid(
-                    field("api_base"),
-                    "must be an http:// or https:// URL with a host",
-                ));
-            }
-            Some(parsed)
-        }
-    };
-    let api_token = match p.api_token {
-        None => None,
-        Some(t) => {
-            let f = field("api_token");
-            let value = match t.strip_prefix("env:") {
-                Some(var) => env.var(var).ok_or_else(|| {
-                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
-                })?,
-                None => t,
-            };
-            if value.is_empty() || value.chars().any(|c| c.is_control() || c == ' ') {
-                return Err(ConfigError::invalid(
-                    &f,
-                    "must be a non-empty token without spaces or control characters",
-                ));
-            }
-            Some(SecretString::from(value))
-        }
-    };
+    let api_base = p
+        .api_base
+        .map(|t| api_base(&field("api_base"), &t))
+        .transpose()?;
+    let api_token = p
+        .api_token
+        .map(|t| api_token(&field("api_token"), t, env))
+        .transpose()?;
     if api_token.is_some() && api_base.is_none() {
         return Err(ConfigError::invalid(
             field("api_base"),
@@ -208,6 +160,68 @@ pub(super) fn provider(
         api_base,
         api_token,
     })
+}
+
+/// A value that may name an environment variable (`env:NAME`) instead of holding itself.
+fn resolve_env(field: &str, value: String, env: &dyn Env) -> Result<String, ConfigError> {
+    match value.strip_prefix("env:") {
+        Some(var) => env.var(var).ok_or_else(|| {
+            ConfigError::invalid(field, format!("environment variable {var} is not set"))
+        }),
+        None => Ok(value),
+    }
+}
+
+/// `providers.NAME.secrets`: at least one, each usable by the scheme (several at once for rotation).
+fn secrets(
+    name: &str,
+    scheme: Scheme,
+    raw: Vec<String>,
+    env: &dyn Env,
+) -> Result<Vec<SecretString>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("providers.{name}.secrets"),
+            "at least one secret is required",
+        ));
+    }
+    let mut secrets = Vec::with_capacity(raw.len());
+    for (i, s) in raw.into_iter().enumerate() {
+        let f = format!("providers.{name}.secrets[{i}]");
+        let value = resolve_env(&f, s, env)?;
+        if value.is_empty() {
+            return Err(ConfigError::invalid(&f, "is empty"));
+        }
+        hookline_signature::validate_secret(scheme, value.as_bytes())
+            .map_err(|why| ConfigError::invalid(&f, why))?;
+        secrets.push(SecretString::from(value));
+    }
+    Ok(secrets)
+}
+
+/// `providers.NAME.api_base`: an http(s) URL with a host.
+fn api_base(field: &str, text: &str) -> Result<url::Url, ConfigError> {
+    let parsed = url::Url::parse(text)
+        .map_err(|e| ConfigError::invalid(field, format!("is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(ConfigError::invalid(
+            field,
+            "must be an http:// or https:// URL with a host",
+        ));
+    }
+    Ok(parsed)
+}
+
+/// `providers.NAME.api_token`: a non-empty token without spaces or control characters (it goes into a header).
+fn api_token(field: &str, raw: String, env: &dyn Env) -> Result<SecretString, ConfigError> {
+    let value = resolve_env(field, raw, env)?;
+    if value.is_empty() || value.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(ConfigError::invalid(
+            field,
+            "must be a non-empty token without spaces or control characters",
+        ));
+    }
+    Ok(SecretString::from(value))
 }
 
 #[cfg(test)]
