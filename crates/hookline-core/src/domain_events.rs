@@ -141,30 +141,16 @@ impl From<RecordError> for sqlx::Error {
 /// Writes the fact `ty` about `subject` with `data`, in the caller's transaction, and queues it for every
 /// destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created it
 /// (`false`: the same fact was already recorded, nothing changed).
+///
+/// It is [`record_many`] with one fact, so one statement owns the insert and its fan-out.
 pub async fn record<D: Serialize>(
     tx: &mut PgConnection,
     ty: EventType,
     subject: &str,
     data: &D,
 ) -> Result<(String, bool), RecordError> {
-    let (id, body) = encode(ty, subject, data)?;
-    let created: Option<i64> = sqlx::query_scalar(
-        "WITH ev AS (
-             INSERT INTO domain_events (id, type, body) VALUES ($1, $2, $3)
-             ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
-             RETURNING seq),
-         fanout AS (
-             INSERT INTO domain_deliveries (destination, event_seq)
-             SELECT d.name, ev.seq FROM ev, destinations d
-              WHERE d.removed_at IS NULL AND ($2 = ANY (d.events) OR '*' = ANY (d.events)))
-         SELECT seq FROM ev",
-    )
-    .bind(&id)
-    .bind(ty.as_str())
-    .bind(&body)
-    .fetch_optional(&mut *tx)
-    .await?;
-    Ok((id, created.is_some()))
+    let created = record_many(tx, &[(ty, subject.to_owned(), data)]).await?;
+    Ok((fact_id(ty, subject), created > 0))
 }
 
 /// A fact's id and the exact bytes of its body.
@@ -193,8 +179,9 @@ fn encode<D: Serialize>(
     Ok((id, body))
 }
 
-/// [`record`] for several facts in ONE statement (the set-based worker path): `(type, subject, data)` each.
-/// Returns how many were new.
+/// Writes several facts in ONE statement (the set-based worker path; [`record`] is this with one fact):
+/// `(type, subject, data)` each, each queued for every destination subscribed to its type. Returns how many
+/// were new.
 pub async fn record_many<D: Serialize>(
     tx: &mut PgConnection,
     facts: &[(EventType, String, D)],

@@ -24,27 +24,15 @@ pub struct Claimed {
 /// resolves the event's dead letter of that consumer (a redrive that now applies: `resolution = 'applied'`)
 /// and reads the stored event — one round trip for the three. `None`: the marker existed (a duplicate) or the
 /// event does not exist ([`crate::events::exists`] tells which).
+///
+/// It is [`begin_many`] with one id: one statement decides a marker, whatever the batch size.
 pub async fn begin(
     tx: &mut PgConnection,
     consumer: &str,
     event_id: i64,
 ) -> Result<Option<Claimed>, sqlx::Error> {
-    sqlx::query_as(
-        "WITH marker AS (
-             INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2)
-             ON CONFLICT ON CONSTRAINT processed_events_pkey DO NOTHING
-             RETURNING event_id),
-         resolved AS (
-             UPDATE dead_letters SET resolved_at = now(), resolution = 'applied'
-             WHERE consumer = $1 AND event_id = $2 AND resolved_at IS NULL
-               AND EXISTS (SELECT 1 FROM marker))
-         SELECT e.provider, e.provider_event_id, e.event_type, e.body
-         FROM marker JOIN webhook_events e ON e.id = marker.event_id",
-    )
-    .bind(consumer)
-    .bind(event_id)
-    .fetch_optional(&mut *tx)
-    .await
+    let claimed = begin_many(tx, consumer, std::slice::from_ref(&event_id)).await?;
+    Ok(claimed.into_iter().next().map(|c| c.event))
 }
 
 /// A new marker of a batch, with its stored event.
@@ -57,7 +45,7 @@ pub struct ClaimedMany {
     pub event: Claimed,
 }
 
-/// [`begin`] for a whole batch in ONE statement: inserts the markers of `(consumer, id)` for every id (in id
+/// Claims a whole batch in ONE statement ([`begin`] is this with one id): inserts the markers of `(consumer, id)` for every id (in id
 /// order, so concurrent batches take the key locks in the same order and cannot deadlock on them), resolves
 /// the dead letters of the new ones and reads their stored events. Returns only the ids whose marker is new and
 /// whose event exists; an id given twice is claimed once.

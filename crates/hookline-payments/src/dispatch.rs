@@ -44,8 +44,6 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::PaymentStatus;
-
 /// Metric names.
 pub mod metric {
     /// Counter: requests sent, by `provider`, `kind` (charge, refund) and `outcome` (succeeded, retried, failed).
@@ -508,13 +506,7 @@ impl Dispatcher {
                             let state =
                                 crate::apply::payment_state(&mut *tx, &claimed.provider, id)
                                     .await?;
-                            let done = match state.map(|(s, _)| s) {
-                                Some(PaymentStatus::Succeeded) => Some("succeeded"),
-                                Some(PaymentStatus::Failed | PaymentStatus::Canceled) => {
-                                    Some("failed")
-                                }
-                                _ => None,
-                            };
+                            let done = state.and_then(|(s, _)| s.intent_status());
                             if let Some(done) = done {
                                 intents::complete_from_payment(
                                     &mut tx,

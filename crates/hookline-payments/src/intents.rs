@@ -18,6 +18,8 @@ use time::OffsetDateTime;
 
 use hookline_core::domain_events::{self, EventType, RecordError};
 
+use crate::model::IntentStatus;
+
 /// A payment intent as the API shows it.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct Intent {
@@ -197,49 +199,33 @@ pub async fn record_gateway_answer(
     Ok(())
 }
 
-/// A provider's webhook completed the payment: the intent linked to it follows (called by the worker in the
-/// payment's transaction), and its domain event is written. Returns whether an intent was linked.
+/// A provider's webhook completed the payment: the intent linked to it follows (called in the payment's
+/// transaction), and its domain event is written. Returns whether an intent was linked. It is
+/// [`complete_from_payments`] with one payment.
 pub async fn complete_from_payment(
     conn: &mut PgConnection,
     provider: &str,
     provider_payment_id: &str,
-    status: &str,
+    status: IntentStatus,
 ) -> Result<bool, RecordError> {
-    let moved: Option<Moved> = sqlx::query_as(&format!(
-        "UPDATE payment_intents p SET status = $3, updated_at = now()
-           FROM (SELECT id, status AS previous FROM payment_intents
-                  WHERE provider = $1 AND provider_payment_id = $2
-                    AND status NOT IN ('succeeded', 'failed')
-                  FOR UPDATE) old
-          WHERE p.id = old.id
-         RETURNING {RETURNED}, old.previous"
-    ))
-    .bind(provider)
-    .bind(provider_payment_id)
-    .bind(status)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match moved {
-        Some(m) => {
-            announce_if_completed(conn, &m).await?;
-            Ok(true)
-        }
-        None => Ok(false),
-    }
+    let completed = [(provider, provider_payment_id, status)];
+    Ok(complete_from_payments(conn, &completed).await? > 0)
 }
 
-/// [`complete_from_payment`] for several payments in one statement (the set-based worker path):
-/// `(provider, provider_payment_id, status)` each. Returns how many intents were completed.
+/// Moves the intents linked to several completed payments in one statement (the worker's path; single
+/// payments go through [`complete_from_payment`]): `(provider, provider_payment_id, status)` each, the status
+/// from [`crate::model::PaymentStatus::intent_status`]. An intent already final is left alone. Returns how many
+/// intents were completed.
 pub async fn complete_from_payments(
     conn: &mut PgConnection,
-    completed: &[(&str, &str, &str)],
+    completed: &[(&str, &str, IntentStatus)],
 ) -> Result<usize, RecordError> {
     if completed.is_empty() {
         return Ok(0);
     }
     let providers: Vec<&str> = completed.iter().map(|c| c.0).collect();
     let refs: Vec<&str> = completed.iter().map(|c| c.1).collect();
-    let statuses: Vec<&str> = completed.iter().map(|c| c.2).collect();
+    let statuses: Vec<&str> = completed.iter().map(|c| c.2.as_str()).collect();
     let moved: Vec<Moved> = sqlx::query_as(&format!(
         "UPDATE payment_intents p SET status = old.new_status, updated_at = now()
            FROM (SELECT i.id, i.status AS previous, u.status AS new_status
@@ -274,7 +260,7 @@ const RETURNED: &str =
 struct Moved {
     #[sqlx(flatten)]
     intent: Intent,
-    previous: String,
+    previous: IntentStatus,
 }
 
 /// What `payment_intent.succeeded` / `payment_intent.failed` carry.
@@ -292,14 +278,17 @@ struct IntentFact<'a> {
 /// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
 /// status never leaves a final value, and the fact's id is derived from the intent).
 async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(), RecordError> {
-    let final_status = |s: &str| s == "succeeded" || s == "failed";
-    if final_status(&m.previous) || !final_status(&m.intent.status) {
-        return Ok(());
-    }
-    let ty = if m.intent.status == "succeeded" {
-        EventType::PaymentIntentSucceeded
-    } else {
-        EventType::PaymentIntentFailed
+    // The API shows the status as text; the decision reads it as the enum, so an unknown value fails the
+    // transaction (naming it) instead of passing for "not final".
+    let now = IntentStatus::parse(&m.intent.status)
+        .map_err(|e| RecordError::Database(sqlx::Error::Decode(Box::new(e))))?;
+    let ty = match now {
+        _ if m.previous.is_final() => return Ok(()),
+        IntentStatus::Succeeded => EventType::PaymentIntentSucceeded,
+        IntentStatus::Failed => EventType::PaymentIntentFailed,
+        IntentStatus::RequiresDispatch
+        | IntentStatus::Processing
+        | IntentStatus::NeedsAttention => return Ok(()),
     };
     let i = &m.intent;
     domain_events::record(

@@ -52,67 +52,132 @@ impl PostingKind {
     }
 }
 
-/// One balanced ledger transaction, as the state machine describes it.
-#[derive(Debug, Clone, Copy)]
+/// One balanced ledger transaction, as the state machine describes it. Built only by its constructors, one
+/// per kind ([`Posting::payment`], [`Posting::refund`], [`Posting::dispute_loss`]): the legs of each kind are
+/// written once, here, and balance by construction.
+#[derive(Debug, Clone)]
 pub(crate) struct Posting<'a> {
     /// Configured provider name.
-    pub(crate) provider: &'a str,
+    provider: &'a str,
     /// What is posted.
-    pub(crate) kind: PostingKind,
+    kind: PostingKind,
     /// The provider's id of what is posted (payment, refund or dispute id); with `provider` and `kind`, the
     /// posting's unique key.
-    pub(crate) reference: &'a str,
+    reference: &'a str,
     /// The payment the money belongs to.
-    pub(crate) payment_id: i64,
+    payment_id: i64,
     /// The stored event whose processing posts it.
-    pub(crate) event_id: i64,
-    /// Lower-case ISO 4217 code.
-    pub(crate) currency: &'a str,
-    /// `(account, signed amount)`: debit > 0, credit < 0; they must sum to zero. Zero-amount legs are allowed
-    /// and not written.
-    pub(crate) legs: &'a [(&'a str, i64)],
+    event_id: i64,
+    /// Lower-case ISO 4217 code. Owned: a batch builds its postings from payments it is still moving.
+    currency: String,
+    /// The amount moved, minor units (> 0).
+    amount: i64,
+    /// The provider's fee on a payment (0 for the other kinds).
+    fee: i64,
 }
 
-/// Posts one balanced ledger transaction, unless the constraint says this posting already exists. Zero-amount
-/// legs (no fee configured) are omitted. Returns whether entries were written.
+impl<'a> Posting<'a> {
+    /// A captured payment of `amount` (the provider's payment id `reference`): the provider owes the amount
+    /// minus its `fee`, the fee is an expense, the amount is revenue.
+    pub(crate) fn payment(
+        provider: &'a str,
+        reference: &'a str,
+        payment_id: i64,
+        event_id: i64,
+        currency: String,
+        amount: i64,
+        fee: i64,
+    ) -> Posting<'a> {
+        Posting {
+            provider,
+            kind: PostingKind::Payment,
+            reference,
+            payment_id,
+            event_id,
+            currency,
+            amount,
+            fee,
+        }
+    }
+
+    /// An applied refund of `amount` (the provider's refund id `reference`): revenue is debited back and the
+    /// provider owes that much less.
+    pub(crate) fn refund(
+        provider: &'a str,
+        reference: &'a str,
+        payment_id: i64,
+        event_id: i64,
+        currency: String,
+        amount: i64,
+    ) -> Posting<'a> {
+        Posting {
+            provider,
+            kind: PostingKind::Refund,
+            reference,
+            payment_id,
+            event_id,
+            currency,
+            amount,
+            fee: 0,
+        }
+    }
+
+    /// A lost dispute of `amount` (the provider's dispute id `reference`): the loss is an expense and the
+    /// provider owes that much less.
+    pub(crate) fn dispute_loss(
+        provider: &'a str,
+        reference: &'a str,
+        payment_id: i64,
+        event_id: i64,
+        currency: String,
+        amount: i64,
+    ) -> Posting<'a> {
+        Posting {
+            provider,
+            kind: PostingKind::Dispute,
+            reference,
+            payment_id,
+            event_id,
+            currency,
+            amount,
+            fee: 0,
+        }
+    }
+
+    /// `(account, signed amount)`: debit > 0, credit < 0, summing to zero. Zero-amount legs (no fee
+    /// configured) are left out: they are not written.
+    fn legs(&self) -> Vec<(&'static str, i64)> {
+        let legs = match self.kind {
+            PostingKind::Payment => vec![
+                (account::RECEIVABLE, self.amount - self.fee),
+                (account::FEES, self.fee),
+                (account::REVENUE, -self.amount),
+            ],
+            PostingKind::Refund => vec![
+                (account::REVENUE, self.amount),
+                (account::RECEIVABLE, -self.amount),
+            ],
+            PostingKind::Dispute => vec![
+                (account::DISPUTE_LOSSES, self.amount),
+                (account::RECEIVABLE, -self.amount),
+            ],
+        };
+        legs.into_iter().filter(|(_, a)| *a != 0).collect()
+    }
+}
+
+/// Posts one balanced ledger transaction, unless the constraint says this posting already exists. Returns
+/// whether entries were written. It is [`post_many`] with one posting: one statement owns the posting key.
 pub(crate) async fn post(
     tx: &mut PgConnection,
     posting: &Posting<'_>,
 ) -> Result<bool, sqlx::Error> {
-    debug_assert_eq!(posting.legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
-    let (accounts, amounts): (Vec<&str>, Vec<i64>) = posting
-        .legs
-        .iter()
-        .filter(|(_, a)| *a != 0)
-        .copied()
-        .unzip();
-    // One statement: the posting (unless the constraint says it exists) and its entries.
-    let entries = sqlx::query(
-        "WITH posting AS (
-             INSERT INTO ledger_transactions (provider, kind, reference, payment_id, event_id, currency)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT ON CONSTRAINT ledger_transactions_posting_key DO NOTHING
-             RETURNING id)
-         INSERT INTO ledger_entries (transaction_id, account, amount)
-         SELECT posting.id, l.account, l.amount
-         FROM posting, unnest($7::text[], $8::bigint[]) AS l(account, amount)",
-    )
-    .bind(posting.provider)
-    .bind(posting.kind.as_str())
-    .bind(posting.reference)
-    .bind(posting.payment_id)
-    .bind(posting.event_id)
-    .bind(posting.currency)
-    .bind(&accounts)
-    .bind(&amounts)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    Ok(entries > 0)
+    Ok(post_many(tx, std::slice::from_ref(posting)).await? > 0)
 }
 
-/// Posts several balanced ledger transactions in ONE statement (the set-based worker path); each is skipped
-/// when the constraint says it exists, exactly like [`post`]. Returns how many entries were written.
+/// Posts several balanced ledger transactions in ONE statement (the set-based worker path; [`post`] is this
+/// with one posting); each is skipped when the constraint says it exists. Returns how many entries were
+/// written.
 pub(crate) async fn post_many(
     tx: &mut PgConnection,
     postings: &[Posting<'_>],
@@ -128,17 +193,18 @@ pub(crate) async fn post_many(
     let mut currencies = Vec::with_capacity(postings.len());
     let (mut leg_ord, mut leg_account, mut leg_amount) = (Vec::new(), Vec::new(), Vec::new());
     for (i, p) in postings.iter().enumerate() {
-        debug_assert_eq!(p.legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
+        let legs = p.legs();
+        debug_assert_eq!(legs.iter().map(|(_, a)| a).sum::<i64>(), 0);
         providers.push(p.provider);
         kinds.push(p.kind.as_str());
         references.push(p.reference);
         payment_ids.push(p.payment_id);
         event_ids.push(p.event_id);
-        currencies.push(p.currency);
-        for (account, amount) in p.legs.iter().filter(|(_, a)| *a != 0) {
+        currencies.push(p.currency.as_str());
+        for (account, amount) in legs {
             leg_ord.push(i as i64 + 1);
-            leg_account.push(*account);
-            leg_amount.push(*amount);
+            leg_account.push(account);
+            leg_amount.push(amount);
         }
     }
     let entries = sqlx::query(
@@ -189,5 +255,31 @@ mod tests {
         // No overflow at the largest accepted amount.
         let max = crate::normalize::MAX_AMOUNT;
         assert_eq!(fee(max, 10_000, 0), max);
+    }
+
+    #[test]
+    fn each_kind_of_posting_balances_and_omits_zero_legs() {
+        let legs = |p: Posting<'_>| p.legs();
+        assert_eq!(
+            legs(Posting::payment("s", "pi_1", 1, 2, "brl".into(), 1000, 79)),
+            [
+                (account::RECEIVABLE, 921),
+                (account::FEES, 79),
+                (account::REVENUE, -1000)
+            ]
+        );
+        // No fee configured: the fee leg is not written.
+        assert_eq!(
+            legs(Posting::payment("s", "pi_1", 1, 2, "brl".into(), 1000, 0)),
+            [(account::RECEIVABLE, 1000), (account::REVENUE, -1000)]
+        );
+        assert_eq!(
+            legs(Posting::refund("s", "re_1", 1, 2, "brl".into(), 300)),
+            [(account::REVENUE, 300), (account::RECEIVABLE, -300)]
+        );
+        assert_eq!(
+            legs(Posting::dispute_loss("s", "dp_1", 1, 2, "brl".into(), 500)),
+            [(account::DISPUTE_LOSSES, 500), (account::RECEIVABLE, -500)]
+        );
     }
 }

@@ -3,6 +3,9 @@
 //! Events are *state transitions*, not commands: each fact says what the provider observed ("payment pi_1 is
 //! succeeded for 1000 BRL"), so applying the same facts in any order converges to the same state.
 
+use hookline_core::domain_events::EventType;
+use hookline_core::handler::HandleError;
+
 /// Money in integer minor units (cents) of an ISO 4217 currency (lower-case, 3 letters). Never floats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Money {
@@ -43,16 +46,38 @@ impl PaymentStatus {
         }
     }
 
-    /// Parses the database spelling.
-    pub fn parse(s: &str) -> Option<PaymentStatus> {
-        Some(match s {
+    /// Parses the database spelling; anything else is refused, never read as a default (an unknown status read
+    /// as `Created` would let a forward-only state machine move a payment "forward" from the wrong place).
+    pub fn parse(s: &str) -> Result<PaymentStatus, UnknownStatus> {
+        Ok(match s {
             "created" => PaymentStatus::Created,
             "processing" => PaymentStatus::Processing,
             "failed" => PaymentStatus::Failed,
             "canceled" => PaymentStatus::Canceled,
             "succeeded" => PaymentStatus::Succeeded,
-            _ => return None,
+            _ => return Err(UnknownStatus::new("payment", s)),
         })
+    }
+
+    /// The domain event announcing that a payment reached this status, for the statuses the merchant's systems
+    /// are told about (the final ones).
+    pub fn fact(self) -> Option<EventType> {
+        match self {
+            PaymentStatus::Succeeded => Some(EventType::PaymentSucceeded),
+            PaymentStatus::Failed => Some(EventType::PaymentFailed),
+            PaymentStatus::Canceled => Some(EventType::PaymentCanceled),
+            PaymentStatus::Created | PaymentStatus::Processing => None,
+        }
+    }
+
+    /// The status a payment intent linked to this payment follows to, when this status completes it: success
+    /// succeeds the intent; a failure or a cancellation fails it (the intent has no `canceled`).
+    pub fn intent_status(self) -> Option<IntentStatus> {
+        match self {
+            PaymentStatus::Succeeded => Some(IntentStatus::Succeeded),
+            PaymentStatus::Failed | PaymentStatus::Canceled => Some(IntentStatus::Failed),
+            PaymentStatus::Created | PaymentStatus::Processing => None,
+        }
     }
 }
 
@@ -76,7 +101,135 @@ impl DisputeStatus {
             DisputeStatus::Lost => "lost",
         }
     }
+
+    /// Parses the database spelling; anything else is refused, never read as `Open`.
+    pub fn parse(s: &str) -> Result<DisputeStatus, UnknownStatus> {
+        Ok(match s {
+            "open" => DisputeStatus::Open,
+            "won" => DisputeStatus::Won,
+            "lost" => DisputeStatus::Lost,
+            _ => return Err(UnknownStatus::new("dispute", s)),
+        })
+    }
+
+    /// The domain event announcing that a dispute reached this status.
+    pub fn fact(self) -> EventType {
+        match self {
+            DisputeStatus::Open => EventType::DisputeOpened,
+            DisputeStatus::Won => EventType::DisputeWon,
+            DisputeStatus::Lost => EventType::DisputeLost,
+        }
+    }
 }
+
+/// Status of a payment intent (`payment_intents.status`): what the merchant asked hookline to charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntentStatus {
+    /// Waiting for the dispatcher to send the charge.
+    RequiresDispatch,
+    /// The gateway accepted the charge; its outcome is not known yet.
+    Processing,
+    /// Captured; final.
+    Succeeded,
+    /// Refused or failed at the gateway; final.
+    Failed,
+    /// The gateway's answer could not be used: an operator must look.
+    NeedsAttention,
+}
+
+impl IntentStatus {
+    /// Database spelling (the `payment_intents.status` CHECK).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IntentStatus::RequiresDispatch => "requires_dispatch",
+            IntentStatus::Processing => "processing",
+            IntentStatus::Succeeded => "succeeded",
+            IntentStatus::Failed => "failed",
+            IntentStatus::NeedsAttention => "needs_attention",
+        }
+    }
+
+    /// Parses the database spelling; anything else is refused.
+    pub fn parse(s: &str) -> Result<IntentStatus, UnknownStatus> {
+        Ok(match s {
+            "requires_dispatch" => IntentStatus::RequiresDispatch,
+            "processing" => IntentStatus::Processing,
+            "succeeded" => IntentStatus::Succeeded,
+            "failed" => IntentStatus::Failed,
+            "needs_attention" => IntentStatus::NeedsAttention,
+            _ => return Err(UnknownStatus::new("payment intent", s)),
+        })
+    }
+
+    /// Whether nothing moves the intent any more (success or failure).
+    pub fn is_final(self) -> bool {
+        matches!(self, IntentStatus::Succeeded | IntentStatus::Failed)
+    }
+}
+
+/// A stored status that is none of its enum's values (a row written by a newer or foreign writer, a manual
+/// edit): refused where it is read, so it cannot silently rank as the lowest status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored {kind} status {value:?} is not a known {kind} status")]
+pub struct UnknownStatus {
+    /// Which status (`payment`, `dispute`, `payment intent`).
+    pub kind: &'static str,
+    /// The value as stored (bounded, so a long garbage value cannot flood a log line).
+    pub value: String,
+}
+
+impl UnknownStatus {
+    fn new(kind: &'static str, value: &str) -> UnknownStatus {
+        UnknownStatus {
+            kind,
+            value: value.chars().take(64).collect(),
+        }
+    }
+}
+
+impl From<UnknownStatus> for HandleError {
+    /// Retrying reads the same row again: permanent, with the value named.
+    fn from(e: UnknownStatus) -> Self {
+        HandleError::Permanent(anyhow::Error::new(e))
+    }
+}
+
+/// Statuses travel as their enums across the SQL boundary: they decode from `TEXT` through `parse` (an unknown
+/// value is a decode error naming it, never a default) and encode as their database spelling.
+macro_rules! text_status {
+    ($ty:ty) => {
+        impl sqlx::Type<sqlx::Postgres> for $ty {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&str as sqlx::Decode<'r, sqlx::Postgres>>::decode(value)?;
+                Ok(<$ty>::parse(text)?)
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+    };
+}
+
+text_status!(PaymentStatus);
+text_status!(DisputeStatus);
+text_status!(IntentStatus);
 
 /// What one provider event means for payments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,3 +295,78 @@ pub enum PaymentFact {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct PermanentError(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_parses_back_from_its_database_spelling() {
+        use PaymentStatus::*;
+        for s in [Created, Processing, Failed, Canceled, Succeeded] {
+            assert_eq!(PaymentStatus::parse(s.as_str()), Ok(s));
+        }
+        for s in [DisputeStatus::Open, DisputeStatus::Won, DisputeStatus::Lost] {
+            assert_eq!(DisputeStatus::parse(s.as_str()), Ok(s));
+        }
+        use IntentStatus as I;
+        for s in [
+            I::RequiresDispatch,
+            I::Processing,
+            I::Succeeded,
+            I::Failed,
+            I::NeedsAttention,
+        ] {
+            assert_eq!(IntentStatus::parse(s.as_str()), Ok(s));
+        }
+    }
+
+    #[test]
+    fn an_unknown_stored_status_is_refused_naming_the_value_never_defaulted() {
+        let e = PaymentStatus::parse("refunded").expect_err("not a payment status");
+        assert_eq!(e.value, "refunded");
+        assert_eq!(
+            e.to_string(),
+            "stored payment status \"refunded\" is not a known payment status"
+        );
+        // Case matters: the database spelling is exact.
+        assert!(PaymentStatus::parse("Created").is_err());
+        assert!(PaymentStatus::parse("").is_err());
+        let e = DisputeStatus::parse("closed").expect_err("not a dispute status");
+        assert!(e.to_string().contains("\"closed\""), "{e}");
+        assert!(IntentStatus::parse("canceled").is_err());
+        // In the worker it is a permanent failure (dead-lettered with the reason), not a retry.
+        match HandleError::from(e) {
+            HandleError::Permanent(e) => assert!(e.to_string().contains("closed"), "{e}"),
+            other => panic!("expected a permanent error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn final_payment_statuses_map_once_to_their_fact_and_intent_status() {
+        use PaymentStatus::*;
+        let table = [
+            (Created, None, None),
+            (Processing, None, None),
+            (
+                Failed,
+                Some(EventType::PaymentFailed),
+                Some(IntentStatus::Failed),
+            ),
+            (
+                Canceled,
+                Some(EventType::PaymentCanceled),
+                Some(IntentStatus::Failed),
+            ),
+            (
+                Succeeded,
+                Some(EventType::PaymentSucceeded),
+                Some(IntentStatus::Succeeded),
+            ),
+        ];
+        for (status, fact, intent) in table {
+            assert_eq!(status.fact(), fact, "{status:?}");
+            assert_eq!(status.intent_status(), intent, "{status:?}");
+        }
+    }
+}

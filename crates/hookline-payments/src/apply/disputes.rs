@@ -1,0 +1,146 @@
+//! Dispute facts: `disputes` rows move forward only (open → won or lost); a lost dispute is posted to the
+//! ledger once its payment has succeeded (parked until then), and each change writes its `dispute.*` fact.
+
+use sqlx::PgConnection;
+
+use hookline_core::handler::{HandleError, OutcomeKind};
+
+use super::payments::{lock_payment, read_error};
+use super::Applied;
+use crate::facts;
+use crate::ledger::{self, Posting};
+use crate::model::{DisputeStatus, Money, PaymentStatus};
+
+/// One dispute fact as the provider reported it.
+pub(super) struct DisputeItem<'a> {
+    pub(super) event_id: i64,
+    pub(super) provider: &'a str,
+    pub(super) dispute_ref: &'a str,
+    pub(super) payment_ref: &'a str,
+    pub(super) amount: &'a Money,
+    pub(super) status: DisputeStatus,
+}
+
+/// Records a dispute (opened when first seen), moves its status forward, announces each change and posts a
+/// loss once the payment has succeeded.
+pub(super) async fn apply_dispute_fact(
+    tx: &mut PgConnection,
+    item: &DisputeItem<'_>,
+) -> Result<Applied, HandleError> {
+    let (provider, dispute_ref, payment_ref) = (item.provider, item.dispute_ref, item.payment_ref);
+    let payment = lock_payment(tx, provider, payment_ref).await?;
+    let opened = sqlx::query(
+        "INSERT INTO disputes (provider, provider_dispute_id, payment_id, amount, currency, status, event_id)
+         VALUES ($1, $2, $3, $4, $5, 'open', $6)
+         ON CONFLICT ON CONSTRAINT disputes_provider_dispute_id_key DO NOTHING",
+    )
+    .bind(provider)
+    .bind(dispute_ref)
+    .bind(payment.id)
+    .bind(item.amount.amount)
+    .bind(&item.amount.currency)
+    .bind(item.event_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        > 0;
+    let (dispute_id, current, posted, disputed, currency): (i64, DisputeStatus, bool, i64, String) =
+        sqlx::query_as(
+            "SELECT id, status, posted, amount, currency FROM disputes
+         WHERE provider = $1 AND provider_dispute_id = $2 FOR UPDATE",
+        )
+        .bind(provider)
+        .bind(dispute_ref)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(read_error)?;
+    let new = current.max(item.status);
+    if new != current {
+        sqlx::query("UPDATE disputes SET status = $2, updated_at = now() WHERE id = $1")
+            .bind(dispute_id)
+            .bind(new.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    // The facts: opened when the dispute became known, then its final word (each once per dispute).
+    let mut announce: Vec<DisputeStatus> = Vec::new();
+    if opened {
+        announce.push(DisputeStatus::Open);
+    }
+    if new != current && new != DisputeStatus::Open {
+        announce.push(new);
+    }
+    if !announce.is_empty() {
+        let payment_version = bump_version(tx, payment.id).await?;
+        for status in announce {
+            facts::dispute(
+                tx,
+                status.fact(),
+                &facts::DisputeFact {
+                    dispute_id,
+                    provider,
+                    provider_dispute_id: dispute_ref,
+                    payment_id: payment.id,
+                    provider_payment_id: payment_ref,
+                    status: status.as_str(),
+                    amount: disputed,
+                    currency: &currency,
+                    payment_version,
+                    webhook_event_id: item.event_id,
+                },
+            )
+            .await?;
+        }
+    }
+    if new == DisputeStatus::Lost && !posted {
+        if payment.status != PaymentStatus::Succeeded {
+            return Ok((
+                OutcomeKind::Parked,
+                Some(format!(
+                    "lost dispute {dispute_ref} parked until payment {payment_ref} succeeds"
+                )),
+            ));
+        }
+        post_dispute_loss(tx, provider, payment.id, dispute_id).await?;
+    }
+    Ok((OutcomeKind::Applied, None))
+}
+
+/// Moves a payment's version up for a change that does not touch its own columns (a dispute) and returns it.
+async fn bump_version(tx: &mut PgConnection, payment_id: i64) -> Result<i64, HandleError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE payments SET version = version + 1, updated_at = now() WHERE id = $1 RETURNING version",
+    )
+    .bind(payment_id)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
+/// Posts a lost dispute to the ledger (once: the posting key and `posted` say so).
+pub(super) async fn post_dispute_loss(
+    tx: &mut PgConnection,
+    provider: &str,
+    payment_id: i64,
+    dispute_id: i64,
+) -> Result<(), HandleError> {
+    let (dispute_ref, amount, currency, event_id): (String, i64, String, i64) = sqlx::query_as(
+        "SELECT provider_dispute_id, amount, currency, event_id FROM disputes WHERE id = $1",
+    )
+    .bind(dispute_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let posting = Posting::dispute_loss(
+        provider,
+        &dispute_ref,
+        payment_id,
+        event_id,
+        currency,
+        amount,
+    );
+    ledger::post(tx, &posting).await?;
+    sqlx::query("UPDATE disputes SET posted = true, updated_at = now() WHERE id = $1")
+        .bind(dispute_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
