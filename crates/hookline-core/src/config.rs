@@ -1268,13 +1268,14 @@ impl std::fmt::Debug for ApiClient {
     }
 }
 
-/// Where the console listens when `[console]` has no `listen`: loopback only.
-pub const DEFAULT_CONSOLE_LISTEN: &str = "127.0.0.1:8090";
+/// Where the console listens when `[console]` has no `listen`: loopback only, and no port deploy/up.sh uses
+/// (edge 8080, sandbox 8090, worker 9091).
+pub const DEFAULT_CONSOLE_LISTEN: &str = "127.0.0.1:8070";
 
 /// Longest operator name (it is written into audit rows and shown in pages).
 pub const MAX_OPERATOR_NAME_BYTES: usize = 64;
 
-/// `[console]`: the operator web console, served by hookline-edge on its own listener.
+/// `[console]`: the operator web console, served by its own process (`hookline console serve`).
 #[derive(Debug, Clone)]
 pub struct ConsoleConfig {
     /// Address of the console listener (default [`DEFAULT_CONSOLE_LISTEN`]; never `edge.listen`).
