@@ -40,7 +40,7 @@ pub struct ConsoleOptions {
     pub pg_base_url: String,
     /// RabbitMQ URL (the overview reads queue depths).
     pub amqp_url: String,
-    /// Output directory (console-report.json, the edge's log).
+    /// Output directory (console-report.json, the edge's and the console's logs).
     pub out_dir: std::path::PathBuf,
 }
 

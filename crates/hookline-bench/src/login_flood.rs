@@ -31,7 +31,7 @@ pub struct LoginFloodOptions {
     pub bin_dir: std::path::PathBuf,
     /// PostgreSQL server URL, without a database name.
     pub pg_base_url: String,
-    /// Output directory (login-flood-report.json, the edge's log).
+    /// Output directory (login-flood-report.json, the edge's and the console's logs).
     pub out_dir: std::path::PathBuf,
 }
 
