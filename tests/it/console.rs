@@ -1,5 +1,6 @@
-//! The operator console (hookline-edge `[console]`): in a real browser (headless Chromium driven over
-//! WebDriver) and at the HTTP level (authentication, CSRF, escaping of hostile stored data, keyset pagination).
+//! The operator console (`hookline console serve`, its own process): in a real browser (headless Chromium
+//! driven over WebDriver) and at the HTTP level (authentication, CSRF, escaping of hostile stored data, keyset
+//! pagination).
 //!
 //! The browser test needs Debian's `chromium` and `chromium-driver` packages (`deploy/test.sh` installs them);
 //! set `HOOKLINE_CHROMEDRIVER` / `HOOKLINE_CHROMIUM` to use other paths. Screenshots of the main views are
@@ -1098,4 +1099,153 @@ async fn deliveries_show_each_destination_and_redeliver_through_the_cli_code_pat
     .await
     .unwrap();
     assert_eq!((operator.as_str(), published), ("console:alice", 1));
+}
+
+/// Sends SIGTERM to `pid` (the `kill` command: the tests link no signal crate).
+fn sigterm(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {pid} failed");
+}
+
+/// Waits (up to `timeout`) for a child to exit; panics if it is still running.
+async fn exit_status(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child (pid {}) is still running {timeout:?} after SIGTERM",
+            child.id()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The console is its own process: the real `hookline-edge`, configured WITH `[console]`, opens no console
+/// listener (the configured port refuses connections) and still acknowledges webhooks (row stored).
+#[tokio::test]
+async fn the_edge_does_not_serve_the_console_even_when_configured_and_acks_webhooks() {
+    let hash = hash_password(PASSWORD).await;
+    let db = TestDb::new().await;
+    let port = |l: TcpListener| l.local_addr().expect("local address").port();
+    let edge_port = port(TcpListener::bind("127.0.0.1:0").expect("bind"));
+    let console_port = port(TcpListener::bind("127.0.0.1:0").expect("bind"));
+    let toml = test_config_toml(
+        &db.url,
+        "",
+        &format!(
+            "[relay]\nembedded = false\n[console]\nlisten = \"127.0.0.1:{console_port}\"\n\
+             [[console.operators]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
+        ),
+    )
+    .replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:{edge_port}\""),
+    );
+    let file = std::env::temp_dir().join(format!(
+        "hookline-test-edge-{}.toml",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&file, &toml).expect("write the config file");
+    let path = file.to_str().expect("UTF-8 path").to_string();
+    let _edge = Child::spawn("hookline-edge", &["--config", &path], &[]);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{edge_port}");
+    wait_until(Duration::from_secs(20), "the edge answers /healthz", || {
+        let (client, url) = (client.clone(), format!("{base}/healthz"));
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        }
+    })
+    .await;
+
+    // The edge is up and listening: the console's port is not, now or a moment later.
+    for _ in 0..2 {
+        let refused = tokio::net::TcpStream::connect(("127.0.0.1", console_port)).await;
+        assert!(
+            refused.is_err(),
+            "something listens on the console port {console_port}: the edge must not serve the console"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let body = stripe_event("evt_edge_no_console", "pi_edge_no_console", 1_000);
+    let mut req = client
+        .post(format!("{base}/webhooks/stripe"))
+        .body(body.clone());
+    for (k, v) in stripe_headers(secrets::STRIPE, now(), &body) {
+        req = req.header(k, v);
+    }
+    let status = req.send().await.expect("the edge answers").status();
+    assert_eq!(status.as_u16(), 200);
+    assert_eq!(db.event_count().await, 1);
+    std::fs::remove_file(&file).ok();
+}
+
+/// `hookline console serve` starts on its own, answers `/healthz` with what the database says and the login
+/// page, and stops on SIGTERM with exit 0. Without `[console]` it refuses to start (exit 2).
+#[tokio::test]
+async fn hookline_console_serve_answers_healthz_and_the_login_page_and_stops_on_sigterm() {
+    let hash = hash_password(PASSWORD).await;
+    let db = TestDb::new().await;
+    let toml = test_config_toml(
+        &db.url,
+        "",
+        &format!("[relay]\nembedded = false\n{}", console_toml(&hash)),
+    );
+    // The edge is not running: the console does not need it (only the overview's ack figures come from it).
+    let mut console = ConsoleProcess::start(&toml, 9).await;
+    let health = reqwest::get(format!("{}/healthz", console.base))
+        .await
+        .expect("GET /healthz");
+    assert_eq!(health.status().as_u16(), 200);
+    let body: serde_json::Value = health.json().await.expect("JSON health");
+    assert_eq!(
+        (body["status"].as_str(), body["database"].as_str()),
+        (Some("ok"), Some("ok")),
+        "{body}"
+    );
+    let login = reqwest::get(format!("{}/login", console.base))
+        .await
+        .expect("GET /login");
+    assert_eq!(login.status().as_u16(), 200);
+    let page = login.text().await.expect("login page");
+    assert!(page.contains("id=\"login\""), "{page}");
+
+    sigterm(console.child.0.id());
+    let status = exit_status(&mut console.child.0, Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(0), "graceful stop: {status}");
+
+    let no_console = std::env::temp_dir().join(format!(
+        "hookline-test-no-console-{}.toml",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&no_console, test_config_toml(&db.url, "", "")).expect("write config");
+    let out = std::process::Command::new(binary("hookline"))
+        .args([
+            "--config",
+            no_console.to_str().expect("UTF-8 path"),
+            "console",
+            "serve",
+        ])
+        .output()
+        .expect("run hookline console serve");
+    std::fs::remove_file(&no_console).ok();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -172,10 +172,95 @@ fee_bps = 299
     )
 }
 
-/// Parses a test configuration (environment variables are not consulted).
+/// Parses a test configuration (environment variables are not consulted). The text is remembered under the
+/// configuration's RabbitMQ prefix (unique per [`test_config_toml`] call): the console is its own process and
+/// [`TestEdge::spawn_on`] hands it the configuration as a file.
 pub fn parse_config(toml: &str) -> Config {
     let no_env: [(&str, &str); 0] = [];
-    Config::from_toml_str(toml, "test", &no_env).expect("valid test config")
+    let config = Config::from_toml_str(toml, "test", &no_env).expect("valid test config");
+    TOML_BY_PREFIX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(config.amqp.prefix.clone(), toml.to_string());
+    config
+}
+
+/// The text of every configuration [`parse_config`] parsed, by RabbitMQ prefix.
+static TOML_BY_PREFIX: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// A free port of 127.0.0.1 a moment ago: a child process needs a fixed one, so bind port 0, read it, let it go.
+/// Private: `faults::free_port` is glob-imported next to this crate's items by the fault tests.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
+/// The real `hookline console serve` as a child process (SIGKILLed on drop), with its configuration file.
+pub struct ConsoleProcess {
+    /// The child.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its configuration file (removed on drop).
+    pub config: std::path::PathBuf,
+}
+
+impl Drop for ConsoleProcess {
+    fn drop(&mut self) {
+        self.child.kill9();
+        std::fs::remove_file(&self.config).ok();
+    }
+}
+
+impl ConsoleProcess {
+    /// Starts `hookline console serve` on `toml` with `[console] listen` set to a free port and `[edge] listen`
+    /// to `edge_port` (the overview reads the edge's `/metrics` there); returns once `/healthz` answers 200.
+    pub async fn start(toml: &str, edge_port: u16) -> ConsoleProcess {
+        let mut doc: toml_edit::DocumentMut = toml.parse().expect("test config is TOML");
+        let port = free_port();
+        doc["console"]["listen"] = toml_edit::value(format!("127.0.0.1:{port}"));
+        doc["edge"]["listen"] = toml_edit::value(format!("127.0.0.1:{edge_port}"));
+        let config = std::env::temp_dir().join(format!(
+            "hookline-test-console-{}.toml",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::write(&config, doc.to_string()).expect("write the console's config file");
+        let path = config.to_str().expect("UTF-8 temp path").to_string();
+        let child = Child::spawn("hookline", &["--config", &path, "console", "serve"], &[]);
+        let mut console = ConsoleProcess {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            config,
+        };
+        console.wait_healthy(Duration::from_secs(20)).await;
+        console
+    }
+
+    /// Waits until `/healthz` answers 200; panics saying what it last saw (or that the process exited).
+    pub async fn wait_healthy(&mut self, timeout: Duration) {
+        let client = reqwest::Client::new();
+        let url = format!("{}/healthz", self.base);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.0.try_wait() {
+                panic!("hookline console serve exited with {status} before answering {url}");
+            }
+            let last = match client.get(&url).send().await {
+                Ok(r) if r.status() == 200 => return,
+                Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{url} did not answer 200 within {timeout:?}; last: {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// An edge serving on a free port of 127.0.0.1, with its own database.
@@ -190,6 +275,8 @@ pub struct TestEdge {
     pub client: reqwest::Client,
     /// `http://127.0.0.1:PORT` of the operator console, when `[console]` is configured.
     pub console: Option<String>,
+    /// The console's own process (`hookline console serve`), when `[console]` is configured.
+    pub console_process: Option<ConsoleProcess>,
 }
 
 impl TestEdge {
@@ -210,14 +297,30 @@ impl TestEdge {
         Self::spawn_on(db, config).await
     }
 
-    /// Starts an edge with an explicit configuration.
+    /// Starts an edge with an explicit configuration; with `[console]`, also the console's own process
+    /// (`hookline console serve`, the real binary) on the same configuration (it must come from
+    /// [`parse_config`]).
     pub async fn spawn_on(db: TestDb, config: Config) -> TestEdge {
+        let toml = config.console.as_ref().map(|_| {
+            TOML_BY_PREFIX
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&config.amqp.prefix)
+                .cloned()
+                .expect(
+                    "a configuration with [console] comes from parse_config (its text is needed)",
+                )
+        });
         let app = hookline_edge::Application::build(config)
             .await
             .expect("build the edge");
         let port = app.port();
-        let console = app.console_port().map(|p| format!("http://127.0.0.1:{p}"));
         tokio::spawn(app.run_until_stopped());
+        let console_process = match toml {
+            Some(toml) => Some(ConsoleProcess::start(&toml, port).await),
+            None => None,
+        };
+        let console = console_process.as_ref().map(|c| c.base.clone());
         TestEdge {
             base: format!("http://127.0.0.1:{port}"),
             port,
@@ -227,6 +330,7 @@ impl TestEdge {
                 .build()
                 .expect("http client"),
             console,
+            console_process,
         }
     }
 

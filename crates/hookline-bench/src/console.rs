@@ -3,7 +3,8 @@
 //! Seeds a fresh database with `--events` rows (default 1 000 000) in `webhook_events` with one
 //! `INSERT … SELECT generate_series` (three providers, four types, one event every 50 ms of history), processed
 //! markers for 99 % of them and unresolved dead letters for 0.1 %, runs `ANALYZE`, starts the real
-//! `hookline-edge` with `[console]` on it, logs in, and times each main page (sequential requests after a
+//! `hookline-edge` and the console's own process (`hookline console serve`) on it, logs in, and times each main
+//! page (sequential requests after a
 //! warm-up; p50, p95 and max in milliseconds) against the 100 ms target. The overview's first request, which
 //! computes `hookline status` on the whole table, is reported apart: later requests are served from its
 //! snapshot (refreshed in the background at most every 5 s).
@@ -20,7 +21,7 @@ use argon2::{Argon2, PasswordHasher};
 use secrecy::SecretString;
 use serde::Serialize;
 
-use crate::env::{wait_ready, ChildProcess};
+use crate::env::{wait_console, wait_ready, ChildProcess};
 
 /// The target of every page.
 pub const TARGET_MS: f64 = 100.0;
@@ -33,13 +34,13 @@ pub struct ConsoleOptions {
     pub events: i64,
     /// Timed requests per page.
     pub requests: usize,
-    /// Directory of hookline-edge.
+    /// Directory of hookline-edge and hookline (the console process).
     pub bin_dir: std::path::PathBuf,
     /// PostgreSQL server URL, without a database name.
     pub pg_base_url: String,
     /// RabbitMQ URL (the overview reads queue depths).
     pub amqp_url: String,
-    /// Output directory (console-report.json, the edge's log).
+    /// Output directory (console-report.json, the edge's and the console's logs).
     pub out_dir: std::path::PathBuf,
 }
 
@@ -286,7 +287,22 @@ password_hash = "{hash}"
         &opts.out_dir.join("console-edge.log"),
     )?;
     wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await?;
-    let result = pages(opts, console_port).await;
+    let result = match ChildProcess::spawn_console(
+        &opts.bin_dir,
+        &config_path,
+        &opts.out_dir.join("console-console.log"),
+    ) {
+        Ok(mut console) => {
+            let result =
+                match wait_console(&mut console, ([127, 0, 0, 1], console_port).into()).await {
+                    Ok(()) => pages(opts, console_port).await,
+                    Err(e) => Err(e),
+                };
+            console.kill().await.ok();
+            result
+        }
+        Err(e) => Err(e),
+    };
     edge.kill().await.ok();
     let (overview_cold_ms, pages) = result?;
     Ok(ConsoleReport {

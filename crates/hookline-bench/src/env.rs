@@ -248,10 +248,31 @@ impl ChildProcess {
         config: &Path,
         log: &Path,
     ) -> anyhow::Result<ChildProcess> {
+        Self::spawn_args(bin_dir, name, config, &[], log)
+    }
+
+    /// The operator console's own process: `{bin_dir}/hookline --config {config} console serve`, as
+    /// [`ChildProcess::spawn`] starts the others.
+    pub fn spawn_console(
+        bin_dir: &Path,
+        config: &Path,
+        log: &Path,
+    ) -> anyhow::Result<ChildProcess> {
+        Self::spawn_args(bin_dir, "hookline", config, &["console", "serve"], log)
+    }
+
+    /// [`ChildProcess::spawn`] with `args` after `--config {config}`.
+    fn spawn_args(
+        bin_dir: &Path,
+        name: &'static str,
+        config: &Path,
+        args: &[&str],
+        log: &Path,
+    ) -> anyhow::Result<ChildProcess> {
         let bin = bin_dir.join(name);
         anyhow::ensure!(
             bin.exists(),
-            "{} is missing: build it first (cargo build --release -p hookline-edge -p hookline-worker)",
+            "{} is missing: build it first (cargo build --release -p hookline-edge -p hookline-worker -p hookline-cli)",
             bin.display()
         );
         let out =
@@ -260,6 +281,7 @@ impl ChildProcess {
         let child = tokio::process::Command::new(&bin)
             .arg("--config")
             .arg(config)
+            .args(args)
             .env_remove("DATABASE_URL")
             .env_remove("AMQP_URL")
             .env_remove("HOOKLINE_CONFIG")
@@ -305,6 +327,23 @@ impl ChildProcess {
             .with_context(|| format!("kill {} (pid {})", self.name, self.pid))?;
         self.child.wait().await.context("reap child")?;
         Ok(())
+    }
+}
+
+/// Waits until the console process answers `GET /healthz` with 200 (its loops live, its database answers).
+pub async fn wait_console(console: &mut ChildProcess, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        console.ensure_running()?;
+        if crate::load::get_status(addr, "/healthz").await == Some(200) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the console did not answer /healthz on {addr} within 20 s; see {}",
+            console.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -1,11 +1,12 @@
 //! `hookline-bench login-flood`: webhook ack latency of the providers' listener with and without a flood of
-//! unauthenticated console logins on the same `hookline-edge` process (issue 25, finding 2).
+//! unauthenticated console logins (issue 25, finding 2). The console is its own process (`hookline console
+//! serve`) since the edge stopped serving it; both share the machine, not a process.
 //!
-//! Starts the real `hookline-edge` with `[console]` on a fresh database (no relay: the edge's ack path only),
-//! posts `--requests` signed Stripe webhooks one after another and times each ack (p50, p99, max); then does it
-//! again while the bench keeps `--logins` concurrent console logins with unknown names in flight (waves of that
-//! many, until the webhooks are done). It reports both, how the logins were answered (401 = checked, 429 =
-//! refused by the check pool or a limit) and the edge's RSS (idle, peak during the flood).
+//! Starts the real `hookline-edge` and the console's process on a fresh database (no relay: the edge's ack
+//! path only), posts `--requests` signed Stripe webhooks one after another and times each ack (p50, p99, max);
+//! then does it again while the bench keeps `--logins` concurrent console logins with unknown names in flight
+//! (waves of that many, until the webhooks are done). It reports both, how the logins were answered (401 =
+//! checked, 429 = refused by the check pool or a limit) and the edge's RSS (idle, peak during the flood).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use anyhow::Context;
 use secrecy::SecretString;
 use serde::Serialize;
 
-use crate::env::{wait_ready, ChildProcess};
+use crate::env::{wait_console, wait_ready, ChildProcess};
 
 /// The Stripe secret of the bench edge.
 const SECRET: &str = "whsec_bench_login_flood";
@@ -26,11 +27,11 @@ pub struct LoginFloodOptions {
     pub requests: usize,
     /// Concurrent logins of the flood.
     pub logins: usize,
-    /// Directory of hookline-edge.
+    /// Directory of hookline-edge and hookline (the console process).
     pub bin_dir: std::path::PathBuf,
     /// PostgreSQL server URL, without a database name.
     pub pg_base_url: String,
-    /// Output directory (login-flood-report.json, the edge's log).
+    /// Output directory (login-flood-report.json, the edge's and the console's logs).
     pub out_dir: std::path::PathBuf,
 }
 
@@ -151,7 +152,22 @@ password_hash = "{hash}"
         &opts.out_dir.join("login-flood-edge.log"),
     )?;
     wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await?;
-    let result = runs(opts, &edge, edge_port, console_port).await;
+    let result = match ChildProcess::spawn_console(
+        &opts.bin_dir,
+        &config_path,
+        &opts.out_dir.join("login-flood-console.log"),
+    ) {
+        Ok(mut console) => {
+            let result =
+                match wait_console(&mut console, ([127, 0, 0, 1], console_port).into()).await {
+                    Ok(()) => runs(opts, &edge, edge_port, console_port).await,
+                    Err(e) => Err(e),
+                };
+            console.kill().await.ok();
+            result
+        }
+        Err(e) => Err(e),
+    };
     edge.kill().await.ok();
     result
 }

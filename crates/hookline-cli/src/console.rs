@@ -1,4 +1,8 @@
-//! `hookline console`: helpers for the operator web console served by hookline-edge (`[console]`).
+//! `hookline console`: the operator web console's process (`serve`, [`hookline_console::serve`]) and its
+//! helpers (`hash-password`).
+//!
+//! The console is its own process, not a listener of the edge, so that an operator-facing flood (logins are
+//! Argon2 checks by design) can never slow a webhook acknowledgement.
 
 use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
@@ -7,6 +11,7 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHasher};
 use clap::Subcommand;
+use hookline_core::Config;
 
 /// Console commands.
 #[derive(Subcommand, Debug)]
@@ -14,15 +19,47 @@ pub enum ConsoleCommand {
     /// Read a password from standard input (one line) and print its Argon2id PHC string, for
     /// `[[console.operators]] password_hash = "…"`. The password never appears in arguments or the history.
     HashPassword,
+    /// Serve the operator web console (`[console] listen`) until SIGTERM/SIGINT, in this process: its own
+    /// database pool, supervisor and `/healthz`. Exits 3 if the listener cannot be bound or a supervised loop
+    /// dies, 2 without a `[console]` section.
+    Serve,
 }
 
 /// Shortest accepted password.
 const MIN_PASSWORD_CHARS: usize = 12;
 
-/// Runs a console command.
-pub fn run(cmd: &ConsoleCommand) -> ExitCode {
+/// Runs a console command that needs no configuration (`hash-password`); `None` for one that does.
+pub fn run_without_config(cmd: &ConsoleCommand) -> Option<ExitCode> {
     match cmd {
-        ConsoleCommand::HashPassword => hash_password(),
+        ConsoleCommand::HashPassword => Some(hash_password()),
+        ConsoleCommand::Serve => None,
+    }
+}
+
+/// Runs a console command with the loaded configuration.
+pub async fn run(config: &Config, cmd: &ConsoleCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ConsoleCommand::HashPassword => Ok(hash_password()),
+        ConsoleCommand::Serve => serve(config).await,
+    }
+}
+
+/// `hookline console serve`: exit 2 without `[console]` (a usage error: nothing to serve), otherwise the
+/// console's own process until SIGTERM/SIGINT (0) or a failure (3, with the cause chain on stderr).
+async fn serve(config: &Config) -> anyhow::Result<ExitCode> {
+    if config.console.is_none() {
+        eprintln!(
+            "error: no [console] section in the configuration: add [console] with at least one \
+             [[console.operators]] (password hashes from `hookline console hash-password`)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    match hookline_console::serve(config.clone()).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("error: the console stopped: {e:#}");
+            Ok(ExitCode::from(3))
+        }
     }
 }
 

@@ -67,7 +67,7 @@ enum Command {
     Sandbox(sandbox::SandboxArgs),
     /// Compare the provider's record (its API) with what was stored, and store what never arrived.
     Reconcile(reconcile::ReconcileArgs),
-    /// The operator web console (served by hookline-edge when `[console]` is configured).
+    /// The operator web console: `serve` runs it in its own process; `hash-password` makes an operator's hash.
     #[command(subcommand)]
     Console(console::ConsoleCommand),
     /// Manage the subscriptions billed through hookline.
@@ -101,7 +101,9 @@ pub fn main() -> ExitCode {
     }
     // Needs no configuration: a password hash is made before the config that will hold it exists.
     if let Command::Console(cmd) = &cli.command {
-        return console::run(cmd);
+        if let Some(code) = console::run_without_config(cmd) {
+            return code;
+        }
     }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
@@ -121,7 +123,7 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Verify(args) => Ok(verify::run(&args)),
-            Command::Console(cmd) => Ok(console::run(&cmd)),
+            Command::Console(cmd) => console::run(&config, &cmd).await,
             Command::Migrate => {
                 hookline_core::db::migrate(&config.database_url).await?;
                 println!("database migrated");

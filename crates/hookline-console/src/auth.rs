@@ -4,10 +4,11 @@
 //!   dummy hash with the first operator's parameters, so the answer takes as long and says the same as for a
 //!   wrong password: names cannot be enumerated.
 //! * **Checks run in a bounded pool.** A check costs tens of milliseconds of CPU and `m_cost` KiB of memory
-//!   (19 MiB with the default parameters) by design, and the console shares its process with the providers'
-//!   listener: an unbounded number of concurrent checks once took the edge from 23 MiB to 2.9 GiB and its
-//!   webhook acks from 5 to 112 ms. So checks run on [`CHECK_THREADS`] dedicated threads, each with one Argon2
-//!   memory area allocated once and reused (memory is `CHECK_THREADS × m_cost`, whatever the load; operator
+//!   (19 MiB with the default parameters) by design: an unbounded number of concurrent checks once took the
+//!   process (then the edge, which served the console) from 23 MiB to 2.9 GiB and its webhook acks from 5 to
+//!   112 ms. The console now has its own process, and the bound still keeps that process small and responsive.
+//!   So checks run on [`CHECK_THREADS`] dedicated threads, each with one Argon2 memory area allocated once and
+//!   reused (memory is `CHECK_THREADS × m_cost`, whatever the load; operator
 //!   hashes above [`MAX_HASH_KIB`] are refused at start-up). At most [`UNTRUSTED_CHECKS`] check runs at once for
 //!   logins without a device cookie and [`DEVICE_CHECKS`] for logins with one (below): a login that finds no
 //!   free place is answered 429 at once, without hashing and without counting — never queued.
@@ -77,7 +78,7 @@ pub const DEVICE_CHECKS: usize = 1;
 /// Largest accepted Argon2 `m_cost` of an operator hash, KiB: the pool's memory is at most
 /// `CHECK_THREADS × MAX_HASH_KIB` (64 MiB).
 pub const MAX_HASH_KIB: u32 = 32 * 1024;
-/// Counter of Argon2 checks actually run (`/metrics` of the edge).
+/// Counter of Argon2 checks actually run (`/metrics` of the console process).
 pub const PASSWORD_CHECKS_METRIC: &str = "hookline_console_password_checks_total";
 /// Counter of login answers by `outcome` (`ok`, `bad_credentials`, `rate_limited`, `busy`).
 pub const LOGINS_METRIC: &str = "hookline_console_logins_total";

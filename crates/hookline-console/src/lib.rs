@@ -1,11 +1,15 @@
-//! The operator console: a small server-rendered web application on its own listener (`[console] listen`,
-//! loopback by default), never on the providers' listener — the same separation as the merchant API
-//! ([`hookline_api`]): a provider-facing port must not expose operator pages, and the console can be firewalled
-//! or tunnelled on its own.
+//! The operator console: a small server-rendered web application in its own process (`hookline console
+//! serve`, [`serve`]) on its own listener (`[console] listen`, loopback by default), never on the providers'
+//! listener: a provider-facing port must not expose operator pages, and the console can be firewalled or
+//! tunnelled on its own.
 //!
-//! It lives in the edge because the edge is the one always-running process with a database pool and the
-//! configuration (providers and their secrets, to re-verify signatures); it reuses what the CLI uses rather than
-//! re-implementing it:
+//! Why its own process, not a listener of the edge: whatever reaches the console (a flood of logins, each an
+//! Argon2 check by design; a heavy page; a memory spike) must never slow a webhook acknowledgement, and in one
+//! process it shared the edge's CPU, memory and runtime. The console needs only the configuration (providers
+//! and their secrets, to re-verify signatures) and its own small pool. The edge's acknowledgement percentiles
+//! on the overview are read from the edge's `/metrics` (see [`edge_metrics_url`]).
+//!
+//! It reuses what the CLI uses rather than re-implementing it:
 //!
 //! * the overview is [`hookline_ops::status::report`], the figures of `hookline status`;
 //! * replays and dead-letter redrives go through [`hookline_ops::replay`], the engine of `hookline replay` and
@@ -37,6 +41,7 @@ use actix_web::{web, App, HttpResponse, HttpServer, ResponseError};
 use anyhow::Context;
 use hookline_core::config::ConsoleConfig;
 use hookline_core::db::{self, PoolSettings};
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
@@ -167,11 +172,38 @@ fn html(markup: maud::Markup) -> HttpResponse {
         .body(markup.into_string())
 }
 
+/// Name of the supervised loop that refreshes the overview's figures in the background.
+pub const OVERVIEW_TASK: &str = "console_overview";
+
+/// How long the overview waits for the edge's `/metrics` (loopback; a slow edge must not hold the refresh).
+const EDGE_METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The overview's last figures and when they were read.
 struct Snapshot {
     at: Instant,
     read_at: time::OffsetDateTime,
     result: Result<Arc<hookline_ops::status::Report>, String>,
+    /// The edge's `/metrics` text (for its acknowledgement percentiles), or why it could not be read.
+    edge_metrics: Result<String, String>,
+}
+
+/// Where the console reads the edge's `/metrics`: `http://{edge.listen}/metrics`, an edge listening on every
+/// interface being reached on loopback.
+pub fn edge_metrics_url(config: &Config) -> String {
+    let listen = config.edge.listen;
+    let ip = match listen.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        }
+        ip => ip,
+    };
+    format!(
+        "http://{}/metrics",
+        std::net::SocketAddr::new(ip, listen.port())
+    )
 }
 
 /// Shared state of the console's handlers.
@@ -183,6 +215,14 @@ pub struct ConsoleState {
     metrics: PrometheusHandle,
     overview: Mutex<Option<Arc<Snapshot>>>,
     refreshing: AtomicBool,
+    /// Wakes the supervised overview loop ([`OVERVIEW_TASK`]) when a request found the snapshot stale.
+    refresh_wanted: tokio::sync::Notify,
+    /// Reads the edge's `/metrics` (no redirects, short timeouts).
+    http: reqwest::Client,
+    /// [`edge_metrics_url`].
+    edge_metrics_url: String,
+    /// What the supervised loops report; `/healthz` answers from it.
+    liveness: Liveness,
     /// Cancelled when the console stops: background replays stop at a page boundary (resumable).
     runs: CancellationToken,
 }
@@ -202,12 +242,10 @@ impl ConsoleState {
         match current {
             Some(s) if s.at.elapsed() < OVERVIEW_MAX_AGE => s,
             Some(s) => {
+                // The refresh runs in the supervised overview loop, not in a detached task: a refresh that
+                // panics is counted and restarted, and one that keeps failing stops the process (non-zero).
                 if !self.refreshing.swap(true, Ordering::AcqRel) {
-                    let me = self.clone();
-                    actix_web::rt::spawn(async move {
-                        me.refresh_overview().await;
-                        me.refreshing.store(false, Ordering::Release);
-                    });
+                    self.refresh_wanted.notify_one();
                 }
                 s
             }
@@ -222,21 +260,93 @@ impl ConsoleState {
                 .map(Arc::new)
                 .map_err(|e| {
                     tracing::warn!(error.cause_chain = ?format!("{e:#}"), "console overview: cannot read the figures");
-                    "cannot read the figures from the database (see the edge's log)".to_string()
+                    "cannot read the figures from the database (see the console's log)".to_string()
                 });
+        let edge_metrics = self.read_edge_metrics().await;
         let snapshot = Arc::new(Snapshot {
             at: Instant::now(),
             read_at: time::OffsetDateTime::now_utc(),
             result,
+            edge_metrics,
         });
         *self.overview.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
         snapshot
     }
+
+    /// The edge's `/metrics` text, or a short reason shown on the overview (the edge is another process).
+    async fn read_edge_metrics(&self) -> Result<String, String> {
+        let res = self
+            .http
+            .get(&self.edge_metrics_url)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+        match res {
+            Ok(r) => r.text().await.map_err(|e| {
+                tracing::warn!(error.message = %e, "console overview: cannot read the edge's /metrics");
+                format!("cannot read {}", self.edge_metrics_url)
+            }),
+            Err(e) => {
+                tracing::warn!(error.message = %e, "console overview: cannot read the edge's /metrics");
+                Err(format!("the edge does not answer at {}", self.edge_metrics_url))
+            }
+        }
+    }
+
+    /// The supervised overview loop: one refresh each time a request found the snapshot stale.
+    async fn overview_loop(self: Arc<Self>, cancel: CancellationToken) -> anyhow::Result<()> {
+        // A refresh that panicked left the flag set: clear it, or no request would ask again.
+        self.refreshing.store(false, Ordering::Release);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                _ = self.refresh_wanted.notified() => {}
+            }
+            self.refresh_overview().await;
+            self.refreshing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// `GET /healthz`: 200 when every supervised loop is alive and the database answers within 2 s; 503 otherwise,
+/// the body saying which (`status`: `ok`/`dead` with `dead_tasks`; `database`: `ok`, `unreachable`, `timeout`).
+/// The console can do nothing without its database, so an outage is reported here rather than on a separate
+/// readiness endpoint.
+async fn healthz(state: web::Data<ConsoleState>) -> HttpResponse {
+    let (alive, mut body) = state.liveness.health();
+    let database = match tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool),
+    )
+    .await
+    {
+        Ok(Ok(_)) => "ok",
+        Ok(Err(e)) => {
+            tracing::warn!(error.message = %e, "console health: the database does not answer");
+            "unreachable"
+        }
+        Err(_) => "timeout",
+    };
+    body["database"] = serde_json::Value::from(database);
+    if alive && database == "ok" {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// `GET /metrics`: the console process's own metrics (logins, password checks, supervisor), Prometheus text.
+async fn metrics(state: web::Data<ConsoleState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
 }
 
 /// Registers the console's routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(pages::overview))
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics))
+        .route("/", web::get().to(pages::overview))
         .route("/overview/figures", web::get().to(pages::overview_figures))
         .route("/console.css", web::get().to(views::stylesheet))
         .route("/console.js", web::get().to(views::script))
@@ -263,16 +373,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub struct ConsoleServer {
     /// The bound port.
     pub port: u16,
-    /// The running server (a future that ends when it stops).
-    pub server: Server,
-    /// Stops it.
-    pub handle: ServerHandle,
-    /// Stops background replays (at a page boundary; they stay resumable).
-    pub runs: CancellationToken,
+    server: Server,
+    handle: ServerHandle,
+    /// Stops background replays (at a page boundary; they stay resumable) and the overview loop.
+    runs: CancellationToken,
+    liveness: Liveness,
+    overview_loop: tokio::task::JoinHandle<()>,
+    pool: PgPool,
 }
 
-/// Binds `[console] listen` and starts the console on its own small pool (operator pages never take the
-/// connections the webhook path needs).
+/// Binds `[console] listen` and starts the console on its own small pool, with the supervised overview loop.
+/// Must be called inside a Tokio runtime; serve it with [`ConsoleServer::run_until_stopped`].
 pub fn start(
     config: &Config,
     console: &ConsoleConfig,
@@ -293,16 +404,32 @@ pub fn start(
         .with_context(|| format!("cannot listen on {} (console.listen)", console.listen))?;
     let port = listener.local_addr()?.port();
     let runs = CancellationToken::new();
+    let liveness = Liveness::new();
+    let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
     let state = Arc::new(ConsoleState {
-        pool,
+        pool: pool.clone(),
         config: config.clone(),
         console: console.clone(),
         auth: auth::Auth::new(console)?,
         metrics,
         overview: Mutex::new(None),
         refreshing: AtomicBool::new(false),
+        refresh_wanted: tokio::sync::Notify::new(),
+        http: hookline_core::http::client(EDGE_METRICS_TIMEOUT, EDGE_METRICS_TIMEOUT)?,
+        edge_metrics_url: edge_metrics_url(config),
+        liveness: liveness.clone(),
         runs: runs.clone(),
     });
+    let overview_loop = {
+        let (state, cancel) = (state.clone(), runs.clone());
+        tokio::spawn(async move {
+            supervisor
+                .run(OVERVIEW_TASK, cancel.clone(), |_| {
+                    state.clone().overview_loop(cancel.clone())
+                })
+                .await
+        })
+    };
     let data = web::Data::from(state);
     let edge = config.edge.clone();
     let server = HttpServer::new(move || {
@@ -314,6 +441,7 @@ pub fn start(
     .client_request_timeout(edge.client_request_timeout)
     .client_disconnect_timeout(Duration::from_secs(1))
     .shutdown_timeout(edge.shutdown_timeout.as_secs())
+    // SIGTERM and SIGINT are both graceful here (see `run_until_stopped`); actix treats SIGINT as forced.
     .disable_signals()
     .workers(2)
     .listen(listener)?
@@ -325,5 +453,59 @@ pub fn start(
         server,
         handle,
         runs,
+        liveness,
+        overview_loop,
+        pool,
     })
+}
+
+impl ConsoleServer {
+    /// Serves until SIGTERM/SIGINT (in-flight requests finish within `edge.shutdown_timeout`, background
+    /// replays stop at a page boundary and stay resumable), then closes the pool. When a supervised loop is
+    /// declared dead the server stops the same way and this returns an error naming it, so the process exits
+    /// non-zero and its supervisor restarts it.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let (handle, runs, liveness) = (
+            self.handle.clone(),
+            self.runs.clone(),
+            self.liveness.clone(),
+        );
+        let stopper = tokio::spawn(async move {
+            tokio::select! {
+                _ = hookline_core::supervisor::wait_for_shutdown_signal() => {
+                    tracing::info!("shutdown requested; finishing in-flight console requests");
+                }
+                _ = liveness.fatal() => {
+                    tracing::error!(dead_tasks = ?liveness.dead_tasks(), "a supervised task is dead; stopping the console");
+                }
+            }
+            runs.cancel();
+            handle.stop(true).await;
+        });
+        let mut result = self.server.await.context("console server failed");
+        stopper.abort();
+        self.runs.cancel();
+        self.overview_loop.await.ok();
+        self.pool.close().await;
+        let dead = self.liveness.dead_tasks();
+        if result.is_ok() && !dead.is_empty() {
+            result = Err(anyhow::anyhow!(
+                "stopped because supervised task(s) {} died",
+                dead.join(", ")
+            ));
+        }
+        tracing::info!("console stopped");
+        result
+    }
+}
+
+/// The console process (`hookline console serve`): its own metrics recorder, pool, supervisor and listener,
+/// until SIGTERM/SIGINT; an error when `[console]` is missing, the listener cannot be bound or a supervised
+/// loop died.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let console = config.console.clone().context(
+        "no [console] section in the configuration: add [console] with at least one [[console.operators]]",
+    )?;
+    let metrics = hookline_core::telemetry::metrics_handle();
+    start(&config, &console, metrics)?.run_until_stopped().await
 }

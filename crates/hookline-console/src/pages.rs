@@ -376,12 +376,15 @@ pub async fn not_found(req: HttpRequest, state: State) -> Result<HttpResponse, C
 
 // ---------------------------------------------------------------------------------------------- overview
 
-/// The edge's acknowledgement latency metric (this process), for the overview's percentiles.
+/// The edge's acknowledgement latency metric (read from the edge's `/metrics`), for the overview's percentiles.
 const ACK_METRIC: &str = "hookline_edge_ack_seconds";
 
 fn figures(state: &ConsoleState, snap: &super::Snapshot) -> Markup {
     let age = snap.at.elapsed().as_secs();
-    let ack = views::histogram_percentiles(&state.metrics.render(), ACK_METRIC, &[0.5, 0.95, 0.99]);
+    let ack = snap
+        .edge_metrics
+        .as_ref()
+        .map(|text| views::histogram_percentiles(text, ACK_METRIC, &[0.5, 0.95, 0.99]));
     let ms = |s: f64| {
         if s.is_finite() {
             format!("≤ {:.1} ms", s * 1000.0)
@@ -422,11 +425,12 @@ fn figures(state: &ConsoleState, snap: &super::Snapshot) -> Markup {
                     tr { th { "dead letters (unresolved)" } td.num #dead-letter-count { (r.totals.dead_lettered) } }
                     tr { th { "outbound pending / failed" } td.num { (r.outbound.pending) " / " (r.outbound.failed) } }
                     tr {
-                        th { "edge ack latency p50 / p95 / p99 (this edge, since start)" }
+                        th { "edge ack latency p50 / p95 / p99 (the edge at " (state.edge_metrics_url) ", since its start)" }
                         td.num #ack-latency {
                             @match &ack {
-                                Some(p) => { (ms(p[0])) " / " (ms(p[1])) " / " (ms(p[2])) }
-                                None => { "no webhook received yet" }
+                                Ok(Some(p)) => { (ms(p[0])) " / " (ms(p[1])) " / " (ms(p[2])) }
+                                Ok(None) => { "no webhook received yet" }
+                                Err(why) => { (why) }
                             }
                         }
                     }

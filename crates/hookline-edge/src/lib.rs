@@ -5,8 +5,9 @@
 //! duplicates, and answers: 200 once the row is committed (also for duplicates), 400 for input that retrying will
 //! not fix, 503 when the database is unavailable so the provider retries.
 //!
-//! With an `[api]` section it also serves the merchant-facing API ([`hookline_api`]) on a second listener, and
-//! with a `[console]` section the operator web console ([`hookline_console`]) on a third.
+//! With an `[api]` section it also serves the merchant-facing API ([`hookline_api`]) on a second listener. It
+//! never serves the operator console, even with a `[console]` section: that is its own process (`hookline
+//! console serve`), so an operator-facing flood (logins are Argon2 checks by design) can never slow an ack.
 
 mod error;
 mod routes;

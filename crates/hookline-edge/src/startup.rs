@@ -45,8 +45,6 @@ pub struct Application {
     server_handle: actix_web::dev::ServerHandle,
     /// The merchant API's server, when `[api]` is configured (its own listener).
     api: Option<hookline_api::ApiServer>,
-    /// The operator console's server, when `[console]` is configured (its own listener).
-    console: Option<hookline_console::ConsoleServer>,
 }
 
 impl Application {
@@ -119,11 +117,8 @@ impl Application {
             )?),
             None => None,
         };
-        // The operator console: a third listener, loopback unless configured otherwise.
-        let console = match &config.console {
-            Some(c) => Some(hookline_console::start(&config, c, metrics.clone())?),
-            None => None,
-        };
+        // The operator console is NOT served here, even when `[console]` is configured: it is its own process
+        // (`hookline console serve`), so an operator-facing flood can never slow a webhook ack.
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             providers,
@@ -157,16 +152,10 @@ impl Application {
         let server = server.run();
         let handle = server.handle();
         let api_handle = api.as_ref().map(|a| a.handle.clone());
-        let console_handle = console.as_ref().map(|c| (c.handle.clone(), c.runs.clone()));
         tokio::spawn(async move {
             hookline_core::supervisor::wait_for_shutdown_signal().await;
             tracing::info!("shutdown requested; finishing in-flight requests");
-            futures::future::join3(
-                handle.stop(true),
-                stop_api(api_handle),
-                stop_console(console_handle),
-            )
-            .await;
+            futures::future::join(handle.stop(true), stop_api(api_handle)).await;
         });
         tracing::info!(
             listen = %config.edge.listen,
@@ -182,7 +171,6 @@ impl Application {
             relay,
             liveness,
             api,
-            console,
         })
     }
 
@@ -196,11 +184,6 @@ impl Application {
         self.api.as_ref().map(|a| a.port)
     }
 
-    /// The operator console's bound port, when `[console]` is configured.
-    pub fn console_port(&self) -> Option<u16> {
-        self.console.as_ref().map(|c| c.port)
-    }
-
     /// Serves until SIGTERM/SIGINT (actix stops accepting, then lets in-flight requests finish within
     /// `edge.shutdown_timeout`), then closes the pool.
     ///
@@ -210,30 +193,17 @@ impl Application {
         let liveness = self.liveness.clone();
         let handle = self.server_handle.clone();
         let api_handle = self.api.as_ref().map(|a| a.handle.clone());
-        let console_handle = self
-            .console
-            .as_ref()
-            .map(|c| (c.handle.clone(), c.runs.clone()));
         let watchdog_api = api_handle.clone();
-        let watchdog_console = console_handle.clone();
         let watchdog = tokio::spawn(async move {
             liveness.fatal().await;
             tracing::error!(dead_tasks = ?liveness.dead_tasks(), "a supervised task is dead; stopping the edge");
-            futures::future::join3(
-                handle.stop(true),
-                stop_api(watchdog_api),
-                stop_console(watchdog_console),
-            )
-            .await;
+            futures::future::join(handle.stop(true), stop_api(watchdog_api)).await;
         });
-        // Every listener lives and stops together: when one server ends, the others are stopped the same way.
+        // Both listeners live and stop together: when one server ends, the other is stopped the same way.
         let main_handle = self.server_handle.clone();
-        let console_main_handle = main_handle.clone();
-        let api_console_handle = console_handle.clone();
-        let console_api_handle = api_handle.clone();
         let main = async {
             let r = self.server.await.context("HTTP server failed");
-            futures::future::join(stop_api(api_handle), stop_console(console_handle)).await;
+            stop_api(api_handle).await;
             r
         };
         let api = async {
@@ -241,31 +211,14 @@ impl Application {
                 Some(api) => {
                     let r = api.server.await.context("API server failed");
                     api.prune.cancel();
-                    futures::future::join(main_handle.stop(true), stop_console(api_console_handle))
-                        .await;
+                    main_handle.stop(true).await;
                     r
                 }
                 None => Ok(()),
             }
         };
-        let console = async {
-            match self.console {
-                Some(console) => {
-                    let r = console.server.await.context("console server failed");
-                    console.runs.cancel();
-                    futures::future::join(
-                        console_main_handle.stop(true),
-                        stop_api(console_api_handle),
-                    )
-                    .await;
-                    r
-                }
-                None => Ok(()),
-            }
-        };
-        let (main_result, api_result, console_result) =
-            futures::future::join3(main, api, console).await;
-        let mut result = main_result.and(api_result).and(console_result);
+        let (main_result, api_result) = futures::future::join(main, api).await;
+        let mut result = main_result.and(api_result);
         watchdog.abort();
         let dead = self.liveness.dead_tasks();
         if result.is_ok() && !dead.is_empty() {
@@ -285,14 +238,6 @@ impl Application {
         self.pool.close().await;
         tracing::info!("edge stopped");
         result
-    }
-}
-
-/// Stops the console gracefully, if there is one: background replays stop at a page boundary (resumable).
-async fn stop_console(console: Option<(actix_web::dev::ServerHandle, CancellationToken)>) {
-    if let Some((handle, runs)) = console {
-        runs.cancel();
-        handle.stop(true).await;
     }
 }
 

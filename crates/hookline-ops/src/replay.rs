@@ -1,5 +1,6 @@
 //! The replay engine: re-deliver stored events to the workers, safely. Used by `hookline replay`, `hookline dlq
-//! redrive` and the operator console (hookline-edge), so that there is one implementation of what a replay does.
+//! redrive` and the operator console (`hookline console serve`), so that there is one implementation of what a
+//! replay does.
 //!
 //! A replay RE-DELIVERS event references onto the events exchange. The worker's processed marker makes that
 //! safe: an event whose effect was applied changes nothing, an event never applied is applied once. There is no

@@ -2,8 +2,8 @@
 //! `ledger_entries`) for operators: the console's event detail, payments and balances pages.
 //!
 //! Every WRITE to these tables stays in hookline-worker (`payments::apply` and `payments::ledger`); the reads
-//! live here because the console is served by hookline-edge, which must not depend on the worker. Nothing here
-//! takes a lock or writes.
+//! live here because the console (its own process, `hookline console serve`) must not depend on the worker.
+//! Nothing here takes a lock or writes.
 
 use sqlx::PgExecutor;
 use time::OffsetDateTime;

@@ -1,4 +1,4 @@
-//! `[console]`: the operator web console on its own listener, and its operators.
+//! `[console]`: the operator web console (its own process, `hookline console serve`), and its operators.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,13 +8,14 @@ use serde::Deserialize;
 
 use super::{positive, ConfigError};
 
-/// Where the console listens when `[console]` has no `listen`: loopback only.
-pub const DEFAULT_CONSOLE_LISTEN: &str = "127.0.0.1:8090";
+/// Where the console listens when `[console]` has no `listen`: loopback only, and no port deploy/up.sh uses
+/// (edge 8080, sandbox 8090, worker 9091).
+pub const DEFAULT_CONSOLE_LISTEN: &str = "127.0.0.1:8070";
 
 /// Longest operator name (it is written into audit rows and shown in pages).
 pub const MAX_OPERATOR_NAME_BYTES: usize = 64;
 
-/// `[console]`: the operator web console, served by hookline-edge on its own listener.
+/// `[console]`: the operator web console, served by its own process (`hookline console serve`).
 #[derive(Debug, Clone)]
 pub struct ConsoleConfig {
     /// Address of the console listener (default [`DEFAULT_CONSOLE_LISTEN`]; never `edge.listen`).
@@ -73,7 +74,7 @@ pub(super) fn console(
     let listen: SocketAddr = text.parse().map_err(|_| {
         ConfigError::invalid(
             "console.listen",
-            format!("'{text}' is not an address like 127.0.0.1:8090"),
+            format!("'{text}' is not an address like 127.0.0.1:8070"),
         )
     })?;
     if listen.port() != 0 && (listen == edge_listen || Some(listen) == api_listen) {
