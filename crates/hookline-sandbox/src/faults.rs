@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth;
 use crate::clock;
-use crate::control::RequestRecord;
+use crate::limits::{MAX_COUNT, MAX_DELAY_MS};
 use crate::mercadopago;
 use crate::reply::Reply;
 use crate::rng::SeededRng;
-use crate::state::{Shared, State};
+use crate::state::{RequestRecord, Shared, State};
 use crate::stripe;
 use crate::Scheme;
 
@@ -139,11 +139,8 @@ impl Faults {
             FaultAction::Status { status, .. } if !(400..=599).contains(status) => {
                 return Err(format!("status must be a 4xx or 5xx, not {status}"));
             }
-            FaultAction::Delay { delay_ms } if *delay_ms > crate::control::MAX_DELAY_MS => {
-                return Err(format!(
-                    "delay_ms must be at most {}",
-                    crate::control::MAX_DELAY_MS
-                ));
+            FaultAction::Delay { delay_ms } if *delay_ms > MAX_DELAY_MS => {
+                return Err(format!("delay_ms must be at most {MAX_DELAY_MS}"));
             }
             FaultAction::Status {
                 retry_after_secs: Some(secs),
@@ -156,11 +153,8 @@ impl Faults {
             _ => {}
         }
         if let Some(count) = spec.count {
-            if count > crate::control::MAX_COUNT {
-                return Err(format!(
-                    "count must be at most {}, not {count}",
-                    crate::control::MAX_COUNT
-                ));
+            if count > MAX_COUNT {
+                return Err(format!("count must be at most {MAX_COUNT}, not {count}"));
             }
         }
         for (name, value) in [

@@ -113,6 +113,7 @@ mod config;
 mod control;
 mod faults;
 mod idempotency;
+mod limits;
 mod mercadopago;
 mod reply;
 mod rng;
@@ -131,12 +132,10 @@ use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use tokio_util::sync::CancellationToken;
 
 pub use config::SandboxConfig;
-pub use control::{
-    ChargesReport, Outcome, ProviderReport, RequestRecord, SandboxControl, MAX_COUNT, MAX_DELAY_MS,
-    MAX_DUPLICATES,
-};
+pub use control::{ChargesReport, ProviderReport, SandboxControl};
 pub use faults::{ArmedFault, FaultAction, FaultSpec};
-pub use state::KeyStats;
+pub use limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
+pub use state::{KeyStats, Outcome, RequestRecord};
 pub use url::Url;
 pub use webhooks::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
 
