@@ -111,6 +111,7 @@ mod auth;
 mod clock;
 mod config;
 mod control;
+mod fault_injection;
 mod faults;
 mod idempotency;
 mod limits;
@@ -303,13 +304,13 @@ impl Sandbox {
                 )
                 .service(
                     web::scope("")
-                        .wrap_fn(faults::middleware)
+                        .wrap_fn(fault_injection::middleware)
                         .configure(stripe::configure)
                         .configure(mercadopago::configure)
                         .default_service(web::to(unrouted)),
                 )
         })
-        .on_connect(faults::on_connect)
+        .on_connect(fault_injection::on_connect)
         .workers(settings.http_workers.max(1))
         .shutdown_timeout(2)
         .disable_signals()
