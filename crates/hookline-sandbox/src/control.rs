@@ -11,12 +11,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
 use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
 use crate::state::{KeyStats, Outcome, RequestRecord, Shared};
 use crate::stripe;
-use crate::webhooks::{self, Delivery, DeliveryBehaviour};
+use crate::webhooks;
 use crate::Scheme;
 
 /// What one provider's gateway holds.

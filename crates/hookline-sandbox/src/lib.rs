@@ -111,6 +111,7 @@ mod auth;
 mod clock;
 mod config;
 mod control;
+mod delivery;
 mod fault_injection;
 mod faults;
 mod idempotency;
@@ -134,11 +135,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::SandboxConfig;
 pub use control::{ChargesReport, ProviderReport, SandboxControl};
+pub use delivery::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
 pub use faults::{ArmedFault, FaultAction, FaultSpec};
 pub use limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 pub use state::{KeyStats, Outcome, RequestRecord};
 pub use url::Url;
-pub use webhooks::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
 
 /// Which provider a sandbox provider plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

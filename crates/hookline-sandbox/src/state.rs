@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use url::Url;
 
+use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
 use crate::rng::SeededRng;
 use crate::stripe::book::StripeBook;
-use crate::webhooks::{Delivery, DeliveryBehaviour};
 use crate::{SandboxProvider, SandboxSettings};
 
 /// Most API requests kept in the request log.
