@@ -15,10 +15,10 @@ use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
 use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
+use crate::settings::Scheme;
 use crate::state::{KeyStats, Outcome, RequestRecord, Shared};
 use crate::stripe;
 use crate::webhooks;
-use crate::Scheme;
 
 /// What one provider's gateway holds.
 #[derive(Debug, Clone, Serialize)]

@@ -13,9 +13,9 @@ use crate::clock;
 use crate::faults::FaultAction;
 use crate::mercadopago;
 use crate::reply::Reply;
+use crate::settings::Scheme;
 use crate::state::{RequestRecord, Shared, State};
 use crate::stripe;
-use crate::Scheme;
 
 /// A duplicate of the connection's socket, kept so that a fault can close the connection from a handler.
 #[derive(Clone)]

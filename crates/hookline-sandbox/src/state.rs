@@ -14,8 +14,8 @@ use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
 use crate::rng::SeededRng;
+use crate::settings::{SandboxProvider, SandboxSettings};
 use crate::stripe::book::StripeBook;
-use crate::{SandboxProvider, SandboxSettings};
 
 /// Most API requests kept in the request log.
 const MAX_REQUEST_LOG: usize = 10_000;

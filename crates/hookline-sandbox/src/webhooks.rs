@@ -18,8 +18,8 @@ use url::Url;
 
 use crate::clock;
 use crate::delivery::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
+use crate::settings::Scheme;
 use crate::state::{Shared, State};
-use crate::Scheme;
 
 /// Gap between copies of a duplicated delivery when they are not sent in parallel.
 const SEQUENTIAL_GAP: Duration = Duration::from_millis(100);
