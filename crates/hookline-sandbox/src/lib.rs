@@ -103,6 +103,25 @@
 //!   another body (replayed here), are not documented; the sandbox's are plausible, not verified.
 //! - Webhooks go to one endpoint per provider (`edge_url`); Mercado Pago's per-payment `notification_url` is
 //!   stored and echoed but not used. Plain HTTP only.
+//!
+//! # Module layout
+//!
+//! The crate-private modules import one another without a loop: data types first, then the state that holds
+//! them, then the handlers that lock the state. `a ← b, c` reads "`a` is imported by `b` and `c`"; the crate root
+//! imports what it starts and re-exports, and no module imports the root.
+//!
+//! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `stripe` (and `stripe::ops`),
+//!   `mercadopago` (and `mercadopago::ops`, `mercadopago::search`);
+//! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `control`;
+//! - `api`, `auth` ← `stripe`, `mercadopago` (`auth` also ← `fault_injection`);
+//! - `stripe::ops`, `mercadopago::ops` ← `control` (chargebacks, payment status changes);
+//! - `stripe::errors`, `mercadopago::errors` ← their provider, `fault_injection`;
+//! - what the state holds imports no handler: `faults` (fault definitions and the armed list; → `limits`, `rng`),
+//!   `delivery` (deliveries, attempts, behaviour), `idempotency`, `stripe::book`, `mercadopago::book`
+//!   (→ `clock`); the two books sit in their provider's directory but import nothing of it. `state` itself
+//!   imports only those, `settings` and `rng`;
+//! - leaves (import nothing of the crate): `settings` (providers and settings; ← `config` too), `limits`,
+//!   `clock`, `rng`, `reply`, `idempotency`, `delivery`, `stripe::book`.
 
 #![warn(missing_docs)]
 
