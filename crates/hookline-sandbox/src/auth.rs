@@ -9,8 +9,8 @@ use actix_web::http::header::HeaderMap;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
+use crate::settings::Scheme;
 use crate::state::State;
-use crate::Scheme;
 
 /// The provider family a path belongs to (`None`: not an API path).
 pub(crate) fn family(path: &str) -> Option<Scheme> {

@@ -14,7 +14,7 @@ use hookline_core::config::{parse_toml, ConfigSource};
 use hookline_core::ConfigError;
 use serde::Deserialize;
 
-use crate::SandboxSettings;
+use crate::settings::SandboxSettings;
 
 /// `[sandbox]`: settings of `hookline sandbox`, the local double of the Stripe and Mercado Pago APIs that signs
 /// and sends webhooks to the edge.

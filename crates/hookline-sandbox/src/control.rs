@@ -11,57 +11,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
+use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
-use crate::state::{KeyStats, Shared};
+use crate::settings::Scheme;
+use crate::state::{KeyStats, Outcome, RequestRecord, Shared};
 use crate::stripe;
-use crate::webhooks::{self, Delivery, DeliveryBehaviour};
-use crate::Scheme;
-
-/// Most extra copies of each delivery (`duplicates`): enough for any duplicate-delivery scenario, and a bound on
-/// the work one control request can queue (4294967295 copies would be a denial of service of the sandbox).
-pub const MAX_DUPLICATES: u32 = 100;
-/// Longest `delay_ms` or `shuffle_ms` of the delivery behaviour (and `delay_ms` of a fault): 10 minutes.
-pub const MAX_DELAY_MS: u64 = 600_000;
-/// Most deliveries dropped with `drop_next`, most firings of one fault (`count`) and most forced outcomes
-/// queued at once for a provider.
-pub const MAX_COUNT: u32 = 100_000;
-
-/// An outcome forced for the next charge (Stripe: `succeeded`, or `declined` with the decline code as
-/// `status_detail`) or payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
-/// `status_detail`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Outcome {
-    /// The status.
-    pub status: String,
-    /// Stripe's decline code, or Mercado Pago's `status_detail`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_detail: Option<String>,
-}
-
-/// One API request as the sandbox saw it (control requests are not logged).
-#[derive(Debug, Clone, Serialize)]
-pub struct RequestRecord {
-    /// When it arrived, unix milliseconds.
-    pub at_ms: i64,
-    /// `GET`, `POST`, …
-    pub method: String,
-    /// The path.
-    pub path: String,
-    /// The raw query string.
-    pub query: String,
-    /// The status answered (0 when the connection was reset before an answer).
-    pub status: u16,
-    /// `Idempotency-Key` (Stripe) or `X-Idempotency-Key` (Mercado Pago), if sent.
-    pub idempotency_key: Option<String>,
-    /// Whether the answer was a Stripe idempotent replay.
-    pub replayed: bool,
-    /// The fault injected into it, if any.
-    pub fault: Option<String>,
-    /// Time to the answer, fault delays included.
-    pub latency_ms: u64,
-}
+use crate::webhooks;
 
 /// What one provider's gateway holds.
 #[derive(Debug, Clone, Serialize)]

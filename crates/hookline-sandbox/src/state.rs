@@ -5,18 +5,17 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use url::Url;
 
-use crate::control::{Outcome, RequestRecord};
+use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
 use crate::rng::SeededRng;
+use crate::settings::{SandboxProvider, SandboxSettings};
 use crate::stripe::book::StripeBook;
-use crate::webhooks::{Delivery, DeliveryBehaviour};
-use crate::{SandboxProvider, SandboxSettings};
 
 /// Most API requests kept in the request log.
 const MAX_REQUEST_LOG: usize = 10_000;
@@ -88,6 +87,42 @@ pub struct KeyStats {
     pub charges: u32,
     /// Ids of every object created under the key, in order.
     pub objects: Vec<String>,
+}
+
+/// An outcome forced for the next charge (Stripe: `succeeded`, or `declined` with the decline code as
+/// `status_detail`) or payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
+/// `status_detail`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    /// The status.
+    pub status: String,
+    /// Stripe's decline code, or Mercado Pago's `status_detail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_detail: Option<String>,
+}
+
+/// One API request as the sandbox saw it (control requests are not logged).
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    /// When it arrived, unix milliseconds.
+    pub at_ms: i64,
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path.
+    pub path: String,
+    /// The raw query string.
+    pub query: String,
+    /// The status answered (0 when the connection was reset before an answer).
+    pub status: u16,
+    /// `Idempotency-Key` (Stripe) or `X-Idempotency-Key` (Mercado Pago), if sent.
+    pub idempotency_key: Option<String>,
+    /// Whether the answer was a Stripe idempotent replay.
+    pub replayed: bool,
+    /// The fault injected into it, if any.
+    pub fault: Option<String>,
+    /// Time to the answer, fault delays included.
+    pub latency_ms: u64,
 }
 
 pub(crate) struct ProviderBook {

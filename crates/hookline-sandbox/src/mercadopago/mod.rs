@@ -14,8 +14,8 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use crate::api::{self, Run};
 use crate::auth;
 use crate::reply::Reply;
+use crate::settings::Scheme;
 use crate::state::{Shared, State};
-use crate::Scheme;
 use book::MpPayment;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
