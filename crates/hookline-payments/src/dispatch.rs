@@ -113,6 +113,109 @@ impl DispatchSettings {
     }
 }
 
+/// The refund request of `claimed` at its gateway, with the request's idempotency key; `Err` says why it cannot
+/// be sent (a refusal, not a retry).
+fn refund_request(
+    http: &reqwest::Client,
+    gateway: &Gateway,
+    claimed: &Claimed,
+    intent: &intents::Intent,
+    amount: i64,
+) -> Result<reqwest::RequestBuilder, String> {
+    let Some(payment) = intent.provider_payment_id.as_deref() else {
+        return Err(format!(
+            "intent {} has no gateway payment id",
+            intent.public_id
+        ));
+    };
+    match gateway.api {
+        Api::Stripe => post(http, gateway, "v1/refunds").map(|r| {
+            r.header("Idempotency-Key", &claimed.idempotency_key)
+                .form(&[
+                    ("payment_intent", payment.to_owned()),
+                    ("amount", amount.to_string()),
+                ])
+        }),
+        Api::MercadoPago => {
+            if !payment.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return Err(format!("{payment:?} is not a Mercado Pago payment id"));
+            }
+            post(http, gateway, &format!("v1/payments/{payment}/refunds")).map(|r| {
+                r.header("X-Idempotency-Key", &claimed.idempotency_key)
+                    .json(&json!({ "amount": major_units(amount) }))
+            })
+        }
+    }
+}
+
+/// The charge request of `claimed`'s intent at its gateway, with the request's idempotency key.
+fn charge_request(
+    http: &reqwest::Client,
+    gateway: &Gateway,
+    claimed: &Claimed,
+    intent: &intents::Intent,
+) -> Result<reqwest::RequestBuilder, String> {
+    match gateway.api {
+        Api::Stripe => {
+            let mut form = vec![
+                ("amount", intent.amount.to_string()),
+                ("currency", intent.currency.clone()),
+                ("confirm", "true".to_owned()),
+                ("metadata[hookline_intent]", intent.public_id.clone()),
+            ];
+            if let Some(d) = &intent.description {
+                form.push(("description", d.clone()));
+            }
+            // Stripe's `customer` takes a `cus_…` object id; the merchant's reference goes to metadata.
+            if let Some(c) = &intent.customer {
+                form.push(("metadata[hookline_customer]", c.clone()));
+            }
+            post(http, gateway, "v1/payment_intents").map(|r| {
+                r.header("Idempotency-Key", &claimed.idempotency_key)
+                    .form(&form)
+            })
+        }
+        Api::MercadoPago => {
+            let email = intent
+                .customer
+                .as_deref()
+                .filter(|c| c.contains('@'))
+                .unwrap_or("payer@example.com");
+            let description = intent
+                .description
+                .clone()
+                .unwrap_or_else(|| intent.public_id.clone());
+            post(http, gateway, "v1/payments").map(|r| {
+                r.header("X-Idempotency-Key", &claimed.idempotency_key)
+                    .json(&json!({
+                        "transaction_amount": major_units(intent.amount),
+                        "description": description,
+                        "payment_method_id": "visa",
+                        "payer": {"email": email},
+                        "external_reference": intent.public_id,
+                    }))
+            })
+        }
+    }
+}
+
+/// A POST to `path` under the gateway's API base, with its token.
+fn post(
+    http: &reqwest::Client,
+    gateway: &Gateway,
+    path: &str,
+) -> Result<reqwest::RequestBuilder, String> {
+    let url = gateway
+        .base
+        .join(path)
+        .map_err(|e| format!("cannot build the API URL: {e}"))?;
+    let mut req = http.post(url);
+    if let Some(token) = &gateway.token {
+        req = req.bearer_auth(token.expose_secret());
+    }
+    Ok(req)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Api {
     Stripe,
@@ -361,82 +464,12 @@ impl Dispatcher {
             });
         };
         let request = if claimed.kind == outbound_requests::Kind::Refund.as_str() {
-            let Some((_, amount, _)) = refund else {
-                return Ok(Answer::Refused {
-                    status: None,
-                    error: "the refund record is missing".into(),
-                });
-            };
-            let Some(payment) = intent.provider_payment_id.as_deref() else {
-                return Ok(Answer::Refused {
-                    status: None,
-                    error: format!("intent {} has no gateway payment id", intent.public_id),
-                });
-            };
-            match gateway.api {
-                Api::Stripe => Self::post(http, gateway, "v1/refunds").map(|r| {
-                    r.header("Idempotency-Key", &claimed.idempotency_key)
-                        .form(&[
-                            ("payment_intent", payment.to_owned()),
-                            ("amount", amount.to_string()),
-                        ])
-                }),
-                Api::MercadoPago => {
-                    if !payment.chars().all(|c| c.is_ascii_alphanumeric()) {
-                        return Ok(Answer::Refused {
-                            status: None,
-                            error: format!("{payment:?} is not a Mercado Pago payment id"),
-                        });
-                    }
-                    Self::post(http, gateway, &format!("v1/payments/{payment}/refunds")).map(|r| {
-                        r.header("X-Idempotency-Key", &claimed.idempotency_key)
-                            .json(&json!({ "amount": major_units(amount) }))
-                    })
-                }
+            match refund {
+                Some((_, amount, _)) => refund_request(http, gateway, claimed, &intent, amount),
+                None => Err("the refund record is missing".into()),
             }
         } else {
-            match gateway.api {
-                Api::Stripe => {
-                    let mut form = vec![
-                        ("amount", intent.amount.to_string()),
-                        ("currency", intent.currency.clone()),
-                        ("confirm", "true".to_owned()),
-                        ("metadata[hookline_intent]", intent.public_id.clone()),
-                    ];
-                    if let Some(d) = &intent.description {
-                        form.push(("description", d.clone()));
-                    }
-                    // Stripe's `customer` takes a `cus_…` object id; the merchant's reference goes to metadata.
-                    if let Some(c) = &intent.customer {
-                        form.push(("metadata[hookline_customer]", c.clone()));
-                    }
-                    Self::post(http, gateway, "v1/payment_intents").map(|r| {
-                        r.header("Idempotency-Key", &claimed.idempotency_key)
-                            .form(&form)
-                    })
-                }
-                Api::MercadoPago => {
-                    let email = intent
-                        .customer
-                        .as_deref()
-                        .filter(|c| c.contains('@'))
-                        .unwrap_or("payer@example.com");
-                    let description = intent
-                        .description
-                        .clone()
-                        .unwrap_or_else(|| intent.public_id.clone());
-                    Self::post(http, gateway, "v1/payments").map(|r| {
-                        r.header("X-Idempotency-Key", &claimed.idempotency_key)
-                            .json(&json!({
-                                "transaction_amount": major_units(intent.amount),
-                                "description": description,
-                                "payment_method_id": "visa",
-                                "payer": {"email": email},
-                                "external_reference": intent.public_id,
-                            }))
-                    })
-                }
-            }
+            charge_request(http, gateway, claimed, &intent)
         };
         let request = match request {
             Ok(r) => r,
@@ -454,22 +487,6 @@ impl Dispatcher {
             attempts: claimed.attempts,
         };
         Ok(classify(&expected, request.send().await).await)
-    }
-
-    fn post(
-        http: &reqwest::Client,
-        gateway: &Gateway,
-        path: &str,
-    ) -> Result<reqwest::RequestBuilder, String> {
-        let url = gateway
-            .base
-            .join(path)
-            .map_err(|e| format!("cannot build the API URL: {e}"))?;
-        let mut req = http.post(url);
-        if let Some(token) = &gateway.token {
-            req = req.bearer_auth(token.expose_secret());
-        }
-        Ok(req)
     }
 
     /// Records an answer in one short transaction (2xx, final refusal) or schedules the next attempt.
