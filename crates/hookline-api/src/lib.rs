@@ -234,7 +234,7 @@ pub fn start(
     let server = hookline_web::serve(
         move || App::new().app_data(state.clone()).configure(configure),
         listener,
-        hookline_web::Limits::of_edge(&edge),
+        hookline_web::Limits::of_edge(edge),
     )?;
     let handle = server.handle();
     let prune = CancellationToken::new();
