@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer, ResponseError};
+use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
 use anyhow::Context;
 use bytes::BytesMut;
 use hookline_core::config::{ApiConfig, EdgeConfig, ProviderConfig};
@@ -231,17 +231,11 @@ pub fn start(
         db_timeout: edge.db_timeout,
         body_read_timeout: edge.body_read_timeout,
     });
-    let mut server =
-        HttpServer::new(move || App::new().app_data(state.clone()).configure(configure))
-            .client_request_timeout(edge.client_request_timeout)
-            .client_disconnect_timeout(Duration::from_secs(1))
-            .shutdown_timeout(edge.shutdown_timeout.as_secs())
-            .disable_signals()
-            .listen(listener)?;
-    if edge.workers > 0 {
-        server = server.workers(edge.workers);
-    }
-    let server = server.run();
+    let server = hookline_web::serve(
+        move || App::new().app_data(state.clone()).configure(configure),
+        listener,
+        hookline_web::Limits::of_edge(edge),
+    )?;
     let handle = server.handle();
     let prune = CancellationToken::new();
     spawn_pruning(pool, api.idempotency_window, supervisor, &prune);

@@ -1,5 +1,8 @@
 //! `hookline-bench`: one command that measures hookline end to end against the local PostgreSQL and RabbitMQ.
 //!
+//! It must never: be linked by a service (the load generator and `/proc` sampling stay out of them); report a
+//! throughput without its correctness checks (zero loss, exactly once, ledger balanced).
+//!
 //! Phases, in order (each `duration` long unless it drains a backlog):
 //!
 //! 1. **Baseline A** — one `webhook_events` row per commit at the load concurrency (pgbench-equivalent).

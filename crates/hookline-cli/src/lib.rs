@@ -3,6 +3,9 @@
 //! Exit codes are part of the interface: 0 success, 1 the operation ran and found a problem (an invalid
 //! signature, something needing attention), 2 a usage error (clap's convention), 3 an operational failure
 //! (database or broker unreachable, …).
+//!
+//! It must never: hold a rule of its own — each command calls the crate that owns the operation (ops,
+//! payments, delivery, the sandbox for `sandbox`/`simulate` only), so the console and the CLI cannot disagree.
 
 mod console;
 mod destinations;

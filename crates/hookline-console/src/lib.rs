@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::{header, StatusCode};
-use actix_web::{web, App, HttpResponse, HttpServer, ResponseError};
+use actix_web::{web, App, HttpResponse, ResponseError};
 use anyhow::Context;
 use hookline_core::config::ConsoleConfig;
 use hookline_core::db::{self, PoolSettings};
@@ -432,20 +432,21 @@ pub fn start(
     };
     let data = web::Data::from(state);
     let edge = config.edge.clone();
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(data.clone())
-            .app_data(web::PayloadConfig::new(MAX_FORM_BYTES))
-            .configure(configure)
-    })
-    .client_request_timeout(edge.client_request_timeout)
-    .client_disconnect_timeout(Duration::from_secs(1))
-    .shutdown_timeout(edge.shutdown_timeout.as_secs())
-    // SIGTERM and SIGINT are both graceful here (see `run_until_stopped`); actix treats SIGINT as forced.
-    .disable_signals()
-    .workers(2)
-    .listen(listener)?
-    .run();
+    // SIGTERM and SIGINT are both graceful here (see `run_until_stopped`); the builder turns actix's own off.
+    // Two workers: the console is for a few operators, and its Argon2 checks run on their own pool.
+    let server = hookline_web::serve(
+        move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(MAX_FORM_BYTES))
+                .configure(configure)
+        },
+        listener,
+        hookline_web::Limits {
+            workers: 2,
+            ..hookline_web::Limits::of_edge(&edge)
+        },
+    )?;
     let handle = server.handle();
     tracing::info!(listen = %console.listen, port, operators = console.operators.len(), "operator console listening");
     Ok(ConsoleServer {

@@ -1,5 +1,8 @@
 //! `hookline-edge`: the first stage of hookline.
 //!
+//! It must never: hold a rule of another crate (payments, delivery, operations); answer 2xx before the row is
+//! committed; serve the operator console.
+//!
 //! For each `POST /webhooks/{provider}` it reads the raw body (bounded in size and time), verifies the
 //! provider's signature over those exact bytes, stores the event in PostgreSQL where a UNIQUE constraint decides
 //! duplicates, and answers: 200 once the row is committed (also for duplicates), 400 for input that retrying will

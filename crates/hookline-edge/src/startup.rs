@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 
 use actix_web::dev::Server;
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
 use anyhow::Context;
 use hookline_bus::{Relay, RelayHandle, Topology};
 use hookline_core::config::{EdgeConfig, ProviderConfig};
@@ -134,22 +134,16 @@ impl Application {
             liveness: liveness.clone(),
         });
         let edge = config.edge.clone();
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .configure(routes::configure)
-        })
-        // Slowloris defence: headers must arrive within this time or the client gets 408.
-        .client_request_timeout(edge.client_request_timeout)
-        .client_disconnect_timeout(std::time::Duration::from_secs(1))
-        .shutdown_timeout(edge.shutdown_timeout.as_secs())
-        // actix treats SIGINT as a forced stop; we handle both SIGTERM and SIGINT as graceful (below).
-        .disable_signals()
-        .listen(listener)?;
-        if edge.workers > 0 {
-            server = server.workers(edge.workers);
-        }
-        let server = server.run();
+        // SIGTERM and SIGINT are both graceful here (below); the builder turns actix's own handling off.
+        let server = hookline_web::serve(
+            move || {
+                App::new()
+                    .app_data(state.clone())
+                    .configure(routes::configure)
+            },
+            listener,
+            hookline_web::Limits::of_edge(&edge),
+        )?;
         let handle = server.handle();
         let api_handle = api.as_ref().map(|a| a.handle.clone());
         tokio::spawn(async move {

@@ -1,6 +1,9 @@
 //! `hookline-fake`: the one place that builds what a webhook provider would send — realistic payloads and their
 //! signed headers — for `hookline simulate`, the benchmark (`hookline-bench`) and the test harness.
 //!
+//! It must never: be linked by the edge or the worker; hold a rule the product depends on (it only produces
+//! input, the verifiers and the pipeline judge it).
+//!
 //! - Payload builders, per provider: [`stripe`] (event envelopes and every object type the callers use, bare or
 //!   realistic), [`pagarme`] (form-encoded postbacks), [`mercadopago`] (payment notifications), [`ping`] (generic
 //!   events for GitHub, Shopify, Standard Webhooks and Svix) and [`adyen`] (notifications signed inside the body).

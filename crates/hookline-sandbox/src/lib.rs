@@ -3,6 +3,9 @@
 //! the real thing produces only on bad days. It is a test double of **external** systems: nothing in hookline
 //! runs through it in production.
 //!
+//! It must never: be linked by a production binary other than the CLI's `sandbox` command; accept what the real
+//! APIs refuse (a test that passes against it must have a gateway that behaves the same).
+//!
 //! Run it with `hookline sandbox --listen 127.0.0.1:12111 [--seed N]` (settings from the hookline configuration,
 //! see `hookline_cli`), or in-process from a test with [`Sandbox::start`]. State lives **in memory only**: a restart
 //! forgets every object, key and delivery.

@@ -1,5 +1,9 @@
 //! Pure webhook signature verifiers for the providers hookline receives from.
 //!
+//! It must never: do I/O or read a clock (time is passed in), trust a body whose MAC it did not check over the
+//! raw bytes (Adyen, signed inside the body, is the documented exception), or reveal a secret through `Debug`
+//! or an error.
+//!
 //! Everything in this crate is a pure function of its inputs: no I/O, no clock, no async. The
 //! caller hands over a borrowed view of the HTTP request ([`Request`]), the configured secrets and
 //! the current time ([`Verifier`]), and gets back either the facts the rest of the pipeline needs
