@@ -16,7 +16,7 @@ use hookline_payments::intents::{self, KeyClaim};
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
-use super::intents::Operation;
+use super::operation::Operation;
 use super::{ApiState, Reply};
 
 /// Longest wait for a key held by an in-flight request before answering 409.

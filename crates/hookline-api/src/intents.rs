@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use sqlx::PgConnection;
 
 use super::error::ApiError;
+use super::operation::{CreateIntent, Operation};
 use super::{idempotency, read_body, serve, ApiState, Reply, Route};
 
 /// Largest amount in minor units (the database's bound).
@@ -28,79 +29,6 @@ pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 pub const MAX_REASON_CHARS: usize = 500;
 /// Longest intent id accepted in a path (longer ones cannot exist).
 const MAX_ID_BYTES: usize = 255;
-
-/// A write the API performs once per idempotency key.
-pub enum Operation {
-    /// Create an intent (and its outbound charge).
-    CreateIntent(CreateIntent),
-    /// Request a refund on an intent.
-    Refund {
-        /// The intent's public id.
-        intent: String,
-        /// Minor units.
-        amount: i64,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// A validated `POST /v1/payment_intents` body.
-pub struct CreateIntent {
-    provider: String,
-    amount: i64,
-    currency: String,
-    customer: Option<String>,
-    description: Option<String>,
-}
-
-impl Operation {
-    /// Performs the write in the request's transaction and builds the response to store and send.
-    pub async fn execute(self, tx: &mut PgConnection, client: &str) -> Result<Reply, ApiError> {
-        match self {
-            Operation::CreateIntent(c) => {
-                let intent = intents::create_intent_for_client(
-                    tx,
-                    client,
-                    &NewIntent {
-                        provider: &c.provider,
-                        amount: c.amount,
-                        currency: &c.currency,
-                        customer: c.customer.as_deref(),
-                        description: c.description.as_deref(),
-                    },
-                )
-                .await
-                .map_err(|e| ApiError::database(e, "create the payment intent"))?;
-                Reply::json(StatusCode::CREATED, &intent)
-            }
-            Operation::Refund {
-                intent,
-                amount,
-                reason,
-            } => {
-                let id = intents::request_refund_for_client(tx, client, &intent, amount, &reason)
-                    .await
-                    .map_err(|e| match e {
-                        RefundError::UnknownIntent(_) => ApiError::IntentNotFound,
-                        RefundError::NotCaptured(_) => ApiError::IntentNotCaptured,
-                        RefundError::AboveCaptured { amount, left } => {
-                            ApiError::RefundAboveCaptured { amount, left }
-                        }
-                        RefundError::Database(e) => ApiError::database(e, "request the refund"),
-                    })?;
-                Reply::json(
-                    StatusCode::CREATED,
-                    &serde_json::json!({
-                        "id": format!("re_hl_{id}"),
-                        "intent": intent,
-                        "amount": amount,
-                        "status": "requires_dispatch",
-                    }),
-                )
-            }
-        }
-    }
-}
 
 /// `POST /v1/payment_intents`.
 pub async fn create(

@@ -14,6 +14,7 @@ mod auth;
 mod error;
 mod idempotency;
 mod intents;
+mod operation;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -8,6 +8,7 @@
 
 pub mod dead_letters;
 pub mod message;
+pub mod metric;
 pub mod publisher;
 pub mod relay;
 pub mod topology;

@@ -19,7 +19,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
 
-use crate::relay::metric;
+use crate::metric;
 use crate::{EventMessage, Topology};
 
 /// How long closing a publisher may wait for the broker's answers (channel, then connection).

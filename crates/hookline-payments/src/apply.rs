@@ -33,6 +33,7 @@ mod disputes;
 mod invoices;
 mod payments;
 mod refunds;
+mod row;
 
 pub use payments::payment_state;
 use payments::PaymentItem;

@@ -5,7 +5,7 @@ use sqlx::PgConnection;
 
 use hookline_core::handler::{HandleError, OutcomeKind};
 
-use super::payments::{lock_payment, read_error};
+use super::row::{lock_payment, read_error};
 use super::Applied;
 use crate::facts;
 use crate::ledger::{self, Posting};
