@@ -87,3 +87,47 @@ fn ids_longer_than_255_bytes_are_refused() {
         );
     }
 }
+
+/// normalize/json.rs `Obj::integer`, `||` replaced with `&&`: a float beyond the `i64` range (`1e19`) is "too
+/// large", like an integer beyond it, not "not an integer" (the message tells the operator which mistake it is).
+#[test]
+fn amounts_beyond_i64_are_too_large_whether_integer_or_float() {
+    for amount in ["1e19", "18446744073709551615"] {
+        let body = format!(
+            r#"{{"id":"evt_1","object":"event","type":"payment_intent.processing","data":{{"object":
+               {{"id":"pi_1","object":"payment_intent","amount":{amount},"currency":"usd"}}}}}}"#
+        );
+        let err = normalize(Scheme::Stripe, None, body.as_bytes()).expect_err("out of range");
+        assert!(
+            err.0.starts_with("data.object.amount: ")
+                && err.0.ends_with(" is too large for amount in minor units"),
+            "{amount}: {}",
+            err.0
+        );
+    }
+}
+
+/// normalize/mercadopago.rs `check_token`, `value.len() > max_len` replaced with `==` or `>=`: a Mercado Pago
+/// resource id of 128 bytes is fetched, 129 or more are refused.
+#[test]
+fn mercadopago_resource_ids_up_to_128_bytes() {
+    let notification = |id: &str| {
+        let body = json!({ "action": "payment.updated", "type": "payment", "data": { "id": id } });
+        normalize(Scheme::MercadoPago, None, body.to_string().as_bytes())
+    };
+    let longest = "1".repeat(128);
+    assert_eq!(
+        notification(&longest).expect("128 bytes"),
+        [PaymentFact::NeedsFetch {
+            resource: "payment".to_owned(),
+            resource_id: longest,
+        }]
+    );
+    for len in [129, 200] {
+        let err = notification(&"1".repeat(len)).expect_err("too long");
+        assert_eq!(
+            err.0,
+            format!("data.id: is {len} bytes long, more than 128")
+        );
+    }
+}
