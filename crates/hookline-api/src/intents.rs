@@ -10,10 +10,9 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
-use hookline_payments::intents::{self, NewIntent, RefundError};
+use hookline_payments::intents;
 use hookline_signature::Scheme;
 use serde_json::{Map, Value};
-use sqlx::PgConnection;
 
 use super::error::ApiError;
 use super::operation::{CreateIntent, Operation};

@@ -230,6 +230,34 @@ mod tests {
     }
 
     #[test]
+    fn in_mediation_is_a_succeeded_payment_with_an_open_dispute() {
+        let facts = payment_resource(&resource("in_mediation", ""), "123").unwrap();
+        assert_eq!(facts.len(), 2, "{facts:?}");
+        assert!(matches!(
+            &facts[0],
+            PaymentFact::Payment {
+                status: PaymentStatus::Succeeded,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &facts[1],
+            PaymentFact::Dispute { status: DisputeStatus::Open, dispute_ref, .. } if dispute_ref == "cb_123"
+        ));
+    }
+
+    #[test]
+    fn a_negative_or_fractional_number_is_not_an_id() {
+        for id in ["-123", "12.5"] {
+            let body = format!(
+                r#"{{"id": {id}, "status": "approved", "currency_id": "BRL", "transaction_amount": 25.5}}"#
+            );
+            let err = payment_resource(body.as_bytes(), "123").unwrap_err();
+            assert!(err.to_string().contains("is not an id"), "{id}: {err}");
+        }
+    }
+
+    #[test]
     fn approved_is_a_succeeded_payment_in_minor_units() {
         let facts = payment_resource(&resource("approved", ""), "123").unwrap();
         assert_eq!(
