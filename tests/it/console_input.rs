@@ -7,49 +7,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hookline_core::events::{OwnedEvent, StoreOutcome};
+use hookline_tests::console::{console_edge, console_toml, hash_password, PASSWORD};
 use hookline_tests::*;
 
-const PASSWORD: &str = "correct horse battery staple";
 const DRAIN: Duration = Duration::from_secs(60);
-
-async fn hash_password(password: &str) -> String {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(binary("hookline"))
-        .args(["console", "hash-password"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run hookline console hash-password");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(format!("{password}\n").as_bytes())
-        .await
-        .expect("write the password");
-    drop(stdin);
-    let out = child.wait_with_output().await.expect("output");
-    assert!(out.status.success(), "hash-password failed");
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .trim()
-        .to_string()
-}
-
-fn console_toml(hash: &str) -> String {
-    format!(
-        "[console]\nlisten = \"127.0.0.1:0\"\n[[console.operators]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
-    )
-}
-
-async fn console_edge() -> TestEdge {
-    let hash = hash_password(PASSWORD).await;
-    let db = TestDb::new().await;
-    let config = parse_config(&test_config_toml(
-        &db.url,
-        "",
-        &format!("[relay]\nembedded = false\n{}", console_toml(&hash)),
-    ));
-    TestEdge::spawn_on(db, config).await
-}
 
 struct Answer {
     status: u16,

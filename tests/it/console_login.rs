@@ -13,41 +13,15 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use hookline_tests::console::{hash_password, PASSWORD};
 use hookline_tests::*;
 
-const PASSWORD: &str = "correct horse battery staple";
 /// Anything a healthy edge does quickly.
 const WAIT: Duration = Duration::from_secs(15);
 /// `MAX_FAILURES` of the console: failed logins per (address, name) per 15 minutes.
 const MAX_FAILURES: usize = 5;
 /// The memory target: at most this much above the idle RSS during a login flood.
 const MEMORY_BUDGET_KIB: u64 = 64 * 1024;
-
-/// The Argon2id hash of `password`, made by the real `hookline console hash-password` (password on stdin).
-async fn hash_password(password: &str) -> String {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(binary("hookline"))
-        .args(["console", "hash-password"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run hookline console hash-password");
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(format!("{password}\n").as_bytes())
-        .await
-        .expect("write the password");
-    drop(stdin);
-    let out = child
-        .wait_with_output()
-        .await
-        .expect("hash-password output");
-    assert!(out.status.success(), "hash-password failed");
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .trim()
-        .to_string()
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
