@@ -47,31 +47,7 @@ async fn a_worker_killed_before_or_after_sending_loses_and_doubles_nothing() {
 
     // 1. Effects and facts commit; this worker never sends (its delivery loop claims nothing); SIGKILL.
     let slot = c.start_worker(Some("deliver.before_claim=return")).await;
-    let http = reqwest::Client::new();
-    for i in 0..FACTS {
-        let body = stripe::payment_intent(
-            &format!("evt_k{i}"),
-            "succeeded",
-            &format!("pi_k{i}"),
-            1000 + i as i64,
-        );
-        let mut req = http
-            .post(format!("{}/webhooks/stripe", c.base))
-            .body(body.clone());
-        for (name, value) in stripe_headers(secrets::STRIPE, hookline_tests::now(), &body) {
-            req = req.header(name, value);
-        }
-        assert_eq!(req.send().await.expect("post").status().as_u16(), 200);
-    }
-    let pool = c.pool().clone();
-    hookline_tests::wait_for_count(
-        &pool,
-        WAIT,
-        "every fact committed",
-        "SELECT count(*) FROM domain_events",
-        FACTS as i64,
-    )
-    .await;
+    let pool = post_payments_until_facts(&c, "k", FACTS).await;
     c.kill_worker(slot);
     assert!(
         receiver.received().is_empty(),
@@ -162,31 +138,7 @@ async fn a_receiver_failing_every_first_attempt_gets_every_fact_with_default_set
     c.start_edge(None).await;
     // The facts commit while this worker sends nothing, so the first round is one burst of first attempts.
     let slot = c.start_worker(Some("deliver.before_claim=return")).await;
-    let http = reqwest::Client::new();
-    for i in 0..BURST {
-        let body = stripe::payment_intent(
-            &format!("evt_b{i}"),
-            "succeeded",
-            &format!("pi_b{i}"),
-            1000 + i as i64,
-        );
-        let mut req = http
-            .post(format!("{}/webhooks/stripe", c.base))
-            .body(body.clone());
-        for (name, value) in stripe_headers(secrets::STRIPE, hookline_tests::now(), &body) {
-            req = req.header(name, value);
-        }
-        assert_eq!(req.send().await.expect("post").status().as_u16(), 200);
-    }
-    let pool = c.pool().clone();
-    hookline_tests::wait_for_count(
-        &pool,
-        WAIT,
-        "every fact committed",
-        "SELECT count(*) FROM domain_events",
-        BURST as i64,
-    )
-    .await;
+    let pool = post_payments_until_facts(&c, "b", BURST).await;
     c.kill_worker(slot);
     let everything = fact_ids(&c).await;
     assert_eq!(everything.len(), BURST);
@@ -243,4 +195,35 @@ async fn a_receiver_failing_every_first_attempt_gets_every_fact_with_default_set
     );
     c.teardown().await;
     receiver.stop().await;
+}
+
+/// Posts `n` succeeded Stripe payments (`evt_{prefix}{i}`, amount 1000 + i) to the cluster's edge, each acked,
+/// and waits until their `n` facts are committed; returns the cluster's pool.
+async fn post_payments_until_facts(c: &Cluster, prefix: &str, n: usize) -> sqlx::PgPool {
+    let http = reqwest::Client::new();
+    for i in 0..n {
+        let body = stripe::payment_intent(
+            &format!("evt_{prefix}{i}"),
+            "succeeded",
+            &format!("pi_{prefix}{i}"),
+            1000 + i as i64,
+        );
+        let mut req = http
+            .post(format!("{}/webhooks/stripe", c.base))
+            .body(body.clone());
+        for (name, value) in stripe_headers(secrets::STRIPE, hookline_tests::now(), &body) {
+            req = req.header(name, value);
+        }
+        assert_eq!(req.send().await.expect("post").status().as_u16(), 200);
+    }
+    let pool = c.pool().clone();
+    hookline_tests::wait_for_count(
+        &pool,
+        WAIT,
+        "every fact committed",
+        "SELECT count(*) FROM domain_events",
+        n as i64,
+    )
+    .await;
+    pool
 }

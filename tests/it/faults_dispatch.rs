@@ -51,6 +51,9 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
             currency: "brl",
             customer: Some("cliente-1"),
             description: Some("pedido 1"),
+            order_reference: None,
+            payment_params: None,
+            confirm: true,
         },
     )
     .await

@@ -631,6 +631,9 @@ async fn a_client_never_reads_nor_refunds_another_clients_intent() {
             currency: "brl",
             customer: Some("billing"),
             description: None,
+            order_reference: None,
+            payment_params: None,
+            confirm: true,
         },
     )
     .await

@@ -411,6 +411,30 @@ async fn interrupted_replay_resumes_without_skipping_or_doubling() {
     p.teardown().await;
 }
 
+/// A worker deployed without the stripe-eu provider: that provider's events are dead-lettered.
+fn spawn_worker_without_stripe_eu(p: &TestPipeline) -> hookline_tests::pipeline::WorkerGuard {
+    p.spawn_worker_with(PaymentsHandler::new(
+        p.config
+            .providers
+            .values()
+            .filter(|c| c.name != "stripe-eu"),
+    ))
+}
+
+/// `n` succeeded payments (`evt_{prefix}_{i}`, `pi_{prefix}_{i}`) posted to stripe-eu, each acknowledged.
+async fn post_stripe_eu(p: &TestPipeline, prefix: &str, n: usize) {
+    for i in 0..n {
+        let body = stripe::payment_intent(
+            &format!("evt_{prefix}_{i}"),
+            "succeeded",
+            &format!("pi_{prefix}_{i}"),
+            500,
+        );
+        let h = stripe_headers("whsec_second_account", now(), &body);
+        assert_eq!(p.edge.post("stripe-eu", "", &h, body).await.status(), 200);
+    }
+}
+
 /// Dead letters caused by a fixable problem (the worker lacked a provider's configuration) are listed with
 /// their reason, shown with their payload, and after the fix a redrive applies each exactly once, resolves them
 /// and empties the dead-letter queue. `hookline status` exits 1 while they exist and 0 after.
@@ -418,22 +442,8 @@ async fn interrupted_replay_resumes_without_skipping_or_doubling() {
 async fn dlq_redrive_after_fix_applies_each_once() {
     let p = TestPipeline::start().await;
     // A worker deployed without the stripe-eu provider: its events are dead-lettered.
-    let broken = p.spawn_worker_with(PaymentsHandler::new(
-        p.config
-            .providers
-            .values()
-            .filter(|c| c.name != "stripe-eu"),
-    ));
-    for i in 0..5 {
-        let body = stripe::payment_intent(
-            &format!("evt_eu_{i}"),
-            "succeeded",
-            &format!("pi_eu_{i}"),
-            500,
-        );
-        let h = stripe_headers("whsec_second_account", now(), &body);
-        assert_eq!(p.edge.post("stripe-eu", "", &h, body).await.status(), 200);
-    }
+    let broken = spawn_worker_without_stripe_eu(&p);
+    post_stripe_eu(&p, "eu", 5).await;
     post_many(&p, 5, "ok").await;
     p.drain(DRAIN).await;
     broken.stop().await;
@@ -558,22 +568,8 @@ async fn dlq_redrive_after_fix_applies_each_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redrive_removes_only_its_copies_and_discarded_events_are_counted_and_purged() {
     let p = TestPipeline::start().await;
-    let broken = p.spawn_worker_with(PaymentsHandler::new(
-        p.config
-            .providers
-            .values()
-            .filter(|c| c.name != "stripe-eu"),
-    ));
-    for i in 0..2 {
-        let body = stripe::payment_intent(
-            &format!("evt_dl_{i}"),
-            "succeeded",
-            &format!("pi_dl_{i}"),
-            500,
-        );
-        let h = stripe_headers("whsec_second_account", now(), &body);
-        assert_eq!(p.edge.post("stripe-eu", "", &h, body).await.status(), 200);
-    }
+    let broken = spawn_worker_without_stripe_eu(&p);
+    post_stripe_eu(&p, "dl", 2).await;
     post_many(&p, 3, "fine").await;
     p.drain(DRAIN).await;
     let pool = p.pool();

@@ -60,6 +60,9 @@ async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: 
             currency: "brl",
             customer: Some(customer),
             description: Some("pedido 42"),
+            order_reference: None,
+            payment_params: None,
+            confirm: true,
         },
     )
     .await

@@ -54,6 +54,24 @@ impl Fixture {
         &self.db.pool
     }
 
+    /// Stores event `evt_id` with a payload the handler rejects permanently, processes it and records its dead
+    /// letter, as the worker would; returns its id.
+    async fn dead_lettered_broken(&self, evt_id: &str) -> i64 {
+        let body = format!(
+            "{{\"id\": \"{evt_id}\", \"type\": \"payment_intent.succeeded\", \"data\": 42}}"
+        );
+        let id = self.store(body.as_bytes()).await;
+        match process_event(self.pool(), &self.handler, id).await {
+            Err(ProcessError::Permanent(e)) => {
+                record_dead_letter(self.pool(), CONSUMER, id, &reason_text(&e))
+                    .await
+                    .expect("record dead letter")
+            }
+            other => panic!("the broken payload must fail permanently, got {other:?}"),
+        }
+        id
+    }
+
     /// Stores a Stripe event as the edge would; returns its id.
     async fn store(&self, body: &[u8]) -> i64 {
         let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
@@ -284,19 +302,7 @@ async fn seed_mixed(f: &Fixture) -> Mixed {
     f.age(id, old, true).await;
     kept.push(id);
     // Old, published, dead-lettered and never resolved: a payload the handler rejects permanently.
-    let id = f
-        .store(
-            b"{\"id\": \"evt_old_broken\", \"type\": \"payment_intent.succeeded\", \"data\": 42}",
-        )
-        .await;
-    match process_event(f.pool(), &f.handler, id).await {
-        Err(ProcessError::Permanent(e)) => {
-            record_dead_letter(f.pool(), CONSUMER, id, &reason_text(&e))
-                .await
-                .expect("record dead letter")
-        }
-        other => panic!("the broken payload must fail permanently, got {other:?}"),
-    }
+    let id = f.dead_lettered_broken("evt_old_broken").await;
     f.age(id, old, true).await;
     kept.push(id);
 
@@ -712,19 +718,7 @@ async fn periodic_purge_disabled_waits_for_cancel() {
 #[tokio::test]
 async fn a_discarded_event_is_purged_like_a_processed_one() {
     let f = Fixture::new().await;
-    let id = f
-        .store(
-            b"{\"id\": \"evt_old_hostile\", \"type\": \"payment_intent.succeeded\", \"data\": 42}",
-        )
-        .await;
-    match process_event(f.pool(), &f.handler, id).await {
-        Err(ProcessError::Permanent(e)) => {
-            record_dead_letter(f.pool(), CONSUMER, id, &reason_text(&e))
-                .await
-                .expect("record dead letter")
-        }
-        other => panic!("the broken payload must fail permanently, got {other:?}"),
-    };
+    let id = f.dead_lettered_broken("evt_old_hostile").await;
     f.age(id, 50 * DAY, true).await;
     // Dead-lettered and unresolved: kept.
     let (code, stdout, stderr) = f.purge_cli(&["--older-than", "40d"]).await;

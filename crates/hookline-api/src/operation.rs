@@ -46,6 +46,9 @@ impl Operation {
                         currency: &c.currency,
                         customer: c.customer.as_deref(),
                         description: c.description.as_deref(),
+                        order_reference: None,
+                        payment_params: None,
+                        confirm: true,
                     },
                 )
                 .await

@@ -160,6 +160,9 @@ pub async fn bill(pool: &PgPool, subscription_id: i64, cycle: &str) -> Result<Bi
             currency: &sub.currency,
             customer: Some(&sub.customer),
             description: Some(&description),
+            order_reference: None,
+            payment_params: None,
+            confirm: true,
         },
     )
     .await?;

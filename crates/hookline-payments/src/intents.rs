@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use hookline_core::domain_events::{self, EventType, RecordError};
 
 use crate::model::IntentStatus;
+use crate::params::PaymentParams;
 
 /// A payment intent as the API shows it.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
@@ -42,8 +43,21 @@ pub struct Intent {
     /// The API client that created it (`None`: hookline's own — billing, CLI). Not part of the API's answer.
     #[serde(skip)]
     pub client: Option<String>,
-    /// `requires_dispatch`, `processing`, `succeeded`, `failed`, `needs_attention`.
+    /// `requires_confirmation`, `requires_dispatch`, `requires_action`, `processing`, `succeeded`, `failed`,
+    /// `needs_attention` ([`IntentStatus`]).
     pub status: String,
+    /// The merchant's order: at most one live (not failed) intent per client and order.
+    pub order_reference: Option<String>,
+    /// What the gateway needs to charge (the provider object the merchant sent); never shown by the API (a card
+    /// token is a credential). `None` for intents of older versions.
+    #[serde(skip)]
+    pub payment_params: Option<sqlx::types::Json<PaymentParams>>,
+    /// While `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
+    pub next_action: Option<sqlx::types::Json<serde_json::Value>>,
+    /// The gateway's decline code when `failed`.
+    pub failure_code: Option<String>,
+    /// The gateway's decline message when `failed`.
+    pub failure_message: Option<String>,
     /// The gateway's payment id once known.
     pub provider_payment_id: Option<String>,
     /// Refunded so far (minor units).
@@ -66,11 +80,17 @@ pub struct NewIntent<'a> {
     pub customer: Option<&'a str>,
     /// Free text.
     pub description: Option<&'a str>,
+    /// The merchant's order (one live intent per client and order).
+    pub order_reference: Option<&'a str>,
+    /// What the gateway needs to charge.
+    pub payment_params: Option<&'a PaymentParams>,
+    /// Send the charge now (`true`), or wait for a confirm (`requires_confirmation`).
+    pub confirm: bool,
 }
 
 const COLUMNS: &str =
-    "id, public_id, provider, amount, currency, customer, description, client, status, \
-                       provider_payment_id, refunded, created_at";
+    "id, public_id, provider, amount, currency, customer, description, client, status, order_reference, \
+     payment_params, next_action, failure_code, failure_message, provider_payment_id, refunded, created_at";
 
 /// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
 pub fn charge_key(intent_id: i64) -> String {
@@ -107,8 +127,9 @@ async fn insert_intent(
     new: &NewIntent<'_>,
 ) -> Result<Intent, sqlx::Error> {
     let intent: Intent = sqlx::query_as(&format!(
-        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client)
-         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6)
+        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
+                                      order_reference, payment_params, status)
+         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9)
          RETURNING {COLUMNS}"
     ))
     .bind(new.provider)
@@ -117,8 +138,19 @@ async fn insert_intent(
     .bind(new.customer)
     .bind(new.description)
     .bind(client)
+    .bind(new.order_reference)
+    .bind(new.payment_params.map(sqlx::types::Json))
+    .bind(if new.confirm {
+        IntentStatus::RequiresDispatch
+    } else {
+        IntentStatus::RequiresConfirmation
+    }
+    .as_str())
     .fetch_one(&mut *tx)
     .await?;
+    if !new.confirm {
+        return Ok(intent);
+    }
     crate::outbound_requests::enqueue(
         &mut *tx,
         crate::outbound_requests::Kind::Charge,
@@ -252,8 +284,9 @@ pub async fn complete_from_payments(
 
 /// Columns returned by the updates above (`p` is the updated row).
 const RETURNED: &str =
-    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, \
-                        p.status, p.provider_payment_id, p.refunded, p.created_at";
+    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, p.status, \
+     p.order_reference, p.payment_params, p.next_action, p.failure_code, p.failure_message, \
+     p.provider_payment_id, p.refunded, p.created_at";
 
 /// An intent after an update, and its status before.
 #[derive(Debug, sqlx::FromRow)]
@@ -286,7 +319,9 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
         _ if m.previous.is_final() => return Ok(()),
         IntentStatus::Succeeded => EventType::PaymentIntentSucceeded,
         IntentStatus::Failed => EventType::PaymentIntentFailed,
-        IntentStatus::RequiresDispatch
+        IntentStatus::RequiresConfirmation
+        | IntentStatus::RequiresDispatch
+        | IntentStatus::RequiresAction
         | IntentStatus::Processing
         | IntentStatus::NeedsAttention => return Ok(()),
     };

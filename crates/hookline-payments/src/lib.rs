@@ -26,6 +26,7 @@ pub mod ledger;
 pub mod model;
 pub mod normalize;
 pub mod outbound_requests;
+pub mod params;
 pub mod reconcile;
 pub mod view;
 

@@ -125,15 +125,20 @@ impl DisputeStatus {
 /// Status of a payment intent (`payment_intents.status`): what the merchant asked hookline to charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IntentStatus {
+    /// Created with `confirm: false` when the checkout was built; nothing is sent until it is confirmed.
+    RequiresConfirmation,
     /// Waiting for the dispatcher to send the charge.
     RequiresDispatch,
+    /// The gateway wants the customer first (3-D Secure, a Pix QR code to pay): `next_action` says what; the
+    /// provider's webhook completes it.
+    RequiresAction,
     /// The gateway accepted the charge; its outcome is not known yet.
     Processing,
     /// Captured; final.
     Succeeded,
-    /// Refused or failed at the gateway; final.
+    /// Declined or failed at the gateway (`failure_code`, `failure_message`); final.
     Failed,
-    /// The gateway's answer could not be used: an operator must look.
+    /// hookline's own problem (its configuration, an answer it cannot interpret): an operator must look.
     NeedsAttention,
 }
 
@@ -141,7 +146,9 @@ impl IntentStatus {
     /// Database spelling (the `payment_intents.status` CHECK).
     pub fn as_str(&self) -> &'static str {
         match self {
+            IntentStatus::RequiresConfirmation => "requires_confirmation",
             IntentStatus::RequiresDispatch => "requires_dispatch",
+            IntentStatus::RequiresAction => "requires_action",
             IntentStatus::Processing => "processing",
             IntentStatus::Succeeded => "succeeded",
             IntentStatus::Failed => "failed",
@@ -152,7 +159,9 @@ impl IntentStatus {
     /// Parses the database spelling; anything else is refused.
     pub fn parse(s: &str) -> Result<IntentStatus, UnknownStatus> {
         Ok(match s {
+            "requires_confirmation" => IntentStatus::RequiresConfirmation,
             "requires_dispatch" => IntentStatus::RequiresDispatch,
+            "requires_action" => IntentStatus::RequiresAction,
             "processing" => IntentStatus::Processing,
             "succeeded" => IntentStatus::Succeeded,
             "failed" => IntentStatus::Failed,
