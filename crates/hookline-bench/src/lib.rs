@@ -19,6 +19,7 @@
 //! The edge and worker run as child processes (release binaries from `bin_dir`) on a private database and
 //! RabbitMQ prefix, both removed at the end whatever happened.
 
+pub mod api_flood;
 pub mod baseline;
 pub mod checks;
 pub mod console;

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::env::{wait_console, wait_ready, ChildProcess};
 
 /// The Stripe secret of the bench edge.
-const SECRET: &str = "whsec_bench_login_flood";
+pub(crate) const SECRET: &str = "whsec_bench_login_flood";
 
 /// Options of the measurement.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ pub struct LoginFloodReport {
     pub flood_peak_rss_kib: u64,
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -79,7 +79,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -172,8 +172,8 @@ password_hash = "{hash}"
     result
 }
 
-/// `n` sequential signed webhooks (ids from `first`), timed.
-async fn webhooks(
+/// `n` sequential signed webhooks (ids from `first`, signed with [`SECRET`]), timed.
+pub(crate) async fn webhooks(
     client: &reqwest::Client,
     port: u16,
     first: usize,

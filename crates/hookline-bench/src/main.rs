@@ -74,6 +74,16 @@ enum Command {
         #[arg(long, default_value_t = 500)]
         logins: usize,
     },
+    /// Webhook ack latency of the edge with and without a flood on the merchant API (same process, own
+    /// listener): half valid intent creations, half unknown keys.
+    ApiFlood {
+        /// Webhooks timed per run (one after another).
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        /// API requests kept in flight during the flood.
+        #[arg(long, default_value_t = 200)]
+        api_concurrency: usize,
+    },
     /// Two edges and two workers on the same database and broker: zero loss, exactly once, and how the
     /// throughput splits (--duration, --concurrency: connections over both edges).
     Scale,
@@ -127,6 +137,12 @@ async fn main() -> ExitCode {
             return console(args, events, requests).await;
         }
         Some(Command::Scale) => return scale(args).await,
+        Some(Command::ApiFlood {
+            requests,
+            api_concurrency,
+        }) => {
+            return api_flood(args, requests, api_concurrency).await;
+        }
         Some(Command::LoginFlood { requests, logins }) => {
             return login_flood(args, requests, logins).await;
         }
@@ -228,6 +244,39 @@ async fn scale(args: Args) -> ExitCode {
             print!("{}", hookline_bench::scale::render(&report));
             written(hookline_bench::scale::write_report(&report, &opts.out_dir));
             verdict(report.pass)
+        }
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn api_flood(args: Args, requests: usize, concurrency: usize) -> ExitCode {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let flood_opts = hookline_bench::api_flood::ApiFloodOptions {
+        requests: requests.max(1),
+        concurrency: concurrency.max(2),
+        bin_dir: opts.bin_dir.clone(),
+        pg_base_url: opts.pg_base_url.clone(),
+        out_dir: opts.out_dir.clone(),
+    };
+    match hookline_bench::api_flood::run(&flood_opts).await {
+        Ok(report) => {
+            written(
+                hookline_bench::api_flood::write_report(&report, &opts.out_dir).map(|p| vec![p]),
+            );
+            verdict(
+                report.quiet.ok == report.requests
+                    && report.flood.ok == report.requests
+                    && report.api_created > 0,
+            )
         }
         Err(e) => {
             eprintln!("hookline-bench: {e:#}");

@@ -64,43 +64,12 @@ impl Application {
         let port = listener.local_addr()?.port();
         let liveness = Liveness::new();
         let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
-        let (relay_handle, relay) =
-            if config.relay.embedded {
-                let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
-                let relay = Relay::new(
-                    relay_pool,
-                    config.amqp_urls.clone(),
-                    Topology::from_config(&config.amqp),
-                    config.relay.clone(),
-                    "hookline-edge-relay",
-                );
-                let (handle, inbox) = hookline_bus::relay::fast_path();
-                let cancel = CancellationToken::new();
-                let token = cancel.clone();
-                let relay_supervisor = supervisor.clone();
-                // The relay gets its own thread and runtime: whatever it waits on (a blocked broker, a slow
-                // confirm) must never stall the runtime that serves requests and runs the batch writer. It runs
-                // supervised: a panic is contained and restarted; a relay that cannot recover fails liveness and
-                // stops the process — never a live edge with a dead relay.
-                let thread = std::thread::Builder::new()
-                .name("hookline-relay".into())
-                .spawn(move || {
-                    match tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt.block_on(relay.run(Some(inbox), token, &relay_supervisor)),
-                        Err(e) => {
-                            tracing::error!(error.message = %e, "cannot start the relay runtime");
-                            relay_supervisor.liveness().declare_dead(hookline_bus::relay::TASK);
-                        }
-                    }
-                })
-                .context("start the relay thread")?;
-                (Some(handle), Some((cancel, thread)))
-            } else {
-                (None, None)
-            };
+        let (relay_handle, relay) = if config.relay.embedded {
+            let (handle, running) = start_embedded_relay(&config, &supervisor)?;
+            (Some(handle), Some(running))
+        } else {
+            (None, None)
+        };
         let providers: HashMap<String, ProviderConfig> = config
             .providers
             .iter()
@@ -240,4 +209,47 @@ async fn stop_api(handle: Option<actix_web::dev::ServerHandle>) {
     if let Some(handle) = handle {
         handle.stop(true).await;
     }
+}
+
+/// The relay's handle (the fast path from the batch writer) and its stop token and thread.
+type EmbeddedRelay = (
+    RelayHandle,
+    (CancellationToken, std::thread::JoinHandle<()>),
+);
+
+/// Starts the embedded relay on its own thread and runtime: whatever it waits on (a blocked broker, a slow
+/// confirm) must never stall the runtime that serves requests and runs the batch writer. It runs supervised: a
+/// panic is contained and restarted; a relay that cannot recover fails liveness and stops the process — never a
+/// live edge with a dead relay.
+fn start_embedded_relay(config: &Config, supervisor: &Supervisor) -> anyhow::Result<EmbeddedRelay> {
+    let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
+    let relay = Relay::new(
+        relay_pool,
+        config.amqp_urls.clone(),
+        Topology::from_config(&config.amqp),
+        config.relay.clone(),
+        "hookline-edge-relay",
+    );
+    let (handle, inbox) = hookline_bus::relay::fast_path();
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let relay_supervisor = supervisor.clone();
+    let thread = std::thread::Builder::new()
+        .name("hookline-relay".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(relay.run(Some(inbox), token, &relay_supervisor)),
+                Err(e) => {
+                    tracing::error!(error.message = %e, "cannot start the relay runtime");
+                    relay_supervisor
+                        .liveness()
+                        .declare_dead(hookline_bus::relay::TASK);
+                }
+            }
+        })
+        .context("start the relay thread")?;
+    Ok((handle, (cancel, thread)))
 }
