@@ -43,10 +43,11 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
 
     // The intent and its outbound request, as the merchant API writes them (one transaction), with the payment
     // method a checkout sends (Stripe's test card).
-    let params = hookline_payments::params::PaymentParams::Stripe(hookline_payments::params::StripeParams {
-        payment_method: Some("pm_card_visa".into()),
-        ..Default::default()
-    });
+    let params =
+        hookline_payments::params::PaymentParams::Stripe(hookline_payments::params::StripeParams {
+            payment_method: Some("pm_card_visa".into()),
+            ..Default::default()
+        });
     let mut tx = c.pool().begin().await.unwrap();
     let intent = hookline_payments::intents::create_intent(
         &mut tx,

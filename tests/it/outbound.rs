@@ -735,7 +735,9 @@ async fn webhook_completes_a_processing_intent_and_declines_are_outcomes() {
         assert_eq!(now.status, "failed", "{now:?}");
         assert_eq!(now.failure_code.as_deref(), Some(code), "{now:?}");
         assert!(
-            now.failure_message.as_deref().is_some_and(|m| !m.is_empty()),
+            now.failure_message
+                .as_deref()
+                .is_some_and(|m| !m.is_empty()),
             "{now:?}"
         );
         let (status, attempts, last_status, last_error) = charge_request(&p, i.id).await;
@@ -752,7 +754,12 @@ async fn webhook_completes_a_processing_intent_and_declines_are_outcomes() {
         .fetch_all(p.pool())
         .await
         .unwrap();
-        assert_eq!(facts, vec!["payment_intent.failed".to_string()], "{}", i.public_id);
+        assert_eq!(
+            facts,
+            vec!["payment_intent.failed".to_string()],
+            "{}",
+            i.public_id
+        );
     }
     // Never sent: nothing at the gateway under their keys; the intent needs attention with the reason.
     let requests = control.requests();
@@ -793,7 +800,10 @@ async fn webhook_completes_a_processing_intent_and_declines_are_outcomes() {
         "only the 2 unsendable requests: {:?}",
         report.attention
     );
-    assert!(outbound_attention[0].starts_with("2 request(s)"), "{outbound_attention:?}");
+    assert!(
+        outbound_attention[0].starts_with("2 request(s)"),
+        "{outbound_attention:?}"
+    );
     cancel.cancel();
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
@@ -1213,7 +1223,10 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
     let report = control.charges();
     let requests = control.requests();
     for (provider, i, refund) in [("st", &st, refunds[0]), ("mp", &mp, refunds[1])] {
-        for (key, first) in [(intents::charge_key(i.id), 500), (intents::refund_key(refund), 429)] {
+        for (key, first) in [
+            (intents::charge_key(i.id), 500),
+            (intents::refund_key(refund), 429),
+        ] {
             // The gateway saw the key twice: first answered 500 / 429, then executed once.
             let statuses: Vec<u16> = requests
                 .iter()
@@ -1334,7 +1347,11 @@ async fn lost_answer_then_failing_past_the_key_lifetime(
     let now = intent(&p, i.id).await;
     assert_eq!(now.status, "succeeded", "{now:?}");
     let payment = now.provider_payment_id.clone().expect("the gateway's id");
-    assert_eq!(gateway_charges(&sandbox, provider), 1, "{provider}: one charge");
+    assert_eq!(
+        gateway_charges(&sandbox, provider),
+        1,
+        "{provider}: one charge"
+    );
     let generation: i32 =
         sqlx::query_scalar("SELECT key_generation FROM outbound_requests WHERE intent_id = $1")
             .bind(i.id)
@@ -1459,7 +1476,10 @@ async fn three_d_secure_requires_action_then_the_webhook_completes_it_once() {
     assert_eq!(now.status, "requires_action", "{now:?}");
     let action = now.next_action.clone().expect("next_action").0;
     assert!(action["type"].is_string(), "{action}");
-    let payment = now.provider_payment_id.clone().expect("the PaymentIntent id");
+    let payment = now
+        .provider_payment_id
+        .clone()
+        .expect("the PaymentIntent id");
     let (request, _, _, _) = charge_request(&p, i.id).await;
     assert_eq!(request, "succeeded");
     sandbox_control(
@@ -1515,7 +1535,10 @@ async fn pix_pending_then_the_webhook_completes_it_once() {
     assert_eq!(now.status, "requires_action", "{now:?}");
     let action = now.next_action.clone().expect("next_action").0;
     assert_eq!(action["type"], "pix_qr_code", "{action}");
-    assert!(action["qr_code"].as_str().is_some_and(|q| !q.is_empty()), "{action}");
+    assert!(
+        action["qr_code"].as_str().is_some_and(|q| !q.is_empty()),
+        "{action}"
+    );
     let payment = now.provider_payment_id.clone().expect("the payment id");
     sandbox_control(
         &sandbox,
@@ -1551,4 +1574,106 @@ async fn pix_pending_then_the_webhook_completes_it_once() {
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
     sandbox.stop().await;
+}
+
+/// Issue 27, the same for refunds: the refund's answer is lost (`reached`) or never executed, then the gateway
+/// answers 500 until the refund's key is about to expire: `unknown`, looked up after the expiry by hookline's refund
+/// (Stripe `metadata[hookline_refund]`; Mercado Pago the payment's refunds, by amount and not linked to another
+/// refund): found → recorded; not found → `{key}-g1`. Exactly ONE refund at the gateway.
+async fn refund_lost_then_failing_past_the_key_lifetime(
+    seed: u64,
+    provider: &str,
+    path: &str,
+    reached: bool,
+) {
+    let (p, sandbox) = hookline_tests::sandboxed::start_with_window(seed, KEY_TTL).await;
+    let control = sandbox.control();
+    let i = create_intent(&p, provider, 6_000, "refund-ttl@example.com").await;
+    let (cancel, task) = spawn(short_key_dispatcher(&p));
+    outbox_drained(&p).await;
+    assert_eq!(intent(&p, i.id).await.status, "succeeded");
+    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
+        provider: Some(provider.to_owned()),
+        method: Some("POST".into()),
+        path: Some(path.to_owned()),
+        action,
+        count,
+        rate,
+    };
+    if reached {
+        control
+            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
+            .expect("arm");
+    }
+    control
+        .arm_fault(post(
+            FaultAction::Status {
+                status: 500,
+                retry_after_secs: None,
+            },
+            None,
+            Some(1.0),
+        ))
+        .expect("arm");
+    let refund = {
+        let mut tx = p.pool().begin().await.unwrap();
+        let id = intents::request_refund(&mut tx, &i.public_id, 2_000, "cliente desistiu")
+            .await
+            .expect("refund");
+        tx.commit().await.unwrap();
+        id
+    };
+    settle(
+        &p,
+        "the refund's request unknown",
+        &format!("SELECT count(*) FROM outbound_requests WHERE refund_id = {refund} AND status = 'unknown'"),
+        1,
+    )
+    .await;
+    control.clear_faults();
+    settle(
+        &p,
+        "the refund's request resolved",
+        &format!("SELECT count(*) FROM outbound_requests WHERE refund_id = {refund} AND status = 'succeeded'"),
+        1,
+    )
+    .await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+    let (status, provider_refund_id, generation): (String, Option<String>, i32) = sqlx::query_as(
+        "SELECT f.status, f.provider_refund_id, o.key_generation FROM outbound_refunds f
+           JOIN outbound_requests o ON o.refund_id = f.id WHERE f.id = $1",
+    )
+    .bind(refund)
+    .fetch_one(p.pool())
+    .await
+    .unwrap();
+    assert_eq!(status, "succeeded");
+    assert!(provider_refund_id.is_some());
+    assert_eq!(generation, if reached { 0 } else { 1 });
+    let book = control.charges();
+    let book = book.provider(provider).expect("provider");
+    assert_eq!(
+        (book.refunds, book.refunded_amount),
+        (1, 2_000),
+        "{provider}"
+    );
+    assert_eq!(intent(&p, i.id).await.refunded, 2_000);
+    sandbox.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_refund_lost_past_the_key_lifetime_is_found_by_lookup() {
+    refund_lost_then_failing_past_the_key_lifetime(31, "mp", "/v1/payments/", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_refund_never_reached_past_the_key_lifetime_is_sent_under_a_new_key() {
+    refund_lost_then_failing_past_the_key_lifetime(32, "mp", "/v1/payments/", false).await;
+}
+
+/// Needs the sandbox's Stripe refund list (`GET /v1/refunds`, h-sandbox branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_refund_lost_past_the_key_lifetime_is_found_by_lookup() {
+    refund_lost_then_failing_past_the_key_lifetime(33, "st", "/v1/refunds", true).await;
 }

@@ -448,8 +448,17 @@ mod tests {
 
     #[test]
     fn the_margin_is_a_tenth_at_most_an_hour() {
-        assert_eq!(key_margin(Duration::from_secs(86400)), Duration::from_secs(3600));
-        assert_eq!(key_margin(Duration::from_secs(600)), Duration::from_secs(60));
-        assert_eq!(key_margin(Duration::from_secs(3)), Duration::from_millis(300));
+        assert_eq!(
+            key_margin(Duration::from_secs(86400)),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            key_margin(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            key_margin(Duration::from_secs(3)),
+            Duration::from_millis(300)
+        );
     }
 }

@@ -242,7 +242,10 @@ mod tests {
         );
         let mp = classify(
             &expected(Api::MercadoPago, false),
-            raw(201, r#"{"id": 5, "status": "rejected", "status_detail": "cc_rejected_other_reason"}"#),
+            raw(
+                201,
+                r#"{"id": 5, "status": "rejected", "status_detail": "cc_rejected_other_reason"}"#,
+            ),
         );
         assert!(
             matches!(&mp, Answer::Declined { provider_id: Some(id), code, .. }
@@ -252,16 +255,31 @@ mod tests {
         // A 400 that is not a card error is hookline's problem.
         let bad = classify(
             &expected(Api::Stripe, false),
-            raw(400, r#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#),
+            raw(
+                400,
+                r#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#,
+            ),
         );
-        assert!(matches!(bad, Answer::Refused { status: Some(400), .. }), "{bad:?}");
+        assert!(
+            matches!(
+                bad,
+                Answer::Refused {
+                    status: Some(400),
+                    ..
+                }
+            ),
+            "{bad:?}"
+        );
     }
 
     #[test]
     fn retryable_statuses_and_unreadable_2xx_are_retried() {
         for status in [409, 429, 500, 502, 503] {
             let a = classify(&expected(Api::Stripe, false), raw(status, "busy"));
-            assert!(matches!(a, Answer::Retry { status: Some(s), .. } if s == status), "{a:?}");
+            assert!(
+                matches!(a, Answer::Retry { status: Some(s), .. } if s == status),
+                "{a:?}"
+            );
         }
         let a = classify(&expected(Api::MercadoPago, false), raw(200, "<html>"));
         assert!(matches!(a, Answer::Retry { .. }), "{a:?}");

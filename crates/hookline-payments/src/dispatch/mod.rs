@@ -43,8 +43,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use answer::{Answer, MAX_UNREADABLE_ATTEMPTS};
 use answer::{classify, Expected};
+pub use answer::{Answer, MAX_UNREADABLE_ATTEMPTS};
 
 use crate::gateway::{self, Api, ApiClient, PostError};
 use crate::intents::{self, ChargeAnswer};
@@ -399,12 +399,9 @@ impl Dispatcher {
         let Some(json) = found else {
             // Nothing at the gateway under hookline's reference, and the key has expired (the request was not due
             // before): the next generation is committed first, then sent like any pending request.
-            let moved = outbound_requests::next_generation(
-                &self.pool,
-                claimed.id,
-                claimed.key_generation,
-            )
-            .await?;
+            let moved =
+                outbound_requests::next_generation(&self.pool, claimed.id, claimed.key_generation)
+                    .await?;
             tracing::warn!(request = claimed.id, generation = claimed.key_generation + 1, moved,
                 "dispatcher: the gateway has nothing under hookline's reference; sending under a new key");
             return Ok(Outcome::NewGeneration);
@@ -436,7 +433,9 @@ impl Dispatcher {
         let intent = &subject.intent;
         let Some((amount, refund_public_id)) = &subject.refund else {
             return Ok(match gateway.api {
-                Api::Stripe => gateway::stripe::find_charge(&gateway.client, &intent.public_id).await,
+                Api::Stripe => {
+                    gateway::stripe::find_charge(&gateway.client, &intent.public_id).await
+                }
                 Api::MercadoPago => {
                     gateway::mercadopago::find_charge(&gateway.client, &intent.public_id).await
                 }
@@ -515,7 +514,10 @@ impl Dispatcher {
                             .await?;
                         // The provider's webhook may have been applied before this answer was recorded (the
                         // intent was not linked yet): follow the payment's final status now.
-                        if matches!(status, IntentStatus::Processing | IntentStatus::RequiresAction) {
+                        if matches!(
+                            status,
+                            IntentStatus::Processing | IntentStatus::RequiresAction
+                        ) {
                             let id = provider_id.as_str();
                             let state =
                                 crate::apply::payment_state(&mut *tx, &claimed.provider, id)

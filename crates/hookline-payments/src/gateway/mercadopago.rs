@@ -17,7 +17,7 @@ pub fn major_units(amount: i64) -> f64 {
 /// A decimal major amount as minor units (`25.5` → `2550`), if it is one.
 fn minor_units(value: &Value) -> Option<i64> {
     let v = value.as_f64()?;
-    (v.is_finite() && v >= 0.0 && v < 1e15).then(|| (v * 100.0).round() as i64)
+    (v.is_finite() && (0.0..1e15).contains(&v)).then(|| (v * 100.0).round() as i64)
 }
 
 /// The payment: `POST /v1/payments` with the card token (or a non-card method such as Pix), the installments,
@@ -275,7 +275,10 @@ mod tests {
         assert_eq!(approved.id, "12");
         assert_eq!(
             approved.verdict,
-            Verdict::Status { status: "succeeded", next_action: None }
+            Verdict::Status {
+                status: "succeeded",
+                next_action: None
+            }
         );
         assert_eq!(
             read_payment(&json!({"id": 12, "status": "rejected", "status_detail": "cc_rejected_other_reason"}))
@@ -290,15 +293,23 @@ mod tests {
             "point_of_interaction": {"transaction_data": {"qr_code": "000201…", "qr_code_base64": "iVBOR", "ticket_url": "https://x"}}}))
         .unwrap();
         match pix.verdict {
-            Verdict::Status { status: "requires_action", next_action: Some(a) } => {
+            Verdict::Status {
+                status: "requires_action",
+                next_action: Some(a),
+            } => {
                 assert_eq!(a["type"], "pix_qr_code");
                 assert_eq!(a["qr_code"], "000201…");
             }
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            read_payment(&json!({"id": 14, "status": "in_process"})).unwrap().verdict,
-            Verdict::Status { status: "processing", next_action: None }
+            read_payment(&json!({"id": 14, "status": "in_process"}))
+                .unwrap()
+                .verdict,
+            Verdict::Status {
+                status: "processing",
+                next_action: None
+            }
         );
         assert!(read_payment(&json!({"status": "approved"})).is_err());
         assert!(read_payment(&json!({"id": -1, "status": "approved"})).is_err());

@@ -375,6 +375,8 @@ pub(crate) fn next_action(value: &serde_json::Value) -> Option<serde_json::Value
     if !value.is_object() {
         return None;
     }
-    let size = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(usize::MAX);
+    let size = serde_json::to_vec(value)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
     (size <= MAX_NEXT_ACTION_BYTES).then(|| value.clone())
 }

@@ -57,11 +57,14 @@ pub(crate) fn refund_request(
     amount: i64,
     refund_public_id: &str,
 ) -> Result<reqwest::RequestBuilder, PostError> {
-    Ok(api.post("v1/refunds")?.header("Idempotency-Key", key).form(&[
-        ("payment_intent", payment.to_owned()),
-        ("amount", amount.to_string()),
-        ("metadata[hookline_refund]", refund_public_id.to_owned()),
-    ]))
+    Ok(api
+        .post("v1/refunds")?
+        .header("Idempotency-Key", key)
+        .form(&[
+            ("payment_intent", payment.to_owned()),
+            ("amount", amount.to_string()),
+            ("metadata[hookline_refund]", refund_public_id.to_owned()),
+        ]))
 }
 
 /// Whether `public_id` can be put in a search query as is (hookline's ids: `pi_hl_` and hex).
@@ -261,12 +264,20 @@ mod tests {
         };
         assert_eq!(
             pi("succeeded", json!({})).unwrap().verdict,
-            Verdict::Status { status: "succeeded", next_action: None }
+            Verdict::Status {
+                status: "succeeded",
+                next_action: None
+            }
         );
         let action = json!({"type": "use_stripe_sdk", "use_stripe_sdk": {"type": "three_d_secure_redirect"}});
         assert_eq!(
-            pi("requires_action", json!({"next_action": action.clone()})).unwrap().verdict,
-            Verdict::Status { status: "requires_action", next_action: Some(action) }
+            pi("requires_action", json!({"next_action": action.clone()}))
+                .unwrap()
+                .verdict,
+            Verdict::Status {
+                status: "requires_action",
+                next_action: Some(action)
+            }
         );
         let declined = pi(
             "requires_payment_method",
@@ -285,10 +296,18 @@ mod tests {
         assert!(pi("requires_confirmation", json!({})).is_err());
         assert_eq!(
             pi("canceled", json!({})).unwrap().verdict,
-            Verdict::Status { status: "failed", next_action: None }
+            Verdict::Status {
+                status: "failed",
+                next_action: None
+            }
         );
-        assert!(read_charge(&json!({"id": "re_1", "object": "refund", "status": "succeeded"})).is_err());
-        assert!(read_charge(&json!({"id": "pi 1", "object": "payment_intent", "status": "succeeded"})).is_err());
+        assert!(
+            read_charge(&json!({"id": "re_1", "object": "refund", "status": "succeeded"})).is_err()
+        );
+        assert!(read_charge(
+            &json!({"id": "pi 1", "object": "payment_intent", "status": "succeeded"})
+        )
+        .is_err());
     }
 
     #[test]
@@ -306,7 +325,10 @@ mod tests {
                 message: "Your card was declined.".into()
             }
         );
-        assert!(read_decline(br#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#).is_none());
+        assert!(read_decline(
+            br#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#
+        )
+        .is_none());
         assert!(read_decline(b"<html>").is_none());
     }
 }
