@@ -41,7 +41,13 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     let sandbox = Sandbox::start(settings).await.expect("sandbox");
     c.start_edge(None).await;
 
-    // The intent and its outbound request, as the merchant API writes them (one transaction).
+    // The intent and its outbound request, as the merchant API writes them (one transaction), with the payment
+    // method a checkout sends (Stripe's test card).
+    let params =
+        hookline_payments::params::PaymentParams::Stripe(hookline_payments::params::StripeParams {
+            payment_method: Some("pm_card_visa".into()),
+            ..Default::default()
+        });
     let mut tx = c.pool().begin().await.unwrap();
     let intent = hookline_payments::intents::create_intent(
         &mut tx,
@@ -52,7 +58,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
             customer: Some("cliente-1"),
             description: Some("pedido 1"),
             order_reference: None,
-            payment_params: None,
+            payment_params: Some(&params),
             confirm: true,
         },
     )

@@ -14,6 +14,7 @@ use hookline_payments::billing::{self, Billed};
 use hookline_payments::dispatch::{Answer, DispatchSettings, Dispatcher};
 use hookline_payments::intents::{self, Intent, NewIntent, RefundError};
 use hookline_payments::outbound_requests;
+use hookline_payments::params::{MercadoPagoParams, Payer, PaymentParams, StripeParams};
 use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
 use tokio_util::sync::CancellationToken;
@@ -24,25 +25,30 @@ async fn start() -> (TestPipeline, RunningSandbox) {
     hookline_tests::sandboxed::start(11).await
 }
 
-/// The real dispatcher with fast retries (the production schedule is 1 s … 5 min).
+/// Fast retries (the production schedule is 1 s … 5 min).
+fn fast_settings() -> DispatchSettings {
+    DispatchSettings {
+        idle_interval: Duration::from_millis(50),
+        min_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(10),
+        ..DispatchSettings::default()
+    }
+}
+
+/// The real dispatcher with fast retries.
 fn dispatcher(p: &TestPipeline) -> Dispatcher {
-    Dispatcher::from_config(
-        p.pool().clone(),
-        &p.config,
-        DispatchSettings {
-            idle_interval: Duration::from_millis(50),
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(500),
-            request_timeout: Duration::from_secs(10),
-            ..DispatchSettings::default()
-        },
-    )
+    Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings())
 }
 
 /// Runs a dispatcher in the background until the returned token is cancelled.
 fn spawn_dispatcher(p: &TestPipeline) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    spawn(dispatcher(p))
+}
+
+/// Runs `d` in the background until the returned token is cancelled.
+fn spawn(d: Dispatcher) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let cancel = CancellationToken::new();
-    let d = dispatcher(p);
     let token = cancel.clone();
     let task = tokio::spawn(async move {
         d.run(token).await.expect("dispatcher");
@@ -50,7 +56,93 @@ fn spawn_dispatcher(p: &TestPipeline) -> (CancellationToken, tokio::task::JoinHa
     (cancel, task)
 }
 
+/// Stripe parameters with the test payment method `pm` (`pm_card_visa` succeeds, `pm_card_chargeDeclined` is
+/// declined, `pm_card_threeDSecure2Required` asks for 3-D Secure).
+fn stripe_params(pm: &str) -> PaymentParams {
+    PaymentParams::Stripe(StripeParams {
+        payment_method: Some(pm.to_owned()),
+        return_url: Some("https://loja.example/retorno".to_owned()),
+        ..StripeParams::default()
+    })
+}
+
+/// Mercado Pago parameters: a card (`visa`, with `token`) or a non-card method such as `pix` (no token).
+fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams {
+    PaymentParams::MercadoPago(MercadoPagoParams {
+        token,
+        payment_method_id: Some(method.to_owned()),
+        installments: (method != "pix").then_some(1),
+        issuer_id: None,
+        payer: Payer {
+            email: Some(email.to_owned()),
+            identification: Some(hookline_payments::params::Identification {
+                kind: "CPF".into(),
+                number: "12345678909".into(),
+            }),
+        },
+    })
+}
+
+/// A Mercado Pago card token for a test card whose holder name decides the outcome (`APRO` approved, `OTHE`
+/// rejected), made at the provider's `POST /v1/card_tokens` as a merchant's card form would. A sandbox without
+/// card tokens (main before the h-sandbox branch) answers 404 and accepts any token: then a fixed one.
+async fn mp_card_token(p: &TestPipeline, provider: &str, holder: &str) -> String {
+    let base = p.config.providers[provider]
+        .api_base
+        .clone()
+        .expect("api_base");
+    let res = reqwest::Client::new()
+        .post(base.join("v1/card_tokens").expect("url"))
+        .bearer_auth(hookline_tests::sandboxed::MP_TOKEN)
+        .json(&serde_json::json!({
+            "card_number": "5031433215406351", "expiration_month": 11, "expiration_year": 2030,
+            "security_code": "123",
+            "cardholder": {"name": holder, "identification": {"type": "CPF", "number": "12345678909"}}
+        }))
+        .send()
+        .await
+        .expect("card token");
+    if res.status().as_u16() == 404 {
+        return format!("tok_test_{}", holder.to_ascii_lowercase());
+    }
+    assert!(res.status().is_success(), "card token: {}", res.status());
+    let token: serde_json::Value = res.json().await.expect("card token JSON");
+    token["id"].as_str().expect("token id").to_owned()
+}
+
+/// The parameters a merchant's checkout would send for `provider`: Stripe `pm_card_visa`; Mercado Pago an
+/// approved test card's token (a fixed token for the stub gateways, which take anything).
+async fn default_params(p: &TestPipeline, provider: &str, customer: &str) -> PaymentParams {
+    let email = if customer.contains('@') {
+        customer.to_owned()
+    } else {
+        format!("{customer}@example.com")
+    };
+    match p.config.providers[provider].scheme {
+        hookline_signature::Scheme::MercadoPago => {
+            let token = if provider == "mp" {
+                mp_card_token(p, provider, "APRO").await
+            } else {
+                "tok_stub".to_owned()
+            };
+            mp_params("visa", Some(token), &email)
+        }
+        _ => stripe_params("pm_card_visa"),
+    }
+}
+
 async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: &str) -> Intent {
+    let params = default_params(p, provider, customer).await;
+    create_intent_with(p, provider, amount, customer, Some(&params)).await
+}
+
+async fn create_intent_with(
+    p: &TestPipeline,
+    provider: &str,
+    amount: i64,
+    customer: &str,
+    payment_params: Option<&PaymentParams>,
+) -> Intent {
     let mut tx = p.pool().begin().await.unwrap();
     let intent = intents::create_intent(
         &mut tx,
@@ -61,7 +153,7 @@ async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: 
             customer: Some(customer),
             description: Some("pedido 42"),
             order_reference: None,
-            payment_params: None,
+            payment_params,
             confirm: true,
         },
     )
@@ -562,10 +654,14 @@ async fn concurrent_refunds_never_exceed_the_capture() {
 
 /// A payment the gateway leaves pending (`in_process`) makes the intent `processing`; the provider's webhook
 /// when it is approved, applied by the worker, completes the intent (linked by the gateway's payment id) in
-/// the payment's transaction, with one posting. A declined charge (a final 4xx) fails its request with the
-/// reason and leaves the intent `needs_attention`, without retrying.
+/// the payment's transaction, with one posting.
+///
+/// Issue 27: a decline is an outcome, the same for both gateways — Stripe's 402 `card_error` and Mercado Pago's
+/// `rejected` make the intent `failed` with the gateway's code and message and a `payment_intent.failed` fact,
+/// the request `declined` (not retried), and `hookline status` stays healthy. Only hookline's own problem needs
+/// attention: an intent without payment parameters (or missing what its gateway requires) is never sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
+async fn webhook_completes_a_processing_intent_and_declines_are_outcomes() {
     let (p, sandbox) = start().await;
     let worker = p.spawn_worker();
     let control = sandbox.control();
@@ -574,13 +670,7 @@ async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
         status_detail: None,
     };
     control.push_outcome("mp", pending, 1).expect("outcome");
-    let declined = hookline_sandbox::Outcome {
-        status: "declined".into(),
-        status_detail: Some("card_declined".into()),
-    };
-    control.push_outcome("st", declined, 1).expect("outcome");
     let mp = create_intent(&p, "mp", 3_300, "e@example.com").await;
-    let st = create_intent(&p, "st", 700, "cliente-5").await;
     let (cancel, task) = spawn_dispatcher(&p);
     outbox_drained(&p).await;
 
@@ -610,21 +700,110 @@ async fn webhook_completes_a_processing_intent_and_refusals_need_attention() {
     )
     .await;
 
-    let declined = intent(&p, st.id).await;
-    assert_eq!(declined.status, "needs_attention", "{declined:?}");
-    let (status, attempts, last_status, last_error): (String, i32, Option<i16>, Option<String>) =
-        sqlx::query_as(
-            "SELECT status, attempts, last_status, last_error FROM outbound_requests WHERE intent_id = $1",
+    // Declines: forced at the sandbox (both sandboxes serve push_outcome; the test cards pm_card_chargeDeclined
+    // and the OTHE holder decline the same way on the h-sandbox branch).
+    let declined = |status: &str, detail: &str| hookline_sandbox::Outcome {
+        status: status.into(),
+        status_detail: Some(detail.into()),
+    };
+    control
+        .push_outcome("st", declined("declined", "card_declined"), 1)
+        .expect("outcome");
+    control
+        .push_outcome("mp", declined("rejected", "cc_rejected_other_reason"), 1)
+        .expect("outcome");
+    let st = create_intent(&p, "st", 700, "cliente-5").await;
+    outbox_drained(&p).await;
+    let mp_declined = create_intent(&p, "mp", 800, "f@example.com").await;
+    // Hookline's own problems: no payment parameters; Mercado Pago card without a token.
+    let no_params = create_intent_with(&p, "st", 900, "cliente-6", None).await;
+    let no_token = create_intent_with(
+        &p,
+        "mp",
+        900,
+        "g@example.com",
+        Some(&mp_params("visa", None, "g@example.com")),
+    )
+    .await;
+    outbox_drained(&p).await;
+
+    for (i, code, http) in [
+        (&st, "card_declined", 402),
+        (&mp_declined, "cc_rejected_other_reason", 201),
+    ] {
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "failed", "{now:?}");
+        assert_eq!(now.failure_code.as_deref(), Some(code), "{now:?}");
+        assert!(
+            now.failure_message
+                .as_deref()
+                .is_some_and(|m| !m.is_empty()),
+            "{now:?}"
+        );
+        let (status, attempts, last_status, last_error) = charge_request(&p, i.id).await;
+        assert_eq!(
+            (status.as_str(), attempts, last_status),
+            ("declined", 1, Some(http)),
+            "{last_error}"
+        );
+        assert!(last_error.contains(code), "{last_error}");
+        let facts: Vec<String> = sqlx::query_scalar(
+            "SELECT type FROM domain_events WHERE convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = $1",
         )
-        .bind(st.id)
-        .fetch_one(p.pool())
+        .bind(&i.public_id)
+        .fetch_all(p.pool())
         .await
         .unwrap();
+        assert_eq!(
+            facts,
+            vec!["payment_intent.failed".to_string()],
+            "{}",
+            i.public_id
+        );
+    }
+    // Never sent: nothing at the gateway under their keys; the intent needs attention with the reason.
+    let requests = control.requests();
+    for (i, reason) in [
+        (&no_params, "no payment parameters"),
+        (&no_token, "mercadopago.token is missing"),
+    ] {
+        let now = intent(&p, i.id).await;
+        assert_eq!(now.status, "needs_attention", "{now:?}");
+        let (status, attempts, _, last_error) = charge_request(&p, i.id).await;
+        assert_eq!((status.as_str(), attempts), ("failed", 1), "{last_error}");
+        assert!(last_error.contains(reason), "{last_error}");
+        let key = intents::charge_key(i.id);
+        assert!(
+            !requests
+                .iter()
+                .any(|r| r.idempotency_key.as_deref() == Some(key.as_str())),
+            "{key} reached the gateway"
+        );
+    }
+    // Declines keep `status` healthy: only the two requests hookline could not send count.
+    let report = hookline_ops::status::report(p.pool(), &p.config, None, "test-status")
+        .await
+        .expect("status");
     assert_eq!(
-        (status.as_str(), attempts, last_status),
-        ("failed", 1, Some(402))
+        (report.outbound.declined, report.outbound.failed),
+        (2, 2),
+        "{report:?}"
     );
-    assert!(last_error.unwrap_or_default().contains("card_declined"));
+    let outbound_attention: Vec<&String> = report
+        .attention
+        .iter()
+        .filter(|a| a.contains("gateway"))
+        .collect();
+    assert_eq!(
+        outbound_attention.len(),
+        1,
+        "only the 2 unsendable requests: {:?}",
+        report.attention
+    );
+    assert!(
+        outbound_attention[0].starts_with("2 request(s)"),
+        "{outbound_attention:?}"
+    );
     cancel.cancel();
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
     worker.stop().await;
@@ -977,8 +1156,8 @@ async fn status_reports_intents_stuck_without_a_final_answer() {
     );
 }
 
-/// Issue 26: a gateway 5xx is never final. The gateway answers 500 to the first charge and to the first
-/// refund (without executing them), then 200: each is retried with the SAME idempotency key, exactly one
+/// Issue 26: a gateway 5xx (or 429) is never final. The gateway answers 500 to the first charge and 429 to the
+/// first refund (without executing them), then 200: each is retried with the SAME idempotency key, exactly one
 /// charge and one refund exist at the gateway, and both end `succeeded`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
@@ -1012,7 +1191,7 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
         assert!(matches!(last_status, Some(200 | 201)), "{last_status:?}");
     }
 
-    // Refunds: the first attempt of each answered 500.
+    // Refunds: the first attempt of each answered 429 (Retry-After: 1).
     for path in ["/v1/refunds", "/v1/payments/"] {
         control
             .arm_fault(FaultSpec {
@@ -1021,8 +1200,8 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
                     path,
                     1,
                     FaultAction::Status {
-                        status: 500,
-                        retry_after_secs: None,
+                        status: 429,
+                        retry_after_secs: Some(1),
                     },
                 )
             })
@@ -1044,15 +1223,18 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
     let report = control.charges();
     let requests = control.requests();
     for (provider, i, refund) in [("st", &st, refunds[0]), ("mp", &mp, refunds[1])] {
-        for key in [intents::charge_key(i.id), intents::refund_key(refund)] {
-            // The gateway saw the key twice: first answered 500, then executed once.
+        for (key, first) in [
+            (intents::charge_key(i.id), 500),
+            (intents::refund_key(refund), 429),
+        ] {
+            // The gateway saw the key twice: first answered 500 / 429, then executed once.
             let statuses: Vec<u16> = requests
                 .iter()
                 .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
                 .map(|r| r.status)
                 .collect();
             assert_eq!(statuses.len(), 2, "{key}: {statuses:?}");
-            assert_eq!(statuses[0], 500, "{key}: {statuses:?}");
+            assert_eq!(statuses[0], first, "{key}: {statuses:?}");
             assert!((200..300).contains(&statuses[1]), "{key}: {statuses:?}");
             let stats = report.key(provider, &key).expect("key stats");
             assert_eq!(stats.executed, 1, "{key}: {stats:?}");
@@ -1076,4 +1258,422 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
         );
     }
     sandbox.stop().await;
+}
+
+/// The key lifetime of the tests below: the sandbox forgets a key after it, and the dispatcher is told so.
+const KEY_TTL: Duration = Duration::from_secs(3);
+
+/// The real dispatcher with fast retries and every provider's key lifetime set to [`KEY_TTL`] (the configuration
+/// accepts 60 s at least; the test sets the parsed value, as the configuration would hand it over).
+fn short_key_dispatcher(p: &TestPipeline) -> Dispatcher {
+    let providers: Vec<hookline_core::ProviderConfig> = p
+        .config
+        .providers
+        .values()
+        .cloned()
+        .map(|mut c| {
+            c.idempotency_key_ttl = KEY_TTL;
+            c
+        })
+        .collect();
+    Dispatcher::new(p.pool().clone(), providers.iter(), fast_settings())
+}
+
+/// Issue 27: retries stay inside the key's lifetime. The charge's answer is lost (`reached`: the gateway charged)
+/// or the gateway never executed it (`!reached`), then the gateway answers 500 to every POST until the key's
+/// lifetime is about to end. The request becomes `unknown` (nothing more is sent under that key: a resend after
+/// the gateway forgot the key would charge again); once the key has expired the dispatcher looks the charge up by
+/// hookline's reference: found → recorded as the lost answer (generation 0); not found → generation 1 committed
+/// and sent under `{key}-g1`. Either way exactly ONE charge at the gateway, the intent recorded with it.
+async fn lost_answer_then_failing_past_the_key_lifetime(
+    seed: u64,
+    provider: &str,
+    path: &str,
+    reached: bool,
+) {
+    let (p, sandbox) = hookline_tests::sandboxed::start_with_window(seed, KEY_TTL).await;
+    let control = sandbox.control();
+    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
+        provider: Some(provider.to_owned()),
+        method: Some("POST".into()),
+        path: Some(path.to_owned()),
+        action,
+        count,
+        rate,
+    };
+    if reached {
+        control
+            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
+            .expect("arm");
+    }
+    control
+        .arm_fault(post(
+            FaultAction::Status {
+                status: 500,
+                retry_after_secs: None,
+            },
+            None,
+            Some(1.0),
+        ))
+        .expect("arm");
+    let i = create_intent(&p, provider, 5_000, "cliente-ttl@example.com").await;
+    let base = intents::charge_key(i.id);
+    let (cancel, task) = spawn(short_key_dispatcher(&p));
+    settle(
+        &p,
+        "the request unknown before its key's lifetime ends",
+        &format!(
+            "SELECT count(*) FROM outbound_requests WHERE intent_id = {} AND status = 'unknown'",
+            i.id
+        ),
+        1,
+    )
+    .await;
+    // The gateway works again; a dispatcher that still sent under the old key would now charge twice.
+    control.clear_faults();
+    settle(
+        &p,
+        "the request resolved",
+        &format!(
+            "SELECT count(*) FROM outbound_requests WHERE intent_id = {} AND status = 'succeeded'",
+            i.id
+        ),
+        1,
+    )
+    .await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+
+    let now = intent(&p, i.id).await;
+    assert_eq!(now.status, "succeeded", "{now:?}");
+    let payment = now.provider_payment_id.clone().expect("the gateway's id");
+    assert_eq!(
+        gateway_charges(&sandbox, provider),
+        1,
+        "{provider}: one charge"
+    );
+    let generation: i32 =
+        sqlx::query_scalar("SELECT key_generation FROM outbound_requests WHERE intent_id = $1")
+            .bind(i.id)
+            .fetch_one(p.pool())
+            .await
+            .unwrap();
+    let report = control.charges();
+    let requests = control.requests();
+    let posts = |key: &str| -> Vec<&hookline_sandbox::RequestRecord> {
+        requests
+            .iter()
+            .filter(|r| r.method == "POST" && r.idempotency_key.as_deref() == Some(key))
+            .collect()
+    };
+    let first_post = posts(&base).first().map(|r| r.at_ms).expect("a POST");
+    let lookups: Vec<&hookline_sandbox::RequestRecord> = requests
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("search"))
+        .collect();
+    let first_lookup = lookups.first().map(|r| r.at_ms).expect("a lookup");
+    // Hookline stamps the key's first send when it claims the request, a few ms before the gateway receives it
+    // (an early estimate of the expiry, never a late one): up to 250 ms of that is allowed here, less than the
+    // 300 ms margin before which the retries stopped.
+    assert!(
+        first_lookup - first_post >= KEY_TTL.as_millis() as i64 - 250,
+        "the lookup came {} ms after the first send, before the key expired",
+        first_lookup - first_post
+    );
+    // Nothing was sent under the base key after the lookup started.
+    assert!(
+        posts(&base).iter().all(|r| r.at_ms < first_lookup),
+        "sent under the expired key"
+    );
+    if reached {
+        assert_eq!(generation, 0);
+        let stats = report.key(provider, &base).expect("key stats");
+        assert_eq!(stats.charges, 1, "{stats:?}");
+        assert!(posts(&format!("{base}-g1")).is_empty());
+    } else {
+        assert_eq!(generation, 1);
+        let next = format!("{base}-g1");
+        let stats = report.key(provider, &next).expect("the new key's stats");
+        assert_eq!(stats.charges, 1, "{stats:?}");
+        assert_eq!(report.key(provider, &base).map_or(0, |s| s.charges), 0);
+    }
+    // The charge recorded is the one the gateway holds.
+    assert!(
+        report.provider(provider).is_some_and(|b| b.charges == 1),
+        "{payment}"
+    );
+    sandbox.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_lost_answer_then_5xx_past_the_key_lifetime_is_found_by_lookup() {
+    lost_answer_then_failing_past_the_key_lifetime(21, "mp", "/v1/payments", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_never_reached_past_the_key_lifetime_is_sent_under_a_new_key() {
+    lost_answer_then_failing_past_the_key_lifetime(22, "mp", "/v1/payments", false).await;
+}
+
+/// Needs the sandbox's Stripe search (`GET /v1/payment_intents/search`, h-sandbox branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_lost_answer_then_5xx_past_the_key_lifetime_is_found_by_lookup() {
+    lost_answer_then_failing_past_the_key_lifetime(23, "st", "/v1/payment_intents", true).await;
+}
+
+/// Needs the sandbox's Stripe search (`GET /v1/payment_intents/search`, h-sandbox branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_never_reached_past_the_key_lifetime_is_sent_under_a_new_key() {
+    lost_answer_then_failing_past_the_key_lifetime(24, "st", "/v1/payment_intents", false).await;
+}
+
+/// POSTs a control request to the sandbox (`/_sandbox/…`), panicking with the answer unless it is 2xx.
+async fn sandbox_control(sandbox: &RunningSandbox, path: &str, body: serde_json::Value) {
+    let res = reqwest::Client::new()
+        .post(sandbox.url(path))
+        .json(&body)
+        .send()
+        .await
+        .expect("control request");
+    let status = res.status();
+    let text = res.text().await.unwrap_or_default();
+    assert!(status.is_success(), "{path}: {status}: {text}");
+}
+
+/// The intent's postings of kind `payment` (by its gateway id) and its facts.
+async fn postings_and_facts(p: &TestPipeline, i: &Intent, payment: &str) -> (i64, Vec<String>) {
+    let postings: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_transactions WHERE provider = $1 AND kind = 'payment' AND reference = $2",
+    )
+    .bind(&i.provider)
+    .bind(payment)
+    .fetch_one(p.pool())
+    .await
+    .unwrap();
+    let facts: Vec<String> = sqlx::query_scalar(
+        "SELECT type FROM domain_events WHERE convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = $1",
+    )
+    .bind(&i.public_id)
+    .fetch_all(p.pool())
+    .await
+    .unwrap();
+    (postings, facts)
+}
+
+/// Issue 27, 3-D Secure: Stripe answers `requires_action` with a `next_action`; the intent shows it; the customer
+/// authenticates (the sandbox's control endpoint), Stripe's webhook completes the intent — `succeeded` once, one
+/// posting, one `payment_intent.succeeded` fact. Needs the h-sandbox branch (pm_card_threeDSecure2Required, the
+/// authenticate control endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_d_secure_requires_action_then_the_webhook_completes_it_once() {
+    let (p, sandbox) = start().await;
+    let worker = p.spawn_worker();
+    let params = stripe_params("pm_card_threeDSecure2Required");
+    let i = create_intent_with(&p, "st", 4_100, "cliente-3ds", Some(&params)).await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    let now = intent(&p, i.id).await;
+    assert_eq!(now.status, "requires_action", "{now:?}");
+    let action = now.next_action.clone().expect("next_action").0;
+    assert!(action["type"].is_string(), "{action}");
+    let payment = now
+        .provider_payment_id
+        .clone()
+        .expect("the PaymentIntent id");
+    let (request, _, _, _) = charge_request(&p, i.id).await;
+    assert_eq!(request, "succeeded");
+    sandbox_control(
+        &sandbox,
+        &format!("/_sandbox/payment_intents/st/{payment}/authenticate"),
+        serde_json::json!({"outcome": "succeed"}),
+    )
+    .await;
+    let pool = p.pool().clone();
+    wait_until(WAIT, "the webhook completed the intent", || {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            intents::get(&mut conn, i.id)
+                .await
+                .unwrap()
+                .is_some_and(|i| i.status == "succeeded")
+        }
+    })
+    .await;
+    settle(
+        &p,
+        "the payment posted",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'st' AND kind = 'payment'",
+        1,
+    )
+    .await;
+    p.drain(WAIT).await;
+    let (postings, facts) = postings_and_facts(&p, &i, &payment).await;
+    assert_eq!(postings, 1);
+    assert_eq!(facts, vec!["payment_intent.succeeded".to_string()]);
+    assert_eq!(gateway_charges(&sandbox, "st"), 1);
+    assert_ledger_balanced(p.pool()).await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+    worker.stop().await;
+    sandbox.stop().await;
+}
+
+/// Issue 27, Pix: Mercado Pago answers `pending` with the QR code (`point_of_interaction.transaction_data`); the
+/// intent `requires_action` with `next_action.type = pix_qr_code`; the payer pays (the sandbox's control
+/// endpoint), the notification completes the intent once, one posting. Needs the h-sandbox branch (Pix QR data,
+/// the pix control endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pix_pending_then_the_webhook_completes_it_once() {
+    let (p, sandbox) = start().await;
+    let worker = p.spawn_worker();
+    let params = mp_params("pix", None, "pix@example.com");
+    let i = create_intent_with(&p, "mp", 2_500, "pix@example.com", Some(&params)).await;
+    let (cancel, task) = spawn_dispatcher(&p);
+    outbox_drained(&p).await;
+    let now = intent(&p, i.id).await;
+    assert_eq!(now.status, "requires_action", "{now:?}");
+    let action = now.next_action.clone().expect("next_action").0;
+    assert_eq!(action["type"], "pix_qr_code", "{action}");
+    assert!(
+        action["qr_code"].as_str().is_some_and(|q| !q.is_empty()),
+        "{action}"
+    );
+    let payment = now.provider_payment_id.clone().expect("the payment id");
+    sandbox_control(
+        &sandbox,
+        &format!("/_sandbox/pix/mp/{payment}"),
+        serde_json::json!({"outcome": "paid"}),
+    )
+    .await;
+    let pool = p.pool().clone();
+    wait_until(WAIT, "the notification completed the intent", || {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            intents::get(&mut conn, i.id)
+                .await
+                .unwrap()
+                .is_some_and(|i| i.status == "succeeded")
+        }
+    })
+    .await;
+    settle(
+        &p,
+        "the payment posted",
+        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'payment'",
+        1,
+    )
+    .await;
+    p.drain(WAIT).await;
+    let (postings, facts) = postings_and_facts(&p, &i, &payment).await;
+    assert_eq!(postings, 1);
+    assert_eq!(facts, vec!["payment_intent.succeeded".to_string()]);
+    assert_ledger_balanced(p.pool()).await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+    worker.stop().await;
+    sandbox.stop().await;
+}
+
+/// Issue 27, the same for refunds: the refund's answer is lost (`reached`) or never executed, then the gateway
+/// answers 500 until the refund's key is about to expire: `unknown`, looked up after the expiry by hookline's refund
+/// (Stripe `metadata[hookline_refund]`; Mercado Pago the payment's refunds, by amount and not linked to another
+/// refund): found → recorded; not found → `{key}-g1`. Exactly ONE refund at the gateway.
+async fn refund_lost_then_failing_past_the_key_lifetime(
+    seed: u64,
+    provider: &str,
+    path: &str,
+    reached: bool,
+) {
+    let (p, sandbox) = hookline_tests::sandboxed::start_with_window(seed, KEY_TTL).await;
+    let control = sandbox.control();
+    let i = create_intent(&p, provider, 6_000, "refund-ttl@example.com").await;
+    let (cancel, task) = spawn(short_key_dispatcher(&p));
+    outbox_drained(&p).await;
+    assert_eq!(intent(&p, i.id).await.status, "succeeded");
+    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
+        provider: Some(provider.to_owned()),
+        method: Some("POST".into()),
+        path: Some(path.to_owned()),
+        action,
+        count,
+        rate,
+    };
+    if reached {
+        control
+            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
+            .expect("arm");
+    }
+    control
+        .arm_fault(post(
+            FaultAction::Status {
+                status: 500,
+                retry_after_secs: None,
+            },
+            None,
+            Some(1.0),
+        ))
+        .expect("arm");
+    let refund = {
+        let mut tx = p.pool().begin().await.unwrap();
+        let id = intents::request_refund(&mut tx, &i.public_id, 2_000, "cliente desistiu")
+            .await
+            .expect("refund");
+        tx.commit().await.unwrap();
+        id
+    };
+    settle(
+        &p,
+        "the refund's request unknown",
+        &format!("SELECT count(*) FROM outbound_requests WHERE refund_id = {refund} AND status = 'unknown'"),
+        1,
+    )
+    .await;
+    control.clear_faults();
+    settle(
+        &p,
+        "the refund's request resolved",
+        &format!("SELECT count(*) FROM outbound_requests WHERE refund_id = {refund} AND status = 'succeeded'"),
+        1,
+    )
+    .await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+    let (status, provider_refund_id, generation): (String, Option<String>, i32) = sqlx::query_as(
+        "SELECT f.status, f.provider_refund_id, o.key_generation FROM outbound_refunds f
+           JOIN outbound_requests o ON o.refund_id = f.id WHERE f.id = $1",
+    )
+    .bind(refund)
+    .fetch_one(p.pool())
+    .await
+    .unwrap();
+    assert_eq!(status, "succeeded");
+    assert!(provider_refund_id.is_some());
+    assert_eq!(generation, if reached { 0 } else { 1 });
+    let book = control.charges();
+    let book = book.provider(provider).expect("provider");
+    assert_eq!(
+        (book.refunds, book.refunded_amount),
+        (1, 2_000),
+        "{provider}"
+    );
+    assert_eq!(intent(&p, i.id).await.refunded, 2_000);
+    sandbox.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_refund_lost_past_the_key_lifetime_is_found_by_lookup() {
+    refund_lost_then_failing_past_the_key_lifetime(31, "mp", "/v1/payments/", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_refund_never_reached_past_the_key_lifetime_is_sent_under_a_new_key() {
+    refund_lost_then_failing_past_the_key_lifetime(32, "mp", "/v1/payments/", false).await;
+}
+
+/// Needs the sandbox's Stripe refund list (`GET /v1/refunds`, h-sandbox branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_refund_lost_past_the_key_lifetime_is_found_by_lookup() {
+    refund_lost_then_failing_past_the_key_lifetime(33, "st", "/v1/refunds", true).await;
 }

@@ -16,6 +16,12 @@ pub const STRIPE_KEY: &str = "sk_test_sandbox_key";
 /// Starts the pipeline (edge + relay; workers separately) and the sandbox, seeded with `seed`, with fast webhook
 /// retries.
 pub async fn start(seed: u64) -> (TestPipeline, RunningSandbox) {
+    start_with_window(seed, Duration::from_secs(24 * 3600)).await
+}
+
+/// [`start`] with the sandbox keeping idempotency keys for `window` (Stripe's 24 h by default): a few seconds lets
+/// a test outlive a key.
+pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, RunningSandbox) {
     // The sandbox's port goes into the pipeline's configuration, the edge's address into the sandbox's.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let sandbox_port = listener.local_addr().expect("addr").port();
@@ -47,6 +53,7 @@ pub async fn start(seed: u64) -> (TestPipeline, RunningSandbox) {
         ],
     );
     settings.seed = seed;
+    settings.idempotency_window = window;
     settings.webhook_backoff = Duration::from_millis(100);
     settings.webhook_max_backoff = Duration::from_millis(500);
     let sandbox = Sandbox::start(settings).await.expect("sandbox");

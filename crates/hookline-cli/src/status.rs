@@ -83,13 +83,19 @@ fn print_table(r: &Report) {
         show(r.queues.dead_letter_ready)
     );
     println!(
-        "outbound: {} pending{}, {} failed, {} intent(s) and {} refund(s) unresolved > {} min",
+        "outbound: {} pending{}, {} failed, {} declined, {} unknown{}, {} intent(s) and {} refund(s) unresolved > {} min",
         r.outbound.pending,
         r.outbound
             .oldest_pending_secs
             .map(|s| format!(" (oldest {s:.0}s)"))
             .unwrap_or_default(),
         r.outbound.failed,
+        r.outbound.declined,
+        r.outbound.unknown,
+        r.outbound
+            .oldest_unknown_secs
+            .map(|s| format!(" (oldest unknown for {s:.0}s)"))
+            .unwrap_or_default(),
         r.outbound.unresolved_intents,
         r.outbound.unresolved_refunds,
         hookline_ops::status::UNRESOLVED_AFTER.as_secs() / 60

@@ -30,8 +30,17 @@ pub struct Queues {
 pub struct Outbound {
     /// Still to send.
     pub pending: i64,
-    /// Failed for good.
+    /// Failed for good: hookline's own problem (configuration, an answer it cannot interpret). Counted in
+    /// `attention`.
     pub failed: i64,
+    /// Declined by the gateway: outcomes (the intent is `failed` with the decline's code), never attention.
+    pub declined: i64,
+    /// `unknown`: retried until their key's lifetime, resolved by lookup once it expired.
+    pub unknown: i64,
+    /// Unknown requests whose key expired more than [`UNKNOWN_GRACE`] ago (counted in `attention`).
+    pub unknown_overdue: i64,
+    /// How long the oldest unknown request has been unknown.
+    pub oldest_unknown_secs: Option<f64>,
     /// Age of the oldest pending one.
     pub oldest_pending_secs: Option<f64>,
     /// Payment intents still `requires_dispatch` or `processing` after [`UNRESOLVED_AFTER`].
@@ -47,6 +56,12 @@ pub struct Outbound {
 /// within minutes; 15 minutes without a final word means an answer that was never readable, a lost webhook
 /// (`hookline reconcile` recovers it) or a dispatcher that is not running.
 pub const UNRESOLVED_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// How long after its key expired an `unknown` request may stay unknown before it needs attention. The lookup
+/// starts when the key expires and is retried with the dispatcher's backoff (at most 5 min apart): an hour is
+/// many lookups. Before that an unknown request is shown with its age but is not a problem — it is the
+/// dispatcher refusing to risk a second charge, and resolving itself.
+pub const UNKNOWN_GRACE: Duration = Duration::from_secs(3600);
 
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
@@ -118,14 +133,26 @@ pub async fn report(
     if let Some(e) = &queues.error {
         attention.push(format!("RabbitMQ: {e}"));
     }
+    let ttls: Vec<(&str, Duration)> = config
+        .providers
+        .values()
+        .map(|p| (p.name.as_str(), p.idempotency_key_ttl))
+        .collect();
+    let summary = hookline_payments::outbound_requests::summary(pool, &ttls, UNKNOWN_GRACE)
+        .await
+        .context("count outbound requests")?;
     let (pending, failed, oldest_pending_secs) =
-        hookline_payments::outbound_requests::summary(pool).await?;
+        (summary.pending, summary.failed, summary.oldest_pending_secs);
     let unresolved = hookline_payments::outbound_requests::unresolved(pool, UNRESOLVED_AFTER)
         .await
         .context("count unresolved payment intents")?;
     let outbound = Outbound {
         pending,
         failed,
+        declined: summary.declined,
+        unknown: summary.unknown,
+        unknown_overdue: summary.unknown_overdue,
+        oldest_unknown_secs: summary.oldest_unknown_secs,
         oldest_pending_secs,
         unresolved_intents: unresolved.intents,
         unresolved_refunds: unresolved.refunds,
@@ -142,9 +169,20 @@ pub async fn report(
             unresolved.oldest_secs.unwrap_or_default()
         ));
     }
+    // Declined requests are the gateway's answer, not hookline's problem: never attention.
     if failed > 0 {
         attention.push(format!(
             "{failed} request(s) to the gateway failed for good: see outbound_requests.last_error"
+        ));
+    }
+    if summary.unknown_overdue > 0 {
+        attention.push(format!(
+            "{} request(s) to the gateway unknown more than {} min after their idempotency key expired \
+             (oldest unknown {:.0}s): the lookup by hookline's reference keeps failing — see \
+             outbound_requests.last_error",
+            summary.unknown_overdue,
+            UNKNOWN_GRACE.as_secs() / 60,
+            summary.oldest_unknown_secs.unwrap_or_default()
         ));
     }
     if let Some(age) = oldest_pending_secs.filter(|a| *a > 300.0) {

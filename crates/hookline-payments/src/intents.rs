@@ -204,25 +204,89 @@ pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sql
 
 /// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
 /// `succeeded` intent is never moved back by a late `processing` answer). When this moves the intent to a final
-/// status, its domain event is written in the same transaction.
+/// status, its domain event is written in the same transaction. [`record_charge_answer`] with no next action and
+/// no decline.
 pub async fn record_gateway_answer(
     conn: &mut PgConnection,
     intent_id: i64,
     provider_payment_id: Option<&str>,
     status: &str,
 ) -> Result<(), RecordError> {
+    let status = IntentStatus::parse(status)
+        .map_err(|e| RecordError::Database(sqlx::Error::Decode(Box::new(e))))?;
+    record_charge_answer(
+        conn,
+        intent_id,
+        &ChargeAnswer {
+            provider_payment_id,
+            status,
+            next_action: None,
+            failure_code: None,
+            failure_message: None,
+        },
+    )
+    .await
+}
+
+/// Longest decline code stored (the column's CHECK).
+pub const MAX_FAILURE_CODE_CHARS: usize = 200;
+/// Longest decline message stored (the column's CHECK).
+pub const MAX_FAILURE_MESSAGE_CHARS: usize = 1000;
+
+/// What the gateway said of a charge, as the dispatcher records it ([`record_charge_answer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChargeAnswer<'a> {
+    /// The gateway's payment id, when the answer carried one (kept once known).
+    pub provider_payment_id: Option<&'a str>,
+    /// `processing`, `requires_action`, `succeeded`, `failed` (a decline) or `needs_attention` (hookline's
+    /// own problem).
+    pub status: IntentStatus,
+    /// While `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
+    pub next_action: Option<&'a serde_json::Value>,
+    /// The decline's code (`failed`); cut to [`MAX_FAILURE_CODE_CHARS`].
+    pub failure_code: Option<&'a str>,
+    /// The decline's message (`failed`); cut to [`MAX_FAILURE_MESSAGE_CHARS`].
+    pub failure_message: Option<&'a str>,
+}
+
+/// Records the gateway's answer to a charge (or the object a lookup found), forward only, in the caller's
+/// transaction:
+/// * a final intent (`succeeded`/`failed`, e.g. completed by the webhook first) keeps its status; a decline
+///   answer still fills its missing `failure_code`/`failure_message`;
+/// * a `processing` intent is not moved back to `requires_action`/`requires_dispatch` by a late answer;
+/// * `next_action` is set while the intent `requires_action` and cleared when it moves on;
+/// * moving into `failed` or `succeeded` writes the intent's fact once (`payment_intent.failed` for a decline).
+pub async fn record_charge_answer(
+    conn: &mut PgConnection,
+    intent_id: i64,
+    answer: &ChargeAnswer<'_>,
+) -> Result<(), RecordError> {
+    let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
     let moved: Option<Moved> = sqlx::query_as(&format!(
         "UPDATE payment_intents p
             SET provider_payment_id = coalesce(p.provider_payment_id, $2),
-                status = CASE WHEN p.status IN ('succeeded', 'failed') THEN p.status ELSE $3 END,
+                status = CASE WHEN old.previous IN ('succeeded', 'failed') THEN old.previous
+                              WHEN old.previous = 'processing' AND $3 IN ('requires_action', 'requires_dispatch')
+                                   THEN old.previous
+                              ELSE $3 END,
+                next_action = CASE WHEN old.previous IN ('succeeded', 'failed', 'processing') THEN p.next_action
+                                   WHEN $3 = 'requires_action' THEN coalesce($4, p.next_action)
+                                   ELSE NULL END,
+                failure_code = CASE WHEN old.previous = 'failed' OR (old.previous <> 'succeeded' AND $3 = 'failed')
+                                    THEN coalesce(p.failure_code, $5) ELSE p.failure_code END,
+                failure_message = CASE WHEN old.previous = 'failed' OR (old.previous <> 'succeeded' AND $3 = 'failed')
+                                       THEN coalesce(p.failure_message, $6) ELSE p.failure_message END,
                 updated_at = now()
            FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old
           WHERE p.id = old.id
          RETURNING {RETURNED}, old.previous"
     ))
     .bind(intent_id)
-    .bind(provider_payment_id)
-    .bind(status)
+    .bind(answer.provider_payment_id)
+    .bind(answer.status.as_str())
+    .bind(answer.next_action.map(sqlx::types::Json))
+    .bind(cut(answer.failure_code, MAX_FAILURE_CODE_CHARS))
+    .bind(cut(answer.failure_message, MAX_FAILURE_MESSAGE_CHARS))
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(m) = moved {
@@ -497,6 +561,29 @@ pub async fn record_refund_answer(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The public id of a refund (`re_hl_N`): what the API and the CLI show, and what the dispatcher sends with
+/// the refund (Stripe `metadata[hookline_refund]`) so a lookup finds it by hookline's own reference.
+pub fn refund_public_id(refund_id: i64) -> String {
+    format!("re_hl_{refund_id}")
+}
+
+/// The gateway refund ids already linked to refunds of `intent_id` (other than `except`): a refund found by
+/// lookup by its amount is never one that already belongs to another refund of the intent.
+pub async fn linked_refund_ids(
+    conn: &mut PgConnection,
+    intent_id: i64,
+    except: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT provider_refund_id FROM outbound_refunds
+          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL",
+    )
+    .bind(intent_id)
+    .bind(except)
+    .fetch_all(conn)
+    .await
 }
 
 /// What [`claim_idempotency_key`] found for `(client, key)`.

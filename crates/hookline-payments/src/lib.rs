@@ -7,7 +7,8 @@
 //!   ([`hookline_core::handler`]), with the one read it may need from a provider first ([`fetch`]);
 //! * outbound effects: payment intents, refunds and the merchant API's idempotency keys ([`intents`]), the
 //!   requests to the gateways and their retries ([`outbound_requests`], [`dispatch`]), billing runs
-//!   ([`billing`]) and reconciliation against the providers' APIs ([`reconcile`]);
+//!   ([`billing`]) and reconciliation against the providers' APIs ([`reconcile`]), all through one API client
+//!   per provider ([`gateway`]: requests, lookups and how each provider's objects read);
 //! * the read-only views of those tables for operators ([`view`]) and the per-provider currency lists
 //!   ([`currency`]).
 //!
@@ -21,6 +22,7 @@ pub mod currency;
 pub mod dispatch;
 pub mod facts;
 pub mod fetch;
+pub mod gateway;
 pub mod intents;
 pub mod ledger;
 pub mod model;

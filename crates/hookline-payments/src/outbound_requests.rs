@@ -2,7 +2,13 @@
 //! SQL. Rows are written in the transaction that creates the intent or refund ([`enqueue`]); dispatchers claim
 //! due rows with a lease ([`claim_due`], `FOR UPDATE SKIP LOCKED`: several dispatchers never send one request at
 //! the same time), send, and record the outcome. The idempotency key is stored with the row and sent unchanged
-//! on every attempt.
+//! on every attempt of a key generation.
+//!
+//! Statuses: `pending` (to send, or to send again with the same key) → `succeeded` (the gateway's object is
+//! recorded), `declined` (the gateway declined: an outcome, not an incident), `failed` (hookline's own problem:
+//! configuration, an answer it cannot interpret — needs an operator), or `unknown` (retryable failures reached the
+//! key's lifetime: nothing more is sent with that key; after it expired a lookup by hookline's reference decides —
+//! found → `succeeded`/`declined`, not found → `pending` again under the next key generation, see [`sent_key`]).
 
 use std::time::Duration;
 
@@ -28,6 +34,23 @@ impl Kind {
     }
 }
 
+/// The idempotency key sent for generation `generation` of the request whose base key is `base`: the base itself
+/// for generation 0 (every request before issue 27), `{base}-g{generation}` after. Derived, never random: a
+/// dispatcher that crashed after committing a generation sends the same key as the one that would have.
+pub fn sent_key(base: &str, generation: i32) -> String {
+    if generation <= 0 {
+        base.to_owned()
+    } else {
+        format!("{base}-g{generation}")
+    }
+}
+
+/// How long before a key's expiry the dispatcher stops sending with it: a tenth of its lifetime, at most an hour
+/// (a request in flight, clock differences between hookline and the gateway).
+pub fn key_margin(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(3600))
+}
+
 /// A claimed request.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {
@@ -41,10 +64,28 @@ pub struct Claimed {
     pub refund_id: Option<i64>,
     /// Configured provider name.
     pub provider: String,
-    /// The gateway idempotency key: the same on every attempt.
+    /// The base idempotency key (constant; the key SENT is [`Claimed::sent_key`]).
     pub idempotency_key: String,
     /// Attempts so far, this one included.
     pub attempts: i32,
+    /// `pending` (send it) or `unknown` (its key expired without an answer: look it up, never send it).
+    pub status: String,
+    /// The key generation (see [`sent_key`]).
+    pub key_generation: i32,
+    /// When the current generation's key was first sent (claimed).
+    pub key_first_sent_at: Option<OffsetDateTime>,
+}
+
+impl Claimed {
+    /// The key sent to the gateway: the same on every attempt of this generation.
+    pub fn sent_key(&self) -> String {
+        sent_key(&self.idempotency_key, self.key_generation)
+    }
+
+    /// Whether this request is `unknown` (to be resolved by lookup).
+    pub fn is_unknown(&self) -> bool {
+        self.status == "unknown"
+    }
 }
 
 /// Queues a request in the caller's transaction. The UNIQUE key makes a second enqueue of the same operation a
@@ -73,9 +114,11 @@ pub async fn enqueue(
     Ok(n > 0)
 }
 
-/// Claims up to `limit` due requests for `lease` (their lease is set and their attempt counted, in one
-/// statement). A request whose dispatcher died is claimed again once its lease has expired — and sent with the
-/// same key, so the gateway answers the first attempt's result instead of charging again.
+/// Claims up to `limit` due requests for `lease` (their lease is set and, for pending ones, their attempt
+/// counted and the first send of their key generation stamped, in one statement). A request whose dispatcher died
+/// is claimed again once its lease has expired — and sent with the same key, so the gateway answers the first
+/// attempt's result instead of charging again. `unknown` requests are claimed for their lookup once due (never
+/// before their key expired: see [`retry_later`]).
 pub async fn claim_due<'c>(
     conn: impl PgExecutor<'c>,
     limit: i64,
@@ -83,13 +126,18 @@ pub async fn claim_due<'c>(
 ) -> Result<Vec<Claimed>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE outbound_requests o
-            SET lease_until = now() + make_interval(secs => $2), attempts = o.attempts + 1, updated_at = now()
+            SET lease_until = now() + make_interval(secs => $2),
+                attempts = o.attempts + CASE WHEN o.status = 'pending' THEN 1 ELSE 0 END,
+                key_first_sent_at = CASE WHEN o.status = 'pending' THEN coalesce(o.key_first_sent_at, now())
+                                         ELSE o.key_first_sent_at END,
+                updated_at = now()
           WHERE o.id IN (SELECT id FROM outbound_requests
-                          WHERE status = 'pending' AND next_attempt_at <= now()
+                          WHERE status IN ('pending', 'unknown') AND next_attempt_at <= now()
                             AND (lease_until IS NULL OR lease_until < now())
                           ORDER BY next_attempt_at, id LIMIT $1
                           FOR UPDATE SKIP LOCKED)
-          RETURNING o.id, o.kind, o.intent_id, o.refund_id, o.provider, o.idempotency_key, o.attempts",
+          RETURNING o.id, o.kind, o.intent_id, o.refund_id, o.provider, o.idempotency_key, o.attempts,
+                    o.status, o.key_generation, o.key_first_sent_at",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())
@@ -97,11 +145,12 @@ pub async fn claim_due<'c>(
     .await
 }
 
-/// The gateway accepted the request (2xx).
+/// The gateway accepted the request (its object is recorded). `status` is the HTTP status of the answer (200
+/// for an object found by lookup).
 pub async fn succeed(conn: &mut PgConnection, id: i64, status: u16) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE outbound_requests SET status = 'succeeded', lease_until = NULL, last_status = $2,
-                last_error = NULL, updated_at = now()
+                last_error = NULL, unknown_since = NULL, updated_at = now()
           WHERE id = $1",
     )
     .bind(id)
@@ -111,29 +160,134 @@ pub async fn succeed(conn: &mut PgConnection, id: i64, status: u16) -> Result<()
     Ok(())
 }
 
-/// A retryable failure (timeout, connection error, 5xx, 429): try again after `after`.
-pub async fn retry_later<'c>(
-    conn: impl PgExecutor<'c>,
+/// The gateway declined the request (a card decline, a rejected payment): an outcome, kept with its reason;
+/// nothing for an operator to do.
+pub async fn decline(
+    conn: &mut PgConnection,
     id: i64,
-    after: Duration,
     status: Option<u16>,
-    error: &str,
+    reason: &str,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE outbound_requests SET lease_until = NULL, next_attempt_at = now() + make_interval(secs => $2),
-                last_status = $3, last_error = $4, updated_at = now()
-          WHERE id = $1 AND status = 'pending'",
+        "UPDATE outbound_requests SET status = 'declined', lease_until = NULL, last_status = $2,
+                last_error = $3, unknown_since = NULL, updated_at = now()
+          WHERE id = $1",
     )
     .bind(id)
-    .bind(after.as_secs_f64())
     .bind(status.and_then(|s| i16::try_from(s).ok()))
-    .bind(error)
+    .bind(reason)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// A final failure (a 4xx other than 429): the reason is kept for the operator.
+/// What [`retry_later`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retried {
+    /// Still `pending`: the next attempt (same key) comes before the key's lifetime ends.
+    Later,
+    /// Now `unknown`: the next attempt would have come too close to the key's expiry; the request is looked up
+    /// once the key has expired.
+    Unknown,
+}
+
+/// A retryable failure (timeout, connection error, 5xx, 429, 409): try again after `after` with the same key —
+/// unless that attempt would come later than the key's first send + `ttl` - [`key_margin`], when the gateway may
+/// already have forgotten the key (a resend could charge twice). Then the request becomes `unknown` (nothing more
+/// is sent with that key), due for its lookup when the key has expired. Decided in one statement, on the
+/// database's clock (the one that stamped `key_first_sent_at`).
+pub async fn retry_later<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+    after: Duration,
+    ttl: Duration,
+    status: Option<u16>,
+    error: &str,
+) -> Result<Retried, sqlx::Error> {
+    let unknown: Option<bool> = sqlx::query_scalar(
+        "WITH d AS (
+              SELECT id, coalesce(key_first_sent_at, now()) + make_interval(secs => $5) AS expires,
+                     now() + make_interval(secs => $2)
+                       > coalesce(key_first_sent_at, now()) + make_interval(secs => $5 - $6) AS too_late
+                FROM outbound_requests WHERE id = $1 AND status = 'pending')
+         UPDATE outbound_requests o
+            SET lease_until = NULL,
+                status = CASE WHEN d.too_late THEN 'unknown' ELSE 'pending' END,
+                unknown_since = CASE WHEN d.too_late THEN now() ELSE NULL END,
+                next_attempt_at = CASE WHEN d.too_late THEN greatest(d.expires, now())
+                                       ELSE now() + make_interval(secs => $2) END,
+                last_status = $3,
+                last_error = CASE WHEN d.too_late
+                                  THEN 'unknown: the key''s lifetime ends before another attempt; looked up after it expires; last: ' || $4
+                                  ELSE $4 END,
+                updated_at = now()
+           FROM d
+          WHERE o.id = d.id
+         RETURNING d.too_late",
+    )
+    .bind(id)
+    .bind(after.as_secs_f64())
+    .bind(status.and_then(|s| i16::try_from(s).ok()))
+    .bind(error)
+    .bind(ttl.as_secs_f64())
+    .bind(key_margin(ttl).as_secs_f64())
+    .fetch_optional(conn)
+    .await?;
+    Ok(if unknown == Some(true) {
+        Retried::Unknown
+    } else {
+        Retried::Later
+    })
+}
+
+/// The lookup of an `unknown` request failed (the gateway did not answer, or not readably): it stays unknown
+/// and is looked up again after `after`.
+pub async fn retry_lookup<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+    after: Duration,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outbound_requests SET lease_until = NULL, next_attempt_at = now() + make_interval(secs => $2),
+                last_error = $3, updated_at = now()
+          WHERE id = $1 AND status = 'unknown'",
+    )
+    .bind(id)
+    .bind(after.as_secs_f64())
+    .bind(format!("unknown: lookup failed (will retry): {error}"))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The lookup of an `unknown` request found nothing at the gateway after its key expired: the request is
+/// `pending` again under generation `generation + 1`, committed by the caller BEFORE anything is sent under
+/// the new key (so a crash cannot send two generations' keys, and the key sent is always derivable). Only from
+/// `unknown` at `generation`: a concurrent resolution changes nothing. Returns whether it moved.
+pub async fn next_generation<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+    generation: i32,
+) -> Result<bool, sqlx::Error> {
+    let n = sqlx::query(
+        "UPDATE outbound_requests
+            SET status = 'pending', key_generation = key_generation + 1, key_first_sent_at = NULL,
+                unknown_since = NULL, lease_until = NULL, next_attempt_at = now(),
+                last_error = 'the key expired and the gateway has no object for it: sending under a new key',
+                updated_at = now()
+          WHERE id = $1 AND status = 'unknown' AND key_generation = $2",
+    )
+    .bind(id)
+    .bind(generation)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(n > 0)
+}
+
+/// A final failure, hookline's own problem (a refused request, a redirect, an answer it cannot interpret, a
+/// missing configuration or payment parameter): the reason is kept for the operator.
 pub async fn fail(
     conn: &mut PgConnection,
     id: i64,
@@ -142,7 +296,7 @@ pub async fn fail(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE outbound_requests SET status = 'failed', lease_until = NULL, last_status = $2,
-                last_error = $3, updated_at = now()
+                last_error = $3, unknown_since = NULL, updated_at = now()
           WHERE id = $1",
     )
     .bind(id)
@@ -153,16 +307,52 @@ pub async fn fail(
     Ok(())
 }
 
-/// Pending and failed requests, for `hookline status`: `(pending, failed, oldest pending age in seconds)`.
+/// The outbox at a glance, for `hookline status` and the console.
+#[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
+pub struct Summary {
+    /// To send (or to send again).
+    pub pending: i64,
+    /// Hookline's own problem: needs an operator.
+    pub failed: i64,
+    /// Declined by the gateway (outcomes; informative).
+    pub declined: i64,
+    /// Waiting for the key to expire and the lookup to resolve them.
+    pub unknown: i64,
+    /// Unknown requests whose key expired more than the grace ago: the lookup should have resolved them.
+    pub unknown_overdue: i64,
+    /// Age of the oldest pending request.
+    pub oldest_pending_secs: Option<f64>,
+    /// How long the oldest unknown request has been unknown.
+    pub oldest_unknown_secs: Option<f64>,
+}
+
+/// [`Summary`]. `ttls` gives each provider's key lifetime (`(provider, ttl)`; 24 h for a provider not listed);
+/// an unknown request is overdue when its key expired more than `grace` ago.
 pub async fn summary<'c>(
     conn: impl PgExecutor<'c>,
-) -> Result<(i64, i64, Option<f64>), sqlx::Error> {
+    ttls: &[(&str, Duration)],
+    grace: Duration,
+) -> Result<Summary, sqlx::Error> {
+    let names: Vec<&str> = ttls.iter().map(|t| t.0).collect();
+    let secs: Vec<f64> = ttls.iter().map(|t| t.1.as_secs_f64()).collect();
     sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'pending'),
-                count(*) FILTER (WHERE status = 'failed'),
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+                count(*) FILTER (WHERE status = 'failed') AS failed,
+                count(*) FILTER (WHERE status = 'declined') AS declined,
+                count(*) FILTER (WHERE status = 'unknown') AS unknown,
+                count(*) FILTER (WHERE status = 'unknown'
+                    AND coalesce(key_first_sent_at, unknown_since)
+                        + make_interval(secs => coalesce(t.ttl, 86400) + $3) < now()) AS unknown_overdue,
                 extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
-           FROM outbound_requests",
+                    AS oldest_pending_secs,
+                extract(epoch FROM now() - min(unknown_since) FILTER (WHERE status = 'unknown'))::float8
+                    AS oldest_unknown_secs
+           FROM outbound_requests o
+           LEFT JOIN unnest($1::text[], $2::float8[]) AS t(provider, ttl) ON t.provider = o.provider",
     )
+    .bind(&names)
+    .bind(&secs)
+    .bind(grace.as_secs_f64())
     .fetch_one(conn)
     .await
 }
@@ -212,10 +402,14 @@ pub struct RequestRow {
     pub kind: String,
     /// The intent it belongs to.
     pub intent_id: i64,
-    /// `pending`, `succeeded`, `failed`.
+    /// `pending`, `succeeded`, `declined`, `unknown`, `failed`.
     pub status: String,
     /// Attempts made.
     pub attempts: i32,
+    /// The key generation (0: the base key).
+    pub key_generation: i32,
+    /// Since when it is `unknown`.
+    pub unknown_since: Option<OffsetDateTime>,
     /// The gateway's last HTTP status.
     pub last_status: Option<i16>,
     /// The last error.
@@ -232,10 +426,39 @@ pub async fn of_intents<'c>(
     intent_ids: &[i64],
 ) -> Result<Vec<RequestRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, kind, intent_id, status, attempts, last_status, last_error, next_attempt_at, updated_at
+        "SELECT id, kind, intent_id, status, attempts, key_generation, unknown_since, last_status, last_error,
+                next_attempt_at, updated_at
          FROM outbound_requests WHERE intent_id = ANY($1) ORDER BY intent_id DESC, id",
     )
     .bind(intent_ids)
     .fetch_all(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sent_key_is_derived_from_the_generation() {
+        assert_eq!(sent_key("hookline-intent-7", 0), "hookline-intent-7");
+        assert_eq!(sent_key("hookline-intent-7", 1), "hookline-intent-7-g1");
+        assert_eq!(sent_key("hookline-intent-7", 12), "hookline-intent-7-g12");
+    }
+
+    #[test]
+    fn the_margin_is_a_tenth_at_most_an_hour() {
+        assert_eq!(
+            key_margin(Duration::from_secs(86400)),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            key_margin(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            key_margin(Duration::from_secs(3)),
+            Duration::from_millis(300)
+        );
+    }
 }

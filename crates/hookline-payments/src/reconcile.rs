@@ -14,6 +14,9 @@
 //!   differs from ours (unknown, lower status, other refunded amount) gets a notification stored with the key
 //!   `mp:{id}:reconcile:{date_last_updated}` — the worker fetches the payment and applies it, as for a webhook.
 //!
+//! The API calls go through the provider's one client ([`crate::gateway::ApiClient`], shared with the dispatcher
+//! and the worker's fetch).
+//!
 //! Runs are audited in `reconcile_runs` with a cursor advanced after each stored page: `--resume RUN`
 //! continues an interrupted run. API calls are rate-limited.
 
@@ -28,7 +31,7 @@ use sqlx::PgPool;
 use time::OffsetDateTime;
 
 use crate::apply::payment_state;
-use crate::fetch::ApiClient;
+use crate::gateway::{Api, ApiClient};
 use crate::model::{PaymentFact, PaymentStatus};
 use crate::normalize::{normalize, payment_resource};
 
@@ -79,7 +82,7 @@ impl Report {
 
 /// Whether this provider can be reconciled (scheme with an implementation and `api_base` configured).
 pub fn supported(provider: &ProviderConfig) -> Result<ApiClient, String> {
-    if !matches!(provider.scheme, Scheme::Stripe | Scheme::MercadoPago) {
+    if Api::of(provider.scheme).is_none() {
         return Err(format!(
             "provider {}: reconciliation supports the stripe and mercadopago schemes, not {}",
             provider.name,

@@ -60,6 +60,7 @@ fn stripe() -> ProviderConfig {
         fee_fixed: 0,
         api_base: None,
         api_token: None,
+        idempotency_key_ttl: std::time::Duration::from_secs(86400),
     }
 }
 

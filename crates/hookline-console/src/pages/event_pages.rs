@@ -52,7 +52,8 @@ fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
                     tr { th { "payments queue ready" } td.num { (r.queues.payments_ready.map(|n| n.to_string()).unwrap_or_else(|| "?".into())) } }
                     tr { th { "dead-letter queue ready" } td.num { (r.queues.dead_letter_ready.map(|n| n.to_string()).unwrap_or_else(|| "?".into())) } }
                     tr { th { "dead letters (unresolved)" } td.num #dead-letter-count { (r.totals.dead_lettered) } }
-                    tr { th { "outbound pending / failed" } td.num { (r.outbound.pending) " / " (r.outbound.failed) } }
+                    tr { th { "outbound pending / failed / declined" } td.num { (r.outbound.pending) " / " (r.outbound.failed) " / " (r.outbound.declined) } }
+                    tr { th { "outbound unknown (oldest, awaiting lookup)" } td.num #outbound-unknown { (r.outbound.unknown) @if let Some(s) = r.outbound.oldest_unknown_secs { " (" (format!("{s:.0}")) " s)" } } }
                     tr {
                         th { "edge ack latency p50 / p95 / p99 (the edge at " (state.edge_metrics_url) ", since its start)" }
                         td.num #ack-latency {

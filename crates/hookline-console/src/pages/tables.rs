@@ -75,9 +75,13 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
                             @for r in requests.iter().filter(|r| r.intent_id == i.id) {
                                 div {
                                     (r.kind) ": " (r.status) ", " (r.attempts) " attempt(s)"
+                                    @if r.key_generation > 0 { ", key generation " (r.key_generation) }
+                                    @if let Some(since) = r.unknown_since {
+                                        ", unknown for " (format!("{:.0}", (time::OffsetDateTime::now_utc() - since).as_seconds_f64().max(0.0))) " s (since " (ts(since)) ")"
+                                    }
                                     @if let Some(st) = r.last_status { ", HTTP " (st) }
                                     @if let Some(e) = &r.last_error { ", " (e) }
-                                    @if r.status == "pending" { ", next " (ts(r.next_attempt_at)) }
+                                    @if r.status == "pending" || r.status == "unknown" { ", next " (ts(r.next_attempt_at)) }
                                 }
                             }
                         }

@@ -50,7 +50,10 @@ pub use dispatcher::{
     MAX_DISPATCH_LEASE_SECS, MAX_DISPATCH_REQUEST_TIMEOUT_SECS,
 };
 pub use edge::EdgeConfig;
-pub use providers::ProviderConfig;
+pub use providers::{
+    default_idempotency_key_ttl_secs, ProviderConfig, MAX_IDEMPOTENCY_KEY_TTL_SECS,
+    MIN_IDEMPOTENCY_KEY_TTL_SECS,
+};
 pub use reconcile::ReconcileConfig;
 pub use relay::RelayConfig;
 pub use retention::RetentionConfig;

@@ -26,6 +26,9 @@ pub struct ProviderConfig {
     pub api_base: Option<url::Url>,
     /// Bearer token for that API (`env:VAR` allowed); never logged.
     pub api_token: Option<SecretString>,
+    /// How long the provider keeps an idempotency key (`idempotency_key_ttl_secs`): the dispatcher stops
+    /// retrying a request a margin before its key expires and resolves it by lookup instead (issue 27).
+    pub idempotency_key_ttl: std::time::Duration,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -43,6 +46,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("fee_fixed", &self.fee_fixed)
             .field("api_base", &self.api_base.as_ref().map(url::Url::as_str))
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .field("idempotency_key_ttl", &self.idempotency_key_ttl)
             .finish()
     }
 }
@@ -67,6 +71,22 @@ pub(super) struct RawProvider {
     fee_fixed: Option<i64>,
     api_base: Option<String>,
     api_token: Option<String>,
+    idempotency_key_ttl_secs: Option<u64>,
+}
+
+/// Shortest `idempotency_key_ttl_secs` accepted: a minute (shorter leaves no room for retries).
+pub const MIN_IDEMPOTENCY_KEY_TTL_SECS: u64 = 60;
+/// Longest `idempotency_key_ttl_secs` accepted: 30 days (no provider keeps keys longer).
+pub const MAX_IDEMPOTENCY_KEY_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// The idempotency-key lifetime a provider documents, by scheme: Stripe and Pagar.me keep a key 24 hours after
+/// its first use; Mercado Pago does not document one, so the same conservative 24 hours (a shorter real lifetime
+/// is configured explicitly). Schemes hookline never sends requests to get the same value; it is not used.
+pub fn default_idempotency_key_ttl_secs(scheme: Scheme) -> u64 {
+    match scheme {
+        Scheme::Stripe | Scheme::Pagarme | Scheme::MercadoPago => 24 * 3600,
+        _ => 24 * 3600,
+    }
 }
 
 pub(super) fn provider(
@@ -150,6 +170,17 @@ pub(super) fn provider(
             "is required when api_token is set",
         ));
     }
+    let ttl = p
+        .idempotency_key_ttl_secs
+        .unwrap_or_else(|| default_idempotency_key_ttl_secs(scheme));
+    if !(MIN_IDEMPOTENCY_KEY_TTL_SECS..=MAX_IDEMPOTENCY_KEY_TTL_SECS).contains(&ttl) {
+        return Err(ConfigError::invalid(
+            field("idempotency_key_ttl_secs"),
+            format!(
+                "must be between {MIN_IDEMPOTENCY_KEY_TTL_SECS} and {MAX_IDEMPOTENCY_KEY_TTL_SECS} (30 days)"
+            ),
+        ));
+    }
     Ok(ProviderConfig {
         name,
         scheme,
@@ -159,6 +190,7 @@ pub(super) fn provider(
         fee_fixed,
         api_base,
         api_token,
+        idempotency_key_ttl: std::time::Duration::from_secs(ttl),
     })
 }
 
@@ -258,6 +290,34 @@ mod tests {
         let message =
             err("[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\napi_token = \"t\"\n");
         assert!(message.contains("required when api_token"), "{message}");
+    }
+
+    #[test]
+    fn idempotency_key_ttl_defaults_per_scheme_and_is_bounded() {
+        let c = Config::from_toml_str(
+            "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_x\"]\n\
+             [providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\nidempotency_key_ttl_secs = 3600\n",
+            "t",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.providers["st"].idempotency_key_ttl.as_secs(), 86400);
+        assert_eq!(c.providers["mp"].idempotency_key_ttl.as_secs(), 3600);
+        for bad in ["59", "2592001", "0"] {
+            let message = err(&format!(
+                "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\nidempotency_key_ttl_secs = {bad}\n"
+            ));
+            assert!(
+                message.starts_with("providers.mp.idempotency_key_ttl_secs: must be between 60"),
+                "{bad}: {message}"
+            );
+        }
+        assert!(Config::from_toml_str(
+            "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\nidempotency_key_ttl_secs = 2592000\n",
+            "t",
+            &[],
+        )
+        .is_ok());
     }
 
     #[test]

@@ -1,0 +1,317 @@
+//! What the gateway answered to one attempt, classified (see the module documentation of [`super`] for the
+//! rules and why each exists).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::gateway::{self, excerpt, Api, Object, Raw, Verdict};
+
+/// Attempts after which a 2xx answer that is not the provider's object needs attention instead of another
+/// retry (with the default backoff, about two minutes after the first).
+pub const MAX_UNREADABLE_ATTEMPTS: i32 = 8;
+
+/// What the gateway answered to one attempt (or what a lookup found).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// 2xx with the provider's object: its id and what it says of it.
+    Accepted {
+        /// HTTP status (200 for an object found by lookup).
+        status: u16,
+        /// The payment (charge) or refund id at the gateway (always present: a 2xx without it is not accepted).
+        provider_id: String,
+        /// `processing`, `requires_action`, `succeeded` or `failed` (charges); `succeeded`, `failed` or
+        /// `requires_dispatch` (refunds still pending at the gateway).
+        final_status: &'static str,
+        /// `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
+        next_action: Option<Value>,
+    },
+    /// The gateway declined it (Stripe 402 `card_error` or a PaymentIntent back to `requires_payment_method`
+    /// with its `last_payment_error`; Mercado Pago `rejected`): an outcome, recorded as such.
+    Declined {
+        /// HTTP status, when there was an answer.
+        status: Option<u16>,
+        /// The gateway's object id, when the answer carried it.
+        provider_id: Option<String>,
+        /// The decline code.
+        code: String,
+        /// The gateway's message.
+        message: String,
+    },
+    /// Try again later with the same key (within the key's lifetime).
+    Retry {
+        /// HTTP status, when there was an answer.
+        status: Option<u16>,
+        /// The gateway's `Retry-After`.
+        retry_after: Option<Duration>,
+        /// What happened.
+        error: String,
+    },
+    /// Final refusal, hookline's own problem (a 3xx or another 4xx, a 2xx still unreadable after
+    /// [`MAX_UNREADABLE_ATTEMPTS`], or nothing we can send: no configuration, no payment parameters).
+    Refused {
+        /// HTTP status, when there was an answer.
+        status: Option<u16>,
+        /// Why.
+        error: String,
+    },
+}
+
+impl Answer {
+    /// The answer a gateway object stands for (`status`: the HTTP status it came with).
+    pub fn from_object(status: u16, object: Object) -> Answer {
+        match object.verdict {
+            Verdict::Status {
+                status: final_status,
+                next_action,
+            } => Answer::Accepted {
+                status,
+                provider_id: object.id,
+                final_status,
+                next_action,
+            },
+            Verdict::Declined { code, message } => Answer::Declined {
+                status: Some(status),
+                provider_id: Some(object.id),
+                code,
+                message,
+            },
+        }
+    }
+}
+
+/// What the answer to one attempt must be: the provider's object of this kind.
+pub(crate) struct Expected<'a> {
+    pub(crate) api: Api,
+    /// A refund (else a charge).
+    pub(crate) refund: bool,
+    /// Configured provider name (for the reasons).
+    pub(crate) provider: &'a str,
+    /// Attempts so far, this one included.
+    pub(crate) attempts: i32,
+}
+
+impl Expected<'_> {
+    /// What a 2xx must contain, in the reasons.
+    fn object(&self) -> &'static str {
+        match (self.api, self.refund) {
+            (Api::Stripe, false) => "a Stripe payment_intent",
+            (Api::Stripe, true) => "a Stripe refund",
+            (Api::MercadoPago, false) => "a Mercado Pago payment",
+            (Api::MercadoPago, true) => "a Mercado Pago refund",
+        }
+    }
+
+    /// Reads the provider's object of this kind from `json`.
+    pub(crate) fn read(&self, json: &Value) -> Result<Object, String> {
+        match (self.api, self.refund) {
+            (Api::Stripe, false) => gateway::stripe::read_charge(json),
+            (Api::Stripe, true) => gateway::stripe::read_refund(json),
+            (Api::MercadoPago, false) => gateway::mercadopago::read_payment(json),
+            (Api::MercadoPago, true) => gateway::mercadopago::read_refund(json),
+        }
+    }
+}
+
+/// Classifies one attempt's answer.
+pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> Answer {
+    let raw = match sent {
+        Ok(r) => r,
+        // No answer, or a cut one: we do not know what the gateway did; the same key will tell.
+        Err(e) => {
+            return Answer::Retry {
+                status: None,
+                retry_after: None,
+                error: e,
+            }
+        }
+    };
+    let status = raw.status;
+    // A redirect is never followed (hookline_core::http::client) and never a success: the charge did not reach
+    // the gateway we meant, and re-sending it (with its key and token) wherever `Location` points could reach
+    // an internal service. A payment API does not redirect its POSTs: the configured `api_base` is wrong, which
+    // retrying cannot fix — it needs an operator.
+    if (300..=399).contains(&status) {
+        return Answer::Refused {
+            status: Some(status),
+            error: format!(
+                "{status}: the gateway redirected to {} — redirects are not followed; \
+                 check providers.{}.api_base",
+                raw.redirect_target, expected.provider
+            ),
+        };
+    }
+    match status {
+        200..=299 => {
+            let read = serde_json::from_slice::<Value>(&raw.body)
+                .map_err(|e| format!("not JSON ({e})"))
+                .and_then(|json| expected.read(&json));
+            match read {
+                Ok(object) => Answer::from_object(status, object),
+                Err(why) => {
+                    let error = format!(
+                        "{status} but the answer is not {}: {why}: {}",
+                        expected.object(),
+                        excerpt(&raw.body, 200)
+                    );
+                    // The gateway may have charged: retrying with the same key is safe (it replays its stored
+                    // answer, which may be readable this time). A server that keeps answering so is not the
+                    // gateway: after a bound, an operator looks (the intent needs attention, the reason kept).
+                    if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
+                        Answer::Refused {
+                            status: Some(status),
+                            error: format!("{error} (after {} attempts)", expected.attempts),
+                        }
+                    } else {
+                        Answer::Retry {
+                            status: Some(status),
+                            retry_after: None,
+                            error: format!("{error} (will retry)"),
+                        }
+                    }
+                }
+            }
+        }
+        // 409: the same key is still executing at the gateway (our earlier, lost attempt): ask again later.
+        409 | 429 | 500..=599 => Answer::Retry {
+            status: Some(status),
+            retry_after: raw.retry_after,
+            error: format!("{status} (will retry): {}", excerpt(&raw.body, 300)),
+        },
+        _ => {
+            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome.
+            if expected.api == Api::Stripe {
+                if let Some(d) = gateway::stripe::read_decline(&raw.body) {
+                    return Answer::Declined {
+                        status: Some(status),
+                        provider_id: d.id,
+                        code: d.code,
+                        message: d.message,
+                    };
+                }
+            }
+            Answer::Refused {
+                status: Some(status),
+                error: format!("{status}: {}", excerpt(&raw.body, 300)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(status: u16, body: &str) -> Result<Raw, String> {
+        Ok(Raw {
+            status,
+            retry_after: None,
+            redirect_target: String::new(),
+            body: body.as_bytes().to_vec(),
+            truncated: false,
+        })
+    }
+
+    fn expected(api: Api, refund: bool) -> Expected<'static> {
+        Expected {
+            api,
+            refund,
+            provider: "p",
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn declines_are_outcomes_for_both_gateways() {
+        let st = classify(
+            &expected(Api::Stripe, false),
+            raw(
+                402,
+                r#"{"error": {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline",
+                    "message": "Your card was declined.", "payment_intent": {"id": "pi_1"}}}"#,
+            ),
+        );
+        assert_eq!(
+            st,
+            Answer::Declined {
+                status: Some(402),
+                provider_id: Some("pi_1".into()),
+                code: "generic_decline".into(),
+                message: "Your card was declined.".into()
+            }
+        );
+        let mp = classify(
+            &expected(Api::MercadoPago, false),
+            raw(
+                201,
+                r#"{"id": 5, "status": "rejected", "status_detail": "cc_rejected_other_reason"}"#,
+            ),
+        );
+        assert!(
+            matches!(&mp, Answer::Declined { provider_id: Some(id), code, .. }
+                if id == "5" && code == "cc_rejected_other_reason"),
+            "{mp:?}"
+        );
+        // A 400 that is not a card error is hookline's problem.
+        let bad = classify(
+            &expected(Api::Stripe, false),
+            raw(
+                400,
+                r#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#,
+            ),
+        );
+        assert!(
+            matches!(
+                bad,
+                Answer::Refused {
+                    status: Some(400),
+                    ..
+                }
+            ),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn retryable_statuses_and_unreadable_2xx_are_retried() {
+        for status in [409, 429, 500, 502, 503] {
+            let a = classify(&expected(Api::Stripe, false), raw(status, "busy"));
+            assert!(
+                matches!(a, Answer::Retry { status: Some(s), .. } if s == status),
+                "{a:?}"
+            );
+        }
+        let a = classify(&expected(Api::MercadoPago, false), raw(200, "<html>"));
+        assert!(matches!(a, Answer::Retry { .. }), "{a:?}");
+        let a = classify(
+            &Expected {
+                attempts: MAX_UNREADABLE_ATTEMPTS,
+                ..expected(Api::MercadoPago, false)
+            },
+            raw(200, "<html>"),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+        let a = classify(&expected(Api::Stripe, true), Err("sending: timeout".into()));
+        assert!(matches!(a, Answer::Retry { status: None, .. }), "{a:?}");
+    }
+
+    #[test]
+    fn requires_action_carries_the_next_action() {
+        let a = classify(
+            &expected(Api::Stripe, false),
+            raw(
+                200,
+                r#"{"id": "pi_3", "object": "payment_intent", "status": "requires_action",
+                    "next_action": {"type": "redirect_to_url", "redirect_to_url": {"url": "https://hooks.stripe.com/3ds"}}}"#,
+            ),
+        );
+        match a {
+            Answer::Accepted {
+                final_status: "requires_action",
+                next_action: Some(n),
+                ..
+            } => assert_eq!(n["type"], "redirect_to_url"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

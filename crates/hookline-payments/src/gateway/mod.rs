@@ -1,0 +1,382 @@
+//! One API client per provider (issue 26's leftover): the base URL, the token, [`hookline_core::http::client`]
+//! (never follows a redirect) and the bounded body reader, shared by everything that talks to a provider's API —
+//! the dispatcher's charges, refunds and lookups ([`crate::dispatch`]), the worker's Mercado Pago payment fetch
+//! ([`crate::fetch`]) and reconciliation ([`crate::reconcile`]). What each provider's requests and objects look
+//! like lives beside it: [`stripe`] and [`mercadopago`]. Adding a gateway is one module here.
+//!
+//! Nothing here touches the database, and nothing here logs a token or a body.
+
+pub mod mercadopago;
+pub mod stripe;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use secrecy::{ExposeSecret, SecretString};
+
+use hookline_core::handler::HandleError;
+use hookline_core::retry::parse_retry_after;
+use hookline_signature::Scheme;
+
+/// Largest answer body read from a provider's API; a payment, a refund or a search page is a few KB.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Longest gateway object id accepted (Stripe's ids are ~30 characters, Mercado Pago's are numbers).
+pub const MAX_PROVIDER_ID_CHARS: usize = 255;
+
+/// Metric names of API reads (the worker's fetch, lookups, reconciliation).
+pub mod metric {
+    /// Counter: API reads by `provider` and `outcome` (ok, not_found, refused, redirect, transient, error).
+    pub const REQUESTS: &str = "hookline_worker_api_requests_total";
+    /// Histogram: seconds per API read, by `provider`.
+    pub const SECONDS: &str = "hookline_worker_api_seconds";
+}
+
+/// The provider APIs hookline sends requests to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Stripe (form-encoded requests, `Idempotency-Key`).
+    Stripe,
+    /// Mercado Pago (JSON requests, `X-Idempotency-Key`).
+    MercadoPago,
+}
+
+impl Api {
+    /// The API of a signature scheme, if hookline talks to it.
+    pub fn of(scheme: Scheme) -> Option<Api> {
+        match scheme {
+            Scheme::Stripe => Some(Api::Stripe),
+            Scheme::MercadoPago => Some(Api::MercadoPago),
+            _ => None,
+        }
+    }
+}
+
+/// One provider's API: base URL, token and a client with bounded timeouts.
+#[derive(Clone)]
+pub struct ApiClient {
+    provider: String,
+    base: url::Url,
+    token: Option<SecretString>,
+    /// [`hookline_core::http::client`], or why it could not be built (then every call fails transiently with
+    /// that reason, never through a default client that would follow redirects).
+    http: Result<reqwest::Client, Arc<str>>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("provider", &self.provider)
+            .field("base", &self.base.as_str())
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// An answer as read: status, `Retry-After`, where a redirect pointed, and at most [`MAX_BODY_BYTES`] of body.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    /// HTTP status.
+    pub status: u16,
+    /// The `Retry-After` header (seconds or an HTTP date).
+    pub retry_after: Option<Duration>,
+    /// A redirect's target, without its query (for the reason; never followed).
+    pub redirect_target: String,
+    /// The body, cut at [`MAX_BODY_BYTES`].
+    pub body: Vec<u8>,
+    /// Whether the body was longer than [`MAX_BODY_BYTES`] (and cut).
+    pub truncated: bool,
+}
+
+impl ApiClient {
+    /// A client for `provider` at `base`. Payment APIs are slow under load: 5 s to connect, 30 s per request.
+    pub fn new(provider: &str, base: url::Url, token: Option<SecretString>) -> ApiClient {
+        ApiClient::with_timeouts(
+            provider,
+            base,
+            token,
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        )
+    }
+
+    /// [`ApiClient::new`] with other timeouts (the dispatcher's `[dispatcher] request_timeout_secs`).
+    pub fn with_timeouts(
+        provider: &str,
+        base: url::Url,
+        token: Option<SecretString>,
+        connect: Duration,
+        request: Duration,
+    ) -> ApiClient {
+        let http = hookline_core::http::client(connect, request).map_err(|e| {
+            tracing::error!(provider = %provider, error = %format!("{e:#}"),
+                "gateway: no HTTP client; every call fails");
+            Arc::from(format!("{e:#}"))
+        });
+        ApiClient {
+            provider: provider.to_owned(),
+            base,
+            token,
+            http,
+        }
+    }
+
+    /// The configured provider name.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn url(&self, path: &str) -> Result<url::Url, String> {
+        self.base
+            .join(path)
+            .map_err(|e| format!("cannot build the API URL: {e}"))
+    }
+
+    fn http(&self) -> Result<&reqwest::Client, String> {
+        self.http
+            .as_ref()
+            .map_err(|e| format!("no HTTP client: {e}"))
+    }
+
+    /// A POST to `path` under the API base, with the token. `Err` only when the URL cannot be built or there is
+    /// no HTTP client.
+    pub(crate) fn post(&self, path: &str) -> Result<reqwest::RequestBuilder, PostError> {
+        let url = self.url(path).map_err(PostError::Refused)?;
+        let http = self.http().map_err(PostError::NoClient)?;
+        let mut req = http.post(url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token.expose_secret());
+        }
+        Ok(req)
+    }
+
+    /// Sends `req` and reads the answer (bounded). `Err`: no answer, or the answer was cut.
+    pub(crate) async fn exchange(req: reqwest::RequestBuilder) -> Result<Raw, String> {
+        let mut res = req.send().await.map_err(|e| format!("sending: {e}"))?;
+        let status = res.status().as_u16();
+        let retry_after = res
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let redirect_target = if (300..=399).contains(&status) {
+            hookline_core::http::redirect_target(res.headers())
+        } else {
+            String::new()
+        };
+        let mut body = Vec::new();
+        let mut truncated = false;
+        loop {
+            match res.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        truncated = true;
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => return Err(format!("{status}, reading the answer: {e}")),
+            }
+        }
+        Ok(Raw {
+            status,
+            retry_after,
+            redirect_target,
+            body,
+            truncated,
+        })
+    }
+
+    /// `GET {base}/{path}?{query}` and its JSON (list and search endpoints).
+    pub async fn get_json(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<serde_json::Value, HandleError> {
+        let mut url = self.url(path).map_err(HandleError::permanent)?;
+        if !query.is_empty() {
+            url.query_pairs_mut()
+                .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        let body = self.get(url.clone()).await?;
+        serde_json::from_slice(&body)
+            .map_err(|e| HandleError::permanent(format!("GET {url}: the answer is not JSON: {e}")))
+    }
+
+    /// `GET url`, classified as the worker needs it: a timeout, connection error, 5xx or 429 is transient; a
+    /// redirect (never followed: it would carry the token wherever `Location` points), 404, refused credentials
+    /// or another 4xx is permanent, with what to check.
+    pub(crate) async fn get(&self, url: url::Url) -> Result<Vec<u8>, HandleError> {
+        let started = Instant::now();
+        let result = match self.http() {
+            Ok(http) => {
+                let mut req = http.get(url.clone());
+                if let Some(token) = &self.token {
+                    req = req.bearer_auth(token.expose_secret());
+                }
+                self.read(req, &url).await
+            }
+            Err(e) => Err((
+                "transient",
+                HandleError::Transient(anyhow::anyhow!("GET {url}: {e}")),
+            )),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err((kind, _)) => kind,
+        };
+        metrics::counter!(metric::REQUESTS, "provider" => self.provider.clone(), "outcome" => outcome.to_string())
+            .increment(1);
+        metrics::histogram!(metric::SECONDS, "provider" => self.provider.clone())
+            .record(started.elapsed().as_secs_f64());
+        result.map_err(|(_, e)| e)
+    }
+
+    async fn read(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &url::Url,
+    ) -> Result<Vec<u8>, (&'static str, HandleError)> {
+        let transient = |e: String| ("transient", HandleError::Transient(anyhow::anyhow!(e)));
+        let raw = ApiClient::exchange(req)
+            .await
+            .map_err(|e| transient(format!("GET {url}: {e}")))?;
+        let status = raw.status;
+        if (300..=399).contains(&status) {
+            return Err((
+                "redirect",
+                HandleError::permanent(format!(
+                    "GET {url}: {status}, the API redirected to {} — redirects are not followed; \
+                     check providers.{}.api_base",
+                    raw.redirect_target, self.provider
+                )),
+            ));
+        }
+        if raw.truncated {
+            return Err((
+                "error",
+                HandleError::permanent(format!(
+                    "GET {url}: the answer is larger than {MAX_BODY_BYTES} bytes"
+                )),
+            ));
+        }
+        if (200..=299).contains(&status) {
+            return Ok(raw.body);
+        }
+        let excerpt = excerpt(&raw.body, 200);
+        match status {
+            429 | 500..=599 => Err(transient(format!(
+                "GET {url}: {status} (will retry): {excerpt}"
+            ))),
+            404 => Err((
+                "not_found",
+                HandleError::permanent(format!(
+                    "GET {url}: 404, the provider does not know this resource: {excerpt}"
+                )),
+            )),
+            401 | 403 => Err((
+                "refused",
+                HandleError::permanent(format!(
+                    "GET {url}: {status}, the provider refused our credentials \
+                     (check providers.{}.api_token): {excerpt}",
+                    self.provider
+                )),
+            )),
+            _ => Err((
+                "error",
+                HandleError::permanent(format!("GET {url}: {status}: {excerpt}")),
+            )),
+        }
+    }
+}
+
+/// Why a POST could not be built.
+#[derive(Debug, Clone)]
+pub(crate) enum PostError {
+    /// The request cannot be sent as configured (a bad URL): an operator fixes it.
+    Refused(String),
+    /// No HTTP client (TLS setup failed): retried, nothing was sent.
+    NoClient(String),
+}
+
+/// What the gateway's object says of a charge or a refund.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Charges: `processing`, `succeeded`, `failed` (canceled), `requires_action`; refunds: `succeeded`,
+    /// `failed`, `requires_dispatch` (still pending at the gateway).
+    Status {
+        /// The status to record.
+        status: &'static str,
+        /// `requires_action`: what the customer must do.
+        next_action: Option<serde_json::Value>,
+    },
+    /// The gateway declined it: an outcome with its code and message.
+    Declined {
+        /// The decline code (`card_declined`, `insufficient_funds`, `cc_rejected_other_reason`).
+        code: String,
+        /// The gateway's message.
+        message: String,
+    },
+}
+
+/// A gateway object read from an answer or a lookup: its id and what it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    /// The payment (charge) or refund id at the gateway.
+    pub id: String,
+    /// What it says.
+    pub verdict: Verdict,
+}
+
+/// A decline answered as an error (Stripe's 402 `card_error`), with the object's id when the answer named it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decline {
+    /// The gateway's object id, when the error carried it.
+    pub id: Option<String>,
+    /// The decline code.
+    pub code: String,
+    /// The gateway's message.
+    pub message: String,
+}
+
+/// Longest `next_action` kept (the column allows 64 KiB; Stripe's are a few hundred bytes).
+pub const MAX_NEXT_ACTION_BYTES: usize = 32 * 1024;
+
+/// A gateway id, if it is one: non-empty, at most [`MAX_PROVIDER_ID_CHARS`], `[A-Za-z0-9_-]`.
+pub(crate) fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_PROVIDER_ID_CHARS
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A string value of at most `max` characters without control characters (an external value made safe to
+/// store and show).
+pub(crate) fn bounded(value: &serde_json::Value, max: usize) -> Option<String> {
+    value
+        .as_str()
+        .map(|s| s.chars().filter(|c| !c.is_control()).take(max).collect())
+}
+
+/// Up to `max` characters of `bytes`, lossily decoded, without control characters (safe in one log line and in
+/// `last_error`).
+pub fn excerpt(bytes: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(max)
+        .collect()
+}
+
+/// A `next_action` kept only when it is an object within [`MAX_NEXT_ACTION_BYTES`].
+pub(crate) fn next_action(value: &serde_json::Value) -> Option<serde_json::Value> {
+    if !value.is_object() {
+        return None;
+    }
+    let size = serde_json::to_vec(value)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    (size <= MAX_NEXT_ACTION_BYTES).then(|| value.clone())
+}
