@@ -386,7 +386,13 @@ async fn missing_key_bad_json_and_bad_fields_get_stable_codes() {
     ];
     // A missing field is 400 (issue 27: "a missing required field is a 400 naming the field"); a present but
     // invalid one stays 422.
-    let status_of = |code: &str| if code == "parameter_missing" { 400 } else { 422 };
+    let status_of = |code: &str| {
+        if code == "parameter_missing" {
+            400
+        } else {
+            422
+        }
+    };
     for (i, (body, code, param)) in cases.iter().enumerate() {
         let a = api.create(&format!("bad-{i}"), body).await;
         assert_eq!(a.status, status_of(code), "{body}: {a:?}");
@@ -419,24 +425,44 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
             "stripe.payment_method",
         ),
         (
-            with("st", "stripe", json!({"payment_method": "pm_card_visa", "off_session": true})),
+            with(
+                "st",
+                "stripe",
+                json!({"payment_method": "pm_card_visa", "off_session": true}),
+            ),
             "parameter_missing",
             "stripe.customer",
         ),
-        (base("mp"), "parameter_missing", "mercadopago.payment_method_id"),
         (
-            with("mp", "mercadopago", json!({"payment_method_id": "visa", "payer": {"email": "a@b.co"}})),
+            base("mp"),
+            "parameter_missing",
+            "mercadopago.payment_method_id",
+        ),
+        (
+            with(
+                "mp",
+                "mercadopago",
+                json!({"payment_method_id": "visa", "payer": {"email": "a@b.co"}}),
+            ),
             "parameter_missing",
             "mercadopago.token",
         ),
         (
-            with("mp", "mercadopago", json!({"token": "t1", "payment_method_id": "master"})),
+            with(
+                "mp",
+                "mercadopago",
+                json!({"token": "t1", "payment_method_id": "master"}),
+            ),
             "parameter_missing",
             "mercadopago.payer.email",
         ),
         (
-            with("mp", "mercadopago", json!({"payment_method_id": "pix", "payer": {"email": "a@b.co",
-                                              "identification": {"type": "CPF"}}})),
+            with(
+                "mp",
+                "mercadopago",
+                json!({"payment_method_id": "pix", "payer": {"email": "a@b.co",
+                                              "identification": {"type": "CPF"}}}),
+            ),
             "parameter_missing",
             "mercadopago.payer.identification.number",
         ),
@@ -453,11 +479,7 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
     ];
     for (i, (body, code, param)) in cases.iter().enumerate() {
         let a = api.create(&format!("need-{i}"), body).await;
-        assert_eq!(
-            (a.status, a.code().as_str()),
-            (400, *code),
-            "{body}: {a:?}"
-        );
+        assert_eq!((a.status, a.code().as_str()), (400, *code), "{body}: {a:?}");
         assert_eq!(a.json()["error"]["param"], *param, "{body}: {a:?}");
     }
     assert_eq!(api.count("payment_intents").await, 0);
@@ -471,7 +493,11 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
                "identification": {"type": "CPF", "number": "19100000000"}}}),
     );
     let a = api.create("pix", &pix).await;
-    assert_eq!((a.status, a.json()["status"].as_str()), (201, Some("requires_dispatch")), "{a:?}");
+    assert_eq!(
+        (a.status, a.json()["status"].as_str()),
+        (201, Some("requires_dispatch")),
+        "{a:?}"
+    );
     let mut later = base("st");
     later["confirm"] = json!(false);
     let a = api.create("later", &later).await;
@@ -481,7 +507,11 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
         "{a:?}"
     );
     assert_eq!(api.count("payment_intents").await, 2);
-    assert_eq!(api.count("outbound_requests").await, 1, "only the confirmed one is queued");
+    assert_eq!(
+        api.count("outbound_requests").await,
+        1,
+        "only the confirmed one is queued"
+    );
 }
 
 /// The intent's answer shows the new fields (`order_reference`, `next_action`, `failure_code`,
@@ -502,12 +532,17 @@ async fn the_intent_shows_its_order_and_outcome_fields_never_its_card_token() {
     assert_eq!(intent["order_reference"], "pedido-77");
     assert_eq!(intent["status"], "requires_dispatch");
     for field in ["next_action", "failure_code", "failure_message"] {
-        assert!(intent.get(field).is_some_and(Value::is_null), "{field}: {intent}");
+        assert!(
+            intent.get(field).is_some_and(Value::is_null),
+            "{field}: {intent}"
+        );
     }
     assert!(intent.get("payment_params").is_none(), "{intent}");
     assert!(!a.text.contains(token), "{a:?}");
     let id = intent["id"].as_str().unwrap();
-    let got = api.get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE)).await;
+    let got = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE))
+        .await;
     assert_eq!(got.json(), intent);
     assert!(!got.text.contains(token));
     let stored: Value =
@@ -1178,9 +1213,13 @@ impl Gatewayed {
 
     async fn stop(self) {
         self.cancel.cancel();
-        within(Duration::from_secs(60), "the dispatcher's stop", self.dispatcher)
-            .await
-            .unwrap();
+        within(
+            Duration::from_secs(60),
+            "the dispatcher's stop",
+            self.dispatcher,
+        )
+        .await
+        .unwrap();
         self.sandbox.stop().await;
     }
 }
@@ -1222,7 +1261,7 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         })
         .expect("arm");
     let path = format!("/v1/payment_intents/{id}/refunds");
-    let refund = post_as(&api, KEY_ONE, &path, "refund-1", &json!({"amount": 2500})).await;
+    let refund = post_as(api, KEY_ONE, &path, "refund-1", &json!({"amount": 2500})).await;
     assert_eq!(refund.status, 201, "{refund:?}");
     wait_for_count(
         &api.db.pool,
@@ -1248,7 +1287,7 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         "the refusal released the reservation: {got:?}"
     );
 
-    let corrected = post_as(&api, KEY_ONE, &path, "refund-2", &json!({"amount": 2500})).await;
+    let corrected = post_as(api, KEY_ONE, &path, "refund-2", &json!({"amount": 2500})).await;
     assert_eq!(corrected.status, 201, "{corrected:?}");
     wait_for_count(
         &api.db.pool,
@@ -1266,7 +1305,7 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         .await;
     assert_eq!(got.json()["refunded"], 2500, "{got:?}");
     // Still never beyond the capture.
-    let more = post_as(&api, KEY_ONE, &path, "refund-3", &json!({"amount": 1})).await;
+    let more = post_as(api, KEY_ONE, &path, "refund-3", &json!({"amount": 1})).await;
     assert_eq!(
         (more.status, more.code().as_str()),
         (422, "refund_above_captured"),
@@ -1322,7 +1361,12 @@ async fn an_intent_confirmed_ten_times_in_parallel_charges_once() {
         "{wrong:?}"
     );
     let stranger = api
-        .post(&confirm_path, Some(KEY_TWO), None, &json!({"stripe": card()}).to_string())
+        .post(
+            &confirm_path,
+            Some(KEY_TWO),
+            None,
+            &json!({"stripe": card()}).to_string(),
+        )
         .await;
     assert_eq!(
         (stranger.status, stranger.code().as_str()),
@@ -1398,7 +1442,11 @@ async fn a_key_per_click_with_one_order_reference_charges_once() {
     assert_eq!(created.len(), 1, "{answers:?}");
     let id = created[0].json()["id"].as_str().unwrap().to_string();
     for a in answers.iter().filter(|a| a.status != 201) {
-        assert_eq!((a.status, a.code().as_str()), (409, "order_reference_in_use"), "{a:?}");
+        assert_eq!(
+            (a.status, a.code().as_str()),
+            (409, "order_reference_in_use"),
+            "{a:?}"
+        );
         assert_eq!(a.json()["error"]["intent"], id.as_str(), "{a:?}");
         assert_eq!(a.json()["error"]["param"], "order_reference", "{a:?}");
     }
@@ -1407,7 +1455,10 @@ async fn a_key_per_click_with_one_order_reference_charges_once() {
     // Only the created answer is stored on its key: a retry of a refused click is refused again.
     assert_eq!(api.count("api_idempotency_keys").await, 1);
     let again = api.create_as(KEY_ONE, "click-3", &body).await;
-    assert_eq!((again.status, again.code().as_str()), (409, "order_reference_in_use"));
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "order_reference_in_use")
+    );
     // Another client's order of the same name is another order.
     let theirs = api.create_as(KEY_TWO, "their-click", &body).await;
     assert_eq!(theirs.status, 201, "{theirs:?}");
@@ -1423,7 +1474,10 @@ async fn a_key_per_click_with_one_order_reference_charges_once() {
     assert_eq!(gw.charges(), 2, "one charge per order");
     // Paid: still the order's live intent.
     let paid = api.create_as(KEY_ONE, "click-after-paid", &body).await;
-    assert_eq!((paid.status, paid.code().as_str()), (409, "order_reference_in_use"));
+    assert_eq!(
+        (paid.status, paid.code().as_str()),
+        (409, "order_reference_in_use")
+    );
 
     // Once an order's intent has failed (a decline, recorded here as the dispatcher records it), the order can
     // be paid with a new intent, which is then the live one.

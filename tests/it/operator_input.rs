@@ -227,11 +227,12 @@ async fn the_same_refund_command_run_twice_refunds_once() {
                 .fetch_one(&db.pool)
                 .await
                 .expect("requests");
-        let refunded: i64 = sqlx::query_scalar("SELECT refunded FROM payment_intents WHERE id = $1")
-            .bind(intent.id)
-            .fetch_one(&db.pool)
-            .await
-            .expect("refunded");
+        let refunded: i64 =
+            sqlx::query_scalar("SELECT refunded FROM payment_intents WHERE id = $1")
+                .bind(intent.id)
+                .fetch_one(&db.pool)
+                .await
+                .expect("refunded");
         (refunds, requests, refunded)
     };
 
@@ -297,6 +298,10 @@ async fn the_same_refund_command_run_twice_refunds_once() {
     assert_eq!(counts().await, (2, 2, 2500));
     let beyond = refund("2501", Some("INC-9-refund-1"));
     assert_eq!(beyond.status.code(), Some(1), "{beyond:?}");
-    assert_eq!(counts().await, (2, 2, 2500), "a refused refund frees its key");
+    assert_eq!(
+        counts().await,
+        (2, 2, 2500),
+        "a refused refund frees its key"
+    );
     let _ = std::fs::remove_file(config);
 }

@@ -45,7 +45,7 @@ pub async fn create(
         let client = state.keys.authenticate(&req)?;
         let key = idempotency::key_of(&req)?;
         let body = read_body(&req, payload, &state).await?;
-        let op = Operation::CreateIntent(parse_create(&body, &state)?);
+        let op = Operation::CreateIntent(Box::new(parse_create(&body, &state)?));
         let hash = idempotency::request_hash("POST", req.path(), &body);
         state
             .within_budget(idempotency::run(&state, client, &key, &hash, op))

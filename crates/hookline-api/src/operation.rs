@@ -16,7 +16,7 @@ use crate::Reply;
 /// A write the API performs once per idempotency key.
 pub enum Operation {
     /// Create an intent (and its outbound charge unless it waits for a confirm).
-    CreateIntent(CreateIntent),
+    CreateIntent(Box<CreateIntent>),
     /// Confirm an intent created with `confirm: false`, optionally supplying (part of) its provider object.
     Confirm {
         /// The intent's public id.

@@ -184,8 +184,7 @@ pub async fn subscriptions(
                 return Ok(ExitCode::from(2));
             }
             let (customer, payment_method) = (customer.trim(), payment_method.trim());
-            if let Err((flag, what)) =
-                billing::valid_saved_method(scheme, customer, payment_method)
+            if let Err((flag, what)) = billing::valid_saved_method(scheme, customer, payment_method)
             {
                 eprintln!("error: {flag} must be {what}");
                 return Ok(ExitCode::from(2));
@@ -272,9 +271,12 @@ pub async fn billing(config: &Config, cmd: &BillingCommand) -> anyhow::Result<Ex
         pb
     });
     let scheme_of = |p: &str| {
-        chargeable(config, p)
-            .ok()
-            .filter(|_| config.providers.get(p).is_some_and(|c| c.api_base.is_some()))
+        chargeable(config, p).ok().filter(|_| {
+            config
+                .providers
+                .get(p)
+                .is_some_and(|c| c.api_base.is_some())
+        })
     };
     let summary = billing::run_cycle(
         &pool,
