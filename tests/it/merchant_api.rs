@@ -1416,10 +1416,24 @@ async fn an_intent_confirmed_ten_times_in_parallel_charges_once() {
     )
     .await;
     assert_eq!(gw.charges(), 1);
-    // A late click: the current state, nothing more.
-    let late = api.post(&confirm_path, Some(KEY_ONE), None, "").await;
+    // A late click, even with another card: the current state, nothing changed or sent.
+    let late = api
+        .post(
+            &confirm_path,
+            Some(KEY_ONE),
+            None,
+            &json!({"stripe": {"payment_method": "pm_card_mastercard"}}).to_string(),
+        )
+        .await;
     assert_eq!(late.status, 200, "{late:?}");
     assert_eq!(late.json()["status"], "succeeded", "{late:?}");
+    let after: Value =
+        sqlx::query_scalar("SELECT payment_params FROM payment_intents WHERE public_id = $1")
+            .bind(&id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(after, stored, "a confirmed intent's method is never replaced");
     assert_eq!(api.count("outbound_requests").await, 1);
     assert_eq!(gw.charges(), 1);
     gw.stop().await;
