@@ -1433,7 +1433,10 @@ async fn an_intent_confirmed_ten_times_in_parallel_charges_once() {
             .fetch_one(&api.db.pool)
             .await
             .unwrap();
-    assert_eq!(after, stored, "a confirmed intent's method is never replaced");
+    assert_eq!(
+        after, stored,
+        "a confirmed intent's method is never replaced"
+    );
     assert_eq!(api.count("outbound_requests").await, 1);
     assert_eq!(gw.charges(), 1);
     gw.stop().await;
