@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
-use hookline_sandbox::{FaultAction, FaultSpec, Sandbox, SandboxProvider, SandboxSettings, Scheme};
+use hookline_sandbox::{
+    FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme,
+};
 use hookline_tests::*;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -112,6 +114,16 @@ impl Api {
         .await
     }
 
+    async fn create_as(&self, auth: &str, key: &str, body: &Value) -> Answer {
+        self.post(
+            "/v1/payment_intents",
+            Some(auth),
+            Some(key),
+            &body.to_string(),
+        )
+        .await
+    }
+
     async fn get(&self, path: &str, auth: Option<&str>) -> Answer {
         let mut req = self.client.get(format!("{}{path}", self.api));
         if let Some(auth) = auth {
@@ -162,8 +174,20 @@ impl Answer {
     }
 }
 
+/// Stripe's test card: what the gateway needs to charge (`stripe.payment_method`).
+fn card() -> Value {
+    json!({"payment_method": "pm_card_visa"})
+}
+
+/// A complete Mercado Pago card payment object.
+fn mp_card() -> Value {
+    json!({"token": "ff8080814c11e237014c1ff593b57b4d", "payment_method_id": "visa", "installments": 1,
+           "payer": {"email": "comprador@example.com.br"}})
+}
+
 fn order(amount: i64) -> Value {
-    json!({"provider": "st", "amount": amount, "currency": "BRL", "customer": "cus_1", "description": "order 1"})
+    json!({"provider": "st", "amount": amount, "currency": "BRL", "customer": "cus_1", "description": "order 1",
+           "stripe": card()})
 }
 
 #[tokio::test]
@@ -265,6 +289,55 @@ async fn missing_key_bad_json_and_bad_fields_get_stable_codes() {
             "amount",
         ),
         (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "order_reference": "o".repeat(201)}),
+            "order_reference_invalid",
+            "order_reference",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "order_reference": "a\nb"}),
+            "order_reference_invalid",
+            "order_reference",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "order_reference": " "}),
+            "order_reference_invalid",
+            "order_reference",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "confirm": "yes"}),
+            "confirm_invalid",
+            "confirm",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "stripe": {"payment_method": "tok_visa"}}),
+            "parameter_invalid",
+            "stripe.payment_method",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl",
+                   "stripe": {"payment_method": "pm_card_visa", "return_url": "http://shop.example/back"}}),
+            "parameter_invalid",
+            "stripe.return_url",
+        ),
+        (
+            json!({"provider": "st", "amount": 1, "currency": "brl", "stripe": {"paymentMethod": "pm_card_visa"}}),
+            "unknown_field",
+            "stripe.paymentMethod",
+        ),
+        (
+            json!({"provider": "mp", "amount": 1, "currency": "brl",
+                   "mercadopago": {"token": "t", "payment_method_id": "visa", "installments": 25,
+                                   "payer": {"email": "a@b.co"}}}),
+            "parameter_invalid",
+            "mercadopago.installments",
+        ),
+        (
+            json!({"provider": "mp", "amount": 1, "currency": "brl",
+                   "mercadopago": {"payment_method_id": "pix", "payer": {"email": "not-an-address"}}}),
+            "parameter_invalid",
+            "mercadopago.payer.email",
+        ),
+        (
             json!({"provider": "st", "amount": 1, "currency": "br"}),
             "currency_invalid",
             "currency",
@@ -311,15 +384,183 @@ async fn missing_key_bad_json_and_bad_fields_get_stable_codes() {
             "capture",
         ),
     ];
+    // A missing field is 400 (issue 27: "a missing required field is a 400 naming the field"); a present but
+    // invalid one stays 422.
+    let status_of = |code: &str| {
+        if code == "parameter_missing" {
+            400
+        } else {
+            422
+        }
+    };
     for (i, (body, code, param)) in cases.iter().enumerate() {
         let a = api.create(&format!("bad-{i}"), body).await;
-        assert_eq!(a.status, 422, "{body}: {a:?}");
+        assert_eq!(a.status, status_of(code), "{body}: {a:?}");
         assert_eq!(a.code(), *code, "{body}: {a:?}");
         assert_eq!(a.json()["error"]["param"], *param, "{body}: {a:?}");
         assert_eq!(a.json()["error"]["type"], "invalid_request_error", "{a:?}");
     }
     assert_eq!(api.count("payment_intents").await, 0);
     assert_eq!(api.count("api_idempotency_keys").await, 0);
+}
+
+/// Issue 27: what the gateway requires to charge is required by the API when the intent is confirmed (the
+/// dispatcher's own rule, `PaymentParams::missing_for_confirm`): 400 `parameter_missing` naming the field;
+/// the other scheme's object is 400 `provider_object_mismatch`. With `confirm: false` the method may come
+/// later. Nothing is written by a refused request.
+#[tokio::test]
+async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missing() {
+    let api = Api::spawn().await;
+    let base = |provider: &str| json!({"provider": provider, "amount": 1000, "currency": "brl"});
+    let with = |provider: &str, field: &str, object: Value| {
+        let mut b = base(provider);
+        b[field] = object;
+        b
+    };
+    let cases = [
+        (base("st"), "parameter_missing", "stripe.payment_method"),
+        (
+            with("st", "stripe", json!({"customer": "cus_1"})),
+            "parameter_missing",
+            "stripe.payment_method",
+        ),
+        (
+            with(
+                "st",
+                "stripe",
+                json!({"payment_method": "pm_card_visa", "off_session": true}),
+            ),
+            "parameter_missing",
+            "stripe.customer",
+        ),
+        (
+            base("mp"),
+            "parameter_missing",
+            "mercadopago.payment_method_id",
+        ),
+        (
+            with(
+                "mp",
+                "mercadopago",
+                json!({"payment_method_id": "visa", "payer": {"email": "a@b.co"}}),
+            ),
+            "parameter_missing",
+            "mercadopago.token",
+        ),
+        (
+            with(
+                "mp",
+                "mercadopago",
+                json!({"token": "t1", "payment_method_id": "master"}),
+            ),
+            "parameter_missing",
+            "mercadopago.payer.email",
+        ),
+        (
+            with(
+                "mp",
+                "mercadopago",
+                json!({"payment_method_id": "pix", "payer": {"email": "a@b.co",
+                                              "identification": {"type": "CPF"}}}),
+            ),
+            "parameter_missing",
+            "mercadopago.payer.identification.number",
+        ),
+        (
+            with("st", "mercadopago", mp_card()),
+            "provider_object_mismatch",
+            "mercadopago",
+        ),
+        (
+            with("mp", "stripe", card()),
+            "provider_object_mismatch",
+            "stripe",
+        ),
+    ];
+    for (i, (body, code, param)) in cases.iter().enumerate() {
+        let a = api.create(&format!("need-{i}"), body).await;
+        assert_eq!((a.status, a.code().as_str()), (400, *code), "{body}: {a:?}");
+        assert_eq!(a.json()["error"]["param"], *param, "{body}: {a:?}");
+    }
+    assert_eq!(api.count("payment_intents").await, 0);
+    assert_eq!(api.count("outbound_requests").await, 0);
+
+    // Pix needs no card token; confirm=false needs nothing yet and sends nothing.
+    let pix = with(
+        "mp",
+        "mercadopago",
+        json!({"payment_method_id": "pix", "payer": {"email": "a@b.co",
+               "identification": {"type": "CPF", "number": "19100000000"}}}),
+    );
+    let a = api.create("pix", &pix).await;
+    assert_eq!(
+        (a.status, a.json()["status"].as_str()),
+        (201, Some("requires_dispatch")),
+        "{a:?}"
+    );
+    let mut later = base("st");
+    later["confirm"] = json!(false);
+    let a = api.create("later", &later).await;
+    assert_eq!(
+        (a.status, a.json()["status"].as_str()),
+        (201, Some("requires_confirmation")),
+        "{a:?}"
+    );
+    assert_eq!(api.count("payment_intents").await, 2);
+    assert_eq!(
+        api.count("outbound_requests").await,
+        1,
+        "only the confirmed one is queued"
+    );
+}
+
+/// The intent's answer shows the new fields (`order_reference`, `next_action`, `failure_code`,
+/// `failure_message`) and never the payment parameters (a card token is a credential), which are stored as
+/// sent for the dispatcher.
+#[tokio::test]
+async fn the_intent_shows_its_order_and_outcome_fields_never_its_card_token() {
+    let api = Api::spawn().await;
+    let token = "ff8080814c11e237014c1ff593b57b4d";
+    let body = json!({"provider": "mp", "amount": 4250, "currency": "brl", "order_reference": "pedido-77",
+                      "mercadopago": {"token": token, "payment_method_id": "master", "installments": 3,
+                                      "issuer_id": "24",
+                                      "payer": {"email": "comprador@example.com.br",
+                                                "identification": {"type": "CPF", "number": "19100000000"}}}});
+    let a = api.create("shown", &body).await;
+    assert_eq!(a.status, 201, "{a:?}");
+    let intent = a.json();
+    assert_eq!(intent["order_reference"], "pedido-77");
+    assert_eq!(intent["status"], "requires_dispatch");
+    for field in ["next_action", "failure_code", "failure_message"] {
+        assert!(
+            intent.get(field).is_some_and(Value::is_null),
+            "{field}: {intent}"
+        );
+    }
+    assert!(intent.get("payment_params").is_none(), "{intent}");
+    assert!(!a.text.contains(token), "{a:?}");
+    let id = intent["id"].as_str().unwrap();
+    let got = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE))
+        .await;
+    assert_eq!(got.json(), intent);
+    assert!(!got.text.contains(token));
+    let stored: Value =
+        sqlx::query_scalar("SELECT payment_params FROM payment_intents WHERE public_id = $1")
+            .bind(id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, json!({"mercadopago": body["mercadopago"]}));
+    // Nor is the token in the stored answer of the idempotency key.
+    let stored_answers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_idempotency_keys WHERE position($1::bytea IN response_body) > 0",
+    )
+    .bind(token.as_bytes())
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored_answers, 0);
 }
 
 #[tokio::test]
@@ -421,7 +662,7 @@ async fn a_key_replays_its_request_refuses_another_and_new_keys_create_new_inten
     let mp = api
         .create(
             "order-mp",
-            &json!({"provider": "mp", "amount": 5000, "currency": "brl"}),
+            &json!({"provider": "mp", "amount": 5000, "currency": "brl", "mercadopago": mp_card()}),
         )
         .await;
     assert_eq!(mp.status, 201, "{mp:?}");
@@ -879,12 +1120,12 @@ async fn currencies_are_the_providers_iso_4217_codes() {
         ("mp", "mxn", true),
     ];
     for (i, (provider, currency, ok)) in cases.iter().enumerate() {
-        let a = api
-            .create(
-                &format!("cur-{i}"),
-                &json!({"provider": provider, "amount": 100, "currency": currency}),
-            )
-            .await;
+        let mut body = json!({"provider": provider, "amount": 100, "currency": currency});
+        match *provider {
+            "st" => body["stripe"] = card(),
+            _ => body["mercadopago"] = mp_card(),
+        }
+        let a = api.create(&format!("cur-{i}"), &body).await;
         if *ok {
             assert_eq!(a.status, 201, "{provider} {currency}: {a:?}");
             assert_eq!(a.json()["currency"], currency.to_ascii_lowercase());
@@ -900,6 +1141,89 @@ async fn currencies_are_the_providers_iso_4217_codes() {
     assert_eq!(api.count("payment_intents").await, 5);
 }
 
+/// The API in front of the real dispatcher and the provider sandbox (the `st` Stripe provider): the merchant's
+/// requests end as charges counted at the gateway.
+struct Gatewayed {
+    api: Api,
+    sandbox: RunningSandbox,
+    cancel: CancellationToken,
+    dispatcher: tokio::task::JoinHandle<()>,
+}
+
+impl Gatewayed {
+    async fn start() -> Gatewayed {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let sandbox_port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        let providers = format!(
+            "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_refused\"]\n\
+             api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"sk_test_refused\"\n"
+        );
+        let db = TestDb::new().await;
+        let (edge, api_base) = start_edge(&db.url, &clients_section(), &providers).await;
+        let config = parse_config(&test_config_toml(
+            &db.url,
+            "",
+            &format!("[relay]\nembedded = false\n{providers}"),
+        ));
+        let mut settings = SandboxSettings::new(
+            format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
+            edge.parse().expect("edge url"),
+            vec![SandboxProvider {
+                name: "st".into(),
+                scheme: Scheme::Stripe,
+                webhook_secret: b"whsec_refused".to_vec(),
+                api_token: Some("sk_test_refused".into()),
+            }],
+        );
+        settings.webhook_backoff = Duration::from_millis(100);
+        let sandbox = Sandbox::start(settings).await.expect("sandbox");
+        let dispatcher = Dispatcher::from_config(
+            db.pool.clone(),
+            &config,
+            DispatchSettings {
+                idle_interval: Duration::from_millis(50),
+                min_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_millis(500),
+                request_timeout: Duration::from_secs(10),
+                ..DispatchSettings::default()
+            },
+        );
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let dispatcher =
+            tokio::spawn(async move { dispatcher.run(token).await.expect("dispatcher") });
+        Gatewayed {
+            api: Api::on(db, edge, api_base),
+            sandbox,
+            cancel,
+            dispatcher,
+        }
+    }
+
+    /// Charges made at the gateway (the sandbox's own count).
+    fn charges(&self) -> usize {
+        self.sandbox
+            .control()
+            .charges()
+            .provider("st")
+            .expect("provider")
+            .charges
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        within(
+            Duration::from_secs(60),
+            "the dispatcher's stop",
+            self.dispatcher,
+        )
+        .await
+        .unwrap();
+        self.sandbox.stop().await;
+    }
+}
+
 /// Issue 25, finding 5, end to end with the real dispatcher and the provider sandbox: the gateway refuses a
 /// refund of 2500 with 400; the refund is `needs_attention` and nothing moved at the gateway, and the intent's
 /// `refunded` is back to 0 (it stayed 2500, so the corrected refund got 422 `refund_above_captured`). The
@@ -907,47 +1231,8 @@ async fn currencies_are_the_providers_iso_4217_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refund_the_gateway_refused_releases_its_reservation() {
     const WAIT: Duration = Duration::from_secs(60);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let sandbox_port = listener.local_addr().expect("addr").port();
-    drop(listener);
-    let providers = format!(
-        "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_refused\"]\n\
-         api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"sk_test_refused\"\n"
-    );
-    let db = TestDb::new().await;
-    let (edge, api_base) = start_edge(&db.url, &clients_section(), &providers).await;
-    let config = parse_config(&test_config_toml(
-        &db.url,
-        "",
-        &format!("[relay]\nembedded = false\n{providers}"),
-    ));
-    let mut settings = SandboxSettings::new(
-        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
-        edge.parse().expect("edge url"),
-        vec![SandboxProvider {
-            name: "st".into(),
-            scheme: Scheme::Stripe,
-            webhook_secret: b"whsec_refused".to_vec(),
-            api_token: Some("sk_test_refused".into()),
-        }],
-    );
-    settings.webhook_backoff = Duration::from_millis(100);
-    let sandbox = Sandbox::start(settings).await.expect("sandbox");
-    let dispatcher = Dispatcher::from_config(
-        db.pool.clone(),
-        &config,
-        DispatchSettings {
-            idle_interval: Duration::from_millis(50),
-            min_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(500),
-            request_timeout: Duration::from_secs(10),
-            ..DispatchSettings::default()
-        },
-    );
-    let cancel = CancellationToken::new();
-    let token = cancel.clone();
-    let task = tokio::spawn(async move { dispatcher.run(token).await.expect("dispatcher") });
-    let api = Api::on(db, edge, api_base);
+    let gw = Gatewayed::start().await;
+    let (api, sandbox) = (&gw.api, &gw.sandbox);
 
     let created = api.create("refused-1", &order(2500)).await;
     assert_eq!(created.status, 201, "{created:?}");
@@ -976,7 +1261,7 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         })
         .expect("arm");
     let path = format!("/v1/payment_intents/{id}/refunds");
-    let refund = post_as(&api, KEY_ONE, &path, "refund-1", &json!({"amount": 2500})).await;
+    let refund = post_as(api, KEY_ONE, &path, "refund-1", &json!({"amount": 2500})).await;
     assert_eq!(refund.status, 201, "{refund:?}");
     wait_for_count(
         &api.db.pool,
@@ -1002,7 +1287,7 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         "the refusal released the reservation: {got:?}"
     );
 
-    let corrected = post_as(&api, KEY_ONE, &path, "refund-2", &json!({"amount": 2500})).await;
+    let corrected = post_as(api, KEY_ONE, &path, "refund-2", &json!({"amount": 2500})).await;
     assert_eq!(corrected.status, 201, "{corrected:?}");
     wait_for_count(
         &api.db.pool,
@@ -1020,15 +1305,218 @@ async fn a_refund_the_gateway_refused_releases_its_reservation() {
         .await;
     assert_eq!(got.json()["refunded"], 2500, "{got:?}");
     // Still never beyond the capture.
-    let more = post_as(&api, KEY_ONE, &path, "refund-3", &json!({"amount": 1})).await;
+    let more = post_as(api, KEY_ONE, &path, "refund-3", &json!({"amount": 1})).await;
     assert_eq!(
         (more.status, more.code().as_str()),
         (422, "refund_above_captured"),
         "{more:?}"
     );
-    cancel.cancel();
-    within(Duration::from_secs(60), "the dispatcher's stop", task)
-        .await
-        .unwrap();
-    sandbox.stop().await;
+    gw.stop().await;
+}
+
+/// Issue 27: the key is born with the intent, not with the click. The intent is created when the checkout is
+/// built (`confirm: false`: `requires_confirmation`, nothing queued), then the submit is clicked ten times at
+/// once: ten parallel confirms, some supplying the payment method, some with an Idempotency-Key, some without.
+/// Every answer is 200 with the same intent; one outbound request, one charge at the gateway. A confirm still
+/// missing the payment method is 400 naming it; another client's intent is 404; the other scheme's object is
+/// 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_intent_confirmed_ten_times_in_parallel_charges_once() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let gw = Gatewayed::start().await;
+    let api = &gw.api;
+    let created = api
+        .create(
+            "checkout-built",
+            &json!({"provider": "st", "amount": 3900, "currency": "brl", "order_reference": "pedido-1",
+                    "confirm": false, "stripe": {"return_url": "https://shop.example/pedido-1"}}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let intent = created.json();
+    assert_eq!(intent["status"], "requires_confirmation");
+    let id = intent["id"].as_str().unwrap().to_string();
+    let confirm_path = format!("/v1/payment_intents/{id}/confirm");
+    assert_eq!(api.count("outbound_requests").await, 0);
+
+    // Not confirmable yet: the payment method is missing (created without one, none supplied).
+    let missing = api.post(&confirm_path, Some(KEY_ONE), None, "").await;
+    assert_eq!(
+        (missing.status, missing.code().as_str()),
+        (400, "parameter_missing"),
+        "{missing:?}"
+    );
+    assert_eq!(missing.json()["error"]["param"], "stripe.payment_method");
+    let wrong = api
+        .post(
+            &confirm_path,
+            Some(KEY_ONE),
+            None,
+            &json!({"mercadopago": mp_card()}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        (wrong.status, wrong.code().as_str()),
+        (400, "provider_object_mismatch"),
+        "{wrong:?}"
+    );
+    let stranger = api
+        .post(
+            &confirm_path,
+            Some(KEY_TWO),
+            None,
+            &json!({"stripe": card()}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        (stranger.status, stranger.code().as_str()),
+        (404, "intent_not_found"),
+        "{stranger:?}"
+    );
+    assert_eq!(api.count("outbound_requests").await, 0);
+    assert_eq!(gw.charges(), 0);
+
+    // The submit, clicked ten times at once.
+    let body = json!({"stripe": card()}).to_string();
+    let answers = join_all((0..10).map(|i| {
+        let (path, body) = (&confirm_path, &body);
+        async move {
+            let key = format!("submit-{}", i % 3);
+            match i % 2 {
+                0 => api.post(path, Some(KEY_ONE), None, body).await,
+                _ => api.post(path, Some(KEY_ONE), Some(&key), body).await,
+            }
+        }
+    }))
+    .await;
+    for a in &answers {
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.json()["id"], id.as_str(), "{a:?}");
+        assert_eq!(a.json()["order_reference"], "pedido-1", "{a:?}");
+    }
+    assert_eq!(api.count("outbound_requests").await, 1);
+    let stored: Value =
+        sqlx::query_scalar("SELECT payment_params FROM payment_intents WHERE public_id = $1")
+            .bind(&id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        json!({"stripe": {"payment_method": "pm_card_visa", "off_session": false,
+                          "return_url": "https://shop.example/pedido-1"}}),
+        "the confirm's method laid over what the checkout stored"
+    );
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "the confirmed intent succeeded at the gateway",
+        "SELECT count(*) FROM payment_intents WHERE status = 'succeeded'",
+        1,
+    )
+    .await;
+    assert_eq!(gw.charges(), 1);
+    // A late click, even with another card: the current state, nothing changed or sent.
+    let late = api
+        .post(
+            &confirm_path,
+            Some(KEY_ONE),
+            None,
+            &json!({"stripe": {"payment_method": "pm_card_mastercard"}}).to_string(),
+        )
+        .await;
+    assert_eq!(late.status, 200, "{late:?}");
+    assert_eq!(late.json()["status"], "succeeded", "{late:?}");
+    let after: Value =
+        sqlx::query_scalar("SELECT payment_params FROM payment_intents WHERE public_id = $1")
+            .bind(&id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        after, stored,
+        "a confirmed intent's method is never replaced"
+    );
+    assert_eq!(api.count("outbound_requests").await, 1);
+    assert_eq!(gw.charges(), 1);
+    gw.stop().await;
+}
+
+/// Issue 27: a front end that makes a new Idempotency-Key per click (a common bug) sent ten creates for one
+/// order. The partial UNIQUE index over (client, order_reference) of live intents decides: one 201, nine 409
+/// `order_reference_in_use` naming that intent, one charge at the gateway. Another client's order of the same
+/// name is its own; once an order's intent has failed, a new one for the same order is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_per_click_with_one_order_reference_charges_once() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let gw = Gatewayed::start().await;
+    let api = &gw.api;
+    let mut body = order(5000);
+    body["order_reference"] = json!("pedido-42");
+    let keys: Vec<String> = (0..10).map(|i| format!("click-{i}")).collect();
+    let answers = join_all(keys.iter().map(|k| api.create_as(KEY_ONE, k, &body))).await;
+    let created: Vec<&Answer> = answers.iter().filter(|a| a.status == 201).collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    let id = created[0].json()["id"].as_str().unwrap().to_string();
+    for a in answers.iter().filter(|a| a.status != 201) {
+        assert_eq!(
+            (a.status, a.code().as_str()),
+            (409, "order_reference_in_use"),
+            "{a:?}"
+        );
+        assert_eq!(a.json()["error"]["intent"], id.as_str(), "{a:?}");
+        assert_eq!(a.json()["error"]["param"], "order_reference", "{a:?}");
+    }
+    assert_eq!(api.count("payment_intents").await, 1);
+    assert_eq!(api.count("outbound_requests").await, 1);
+    // Only the created answer is stored on its key: a retry of a refused click is refused again.
+    assert_eq!(api.count("api_idempotency_keys").await, 1);
+    let again = api.create_as(KEY_ONE, "click-3", &body).await;
+    assert_eq!(
+        (again.status, again.code().as_str()),
+        (409, "order_reference_in_use")
+    );
+    // Another client's order of the same name is another order.
+    let theirs = api.create_as(KEY_TWO, "their-click", &body).await;
+    assert_eq!(theirs.status, 201, "{theirs:?}");
+
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "both orders charged",
+        "SELECT count(*) FROM payment_intents WHERE status = 'succeeded'",
+        2,
+    )
+    .await;
+    assert_eq!(gw.charges(), 2, "one charge per order");
+    // Paid: still the order's live intent.
+    let paid = api.create_as(KEY_ONE, "click-after-paid", &body).await;
+    assert_eq!(
+        (paid.status, paid.code().as_str()),
+        (409, "order_reference_in_use")
+    );
+
+    // Once an order's intent has failed (a decline, recorded here as the dispatcher records it), the order can
+    // be paid with a new intent, which is then the live one.
+    let mut declined = order(700);
+    declined["order_reference"] = json!("pedido-43");
+    declined["confirm"] = json!(false);
+    let first = api.create_as(KEY_ONE, "p43-1", &declined).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let first_id = first.json()["id"].as_str().unwrap().to_string();
+    sqlx::query(
+        "UPDATE payment_intents SET status = 'failed', failure_code = 'card_declined' WHERE public_id = $1",
+    )
+    .bind(&first_id)
+    .execute(&api.db.pool)
+    .await
+    .unwrap();
+    let second = api.create_as(KEY_ONE, "p43-2", &declined).await;
+    assert_eq!(second.status, 201, "{second:?}");
+    let second_id = second.json()["id"].as_str().unwrap().to_string();
+    assert_ne!(second_id, first_id);
+    let third = api.create_as(KEY_ONE, "p43-3", &declined).await;
+    assert_eq!(third.status, 409, "{third:?}");
+    assert_eq!(third.json()["error"]["intent"], second_id.as_str());
+    gw.stop().await;
 }

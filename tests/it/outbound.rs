@@ -373,14 +373,22 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
     let mut ids = Vec::new();
     {
         let mut conn = p.pool().acquire().await.unwrap();
-        for (i, provider) in ["st", "st", "st", "st", "mp", "mp", "st"]
-            .iter()
-            .enumerate()
-        {
-            let customer = format!("cliente{i}@example.com");
-            let id = billing::add(&mut conn, provider, &customer, 1000 + i as i64 * 100, "brl")
-                .await
-                .unwrap();
+        // Stripe subscriptions with a saved test method (charged off-session). Mercado Pago cannot charge a
+        // saved card without a fresh token (billing.rs), so its billing charges need attention instead.
+        for i in 0..7 {
+            let customer = format!("cus_cliente{i}");
+            let id = billing::add(
+                &mut conn,
+                &billing::NewSubscription {
+                    provider: "st",
+                    customer: &customer,
+                    payment_method: "pm_card_visa",
+                    amount: 1000 + i as i64 * 100,
+                    currency: "brl",
+                },
+            )
+            .await
+            .unwrap();
             ids.push(id);
         }
         assert_eq!(
@@ -393,13 +401,13 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
         );
     }
     let active = 6i64;
-    let ok = |_: &str| true;
+    let ok = |_: &str| Some(hookline_signature::Scheme::Stripe);
     let cycle = "2026-11";
 
     // A run killed midway: the first two subscriptions billed, then the process died.
     for id in &ids[..2] {
         assert!(matches!(
-            billing::bill(p.pool(), *id, cycle).await.unwrap(),
+            billing::bill(p.pool(), *id, cycle, ok).await.unwrap(),
             Billed::Charged(_)
         ));
     }
@@ -434,7 +442,7 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
     let charged: u64 = runs.iter().map(|r| r.as_ref().unwrap().charged).sum();
     assert_eq!(charged, active as u64, "{runs:?}");
     // Many concurrent bills of one subscription for a new cycle: one wins.
-    let won = join_all((0..8).map(|_| billing::bill(p.pool(), ids[0], "2027-01"))).await;
+    let won = join_all((0..8).map(|_| billing::bill(p.pool(), ids[0], "2027-01", ok))).await;
     assert_eq!(
         won.iter()
             .filter(|b| matches!(b, Ok(Billed::Charged(_))))
@@ -503,7 +511,9 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
         "--provider",
         "nope",
         "--customer",
-        "x",
+        "cus_x",
+        "--payment-method",
+        "pm_card_visa",
         "--amount",
         "1",
         "--currency",
@@ -542,8 +552,7 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
             .unwrap_or_else(|| panic!("{key} reached the gateway"));
         assert_eq!(stats.charges, 1, "{key}: {stats:?}");
     }
-    assert_eq!(report.provider("st").unwrap().charges, 4 * 2 + 1);
-    assert_eq!(report.provider("mp").unwrap().charges, 2 * 2);
+    assert_eq!(report.provider("st").unwrap().charges, 6 * 2 + 1);
     sandbox.stop().await;
 }
 
@@ -607,6 +616,8 @@ async fn concurrent_refunds_never_exceed_the_capture() {
         "1001",
         "--reason",
         "demais",
+        "--idempotency-key",
+        "INC-1-a",
     ]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
@@ -620,12 +631,15 @@ async fn concurrent_refunds_never_exceed_the_capture() {
         "1000",
         "--reason",
         "resto",
+        "--idempotency-key",
+        "INC-1-b",
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let refund_id: i64 = String::from_utf8_lossy(&out.stdout)
         .trim()
-        .parse()
-        .expect("refund id");
+        .strip_prefix("re_hl_")
+        .and_then(|n| n.parse().ok())
+        .expect("refund id re_hl_N");
 
     outbox_drained(&p).await;
     cancel.cancel();

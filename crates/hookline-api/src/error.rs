@@ -51,6 +51,30 @@ pub enum ApiError {
         /// What is wrong with it.
         message: String,
     },
+    /// A field required here is missing: 400 naming it (`param`: `amount`, `stripe.payment_method`, …). For
+    /// the provider object, what is required to confirm is [`hookline_payments::params::PaymentParams::
+    /// missing_for_confirm`], the dispatcher's own rule.
+    #[error("{param} is required")]
+    ParameterMissing {
+        /// The missing field's path.
+        param: String,
+    },
+    /// A provider object named after another scheme than the intent's provider (`"mercadopago"` for a Stripe
+    /// provider), or both objects at once: 400 naming it.
+    #[error("{param} is not the provider object of this payment intent's provider (expected {expected})")]
+    ProviderObjectMismatch {
+        /// The object sent.
+        param: String,
+        /// The object the provider takes.
+        expected: &'static str,
+    },
+    /// The client's `order_reference` already has a live (not failed) payment intent: 409 with its id (the
+    /// defence for a front end that makes a new Idempotency-Key per click).
+    #[error("this order_reference already has a live payment intent: {intent}")]
+    OrderReferenceInUse {
+        /// The existing intent's public id.
+        intent: String,
+    },
     /// A path id, header or JSON string PostgreSQL cannot hold (NUL) or a one-line value with a control
     /// character: 400 with the input check's stable code (`invalid_text`, `control_character`, `too_long`) and
     /// the field as `param` (a JSON string by its pointer, e.g. `customer`).
@@ -119,6 +143,9 @@ impl ApiError {
             ApiError::BodyRead(_) => "body_read_failed",
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidField { code, .. } => code,
+            ApiError::ParameterMissing { .. } => "parameter_missing",
+            ApiError::ProviderObjectMismatch { .. } => "provider_object_mismatch",
+            ApiError::OrderReferenceInUse { .. } => "order_reference_in_use",
             ApiError::InvalidInput(e) => e.code(),
             ApiError::IntentNotFound => "intent_not_found",
             ApiError::IntentNotCaptured => "intent_not_captured",
@@ -155,11 +182,15 @@ impl ResponseError for ApiError {
             | ApiError::IdempotencyKeyInvalid
             | ApiError::BodyRead(_)
             | ApiError::InvalidInput(_)
+            | ApiError::ParameterMissing { .. }
+            | ApiError::ProviderObjectMismatch { .. }
             | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::IdempotencyKeyReused
             | ApiError::InvalidField { .. }
             | ApiError::RefundAboveCaptured { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::IdempotencyKeyInFlight | ApiError::IntentNotCaptured => StatusCode::CONFLICT,
+            ApiError::IdempotencyKeyInFlight
+            | ApiError::IntentNotCaptured
+            | ApiError::OrderReferenceInUse { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
@@ -194,8 +225,14 @@ impl ResponseError for ApiError {
             "message": message,
         });
         match self {
-            ApiError::InvalidField { param, .. } => {
+            ApiError::InvalidField { param, .. }
+            | ApiError::ParameterMissing { param }
+            | ApiError::ProviderObjectMismatch { param, .. } => {
                 error["param"] = serde_json::Value::from(param.as_str());
+            }
+            ApiError::OrderReferenceInUse { intent } => {
+                error["param"] = serde_json::Value::from("order_reference");
+                error["intent"] = serde_json::Value::from(intent.as_str());
             }
             ApiError::InvalidInput(e) => {
                 error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));

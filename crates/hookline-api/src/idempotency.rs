@@ -24,10 +24,15 @@ pub const KEY_LOCK_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The `Idempotency-Key` header: required, 1..=255 printable ASCII characters.
 pub fn key_of(req: &actix_web::HttpRequest) -> Result<String, ApiError> {
-    let value = req
-        .headers()
-        .get("idempotency-key")
-        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    optional_key_of(req)?.ok_or(ApiError::IdempotencyKeyMissing)
+}
+
+/// The `Idempotency-Key` header where it is optional (a confirm): absent is `None`, present is checked as
+/// [`key_of`] checks it.
+pub fn optional_key_of(req: &actix_web::HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
     let bytes = value.as_bytes();
     if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
         return Err(ApiError::IdempotencyKeyInvalid);
@@ -35,7 +40,7 @@ pub fn key_of(req: &actix_web::HttpRequest) -> Result<String, ApiError> {
     // Printable ASCII, checked above: always valid UTF-8 and storable; still through the one input check.
     let key = String::from_utf8_lossy(bytes);
     hookline_core::input::line("Idempotency-Key", &key, 255).map_err(ApiError::from)?;
-    Ok(key.into_owned())
+    Ok(Some(key.into_owned()))
 }
 
 /// sha256 (hex) of what makes two requests "the same": method, path and body.
@@ -47,6 +52,26 @@ pub fn request_hash(method: &str, path: &str, body: &[u8]) -> String {
     h.update(b"\n");
     h.update(body);
     hex::encode(h.finalize())
+}
+
+/// Runs `op` without a key (a confirm without `Idempotency-Key`: the operation is idempotent by itself) in one
+/// transaction, its lock waits bounded like a keyed request's.
+pub async fn run_unkeyed(state: &ApiState, client: &str, op: Operation) -> Result<Reply, ApiError> {
+    let mut tx = state
+        .pool
+        .begin()
+        .await
+        .map_err(|e| ApiError::database(e, "begin the request's transaction"))?;
+    let lock_ms = state.db_timeout.as_millis().max(1);
+    sqlx::query(&format!("SET LOCAL lock_timeout = '{lock_ms}ms'"))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| ApiError::database(e, "set the lock timeout"))?;
+    let reply = op.execute(&mut tx, client, &state.providers).await?;
+    tx.commit()
+        .await
+        .map_err(|e| ApiError::database(e, "commit the request"))?;
+    Ok(reply)
 }
 
 /// Runs `op` once per `(client, key)`: the first request executes it, the others replay its response.
@@ -98,7 +123,7 @@ pub async fn run(
         }
         KeyClaim::Incomplete => Err(ApiError::IdempotencyKeyInFlight),
         KeyClaim::Claimed => {
-            let reply = op.execute(&mut tx, client).await?;
+            let reply = op.execute(&mut tx, client, &state.providers).await?;
             let status = i16::try_from(reply.status.as_u16()).unwrap_or(500);
             intents::complete_idempotency_key(&mut tx, client, key, status, &reply.body)
                 .await

@@ -1,11 +1,14 @@
-//! `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
+//! `POST /v1/payment_intents`, `POST /v1/payment_intents/{id}/confirm`, `GET /v1/payment_intents/{id}`,
+//! `POST /v1/payment_intents/{id}/refunds`.
 //!
 //! Input is checked field by field before anything touches the database (each mistake has its own stable code
 //! and names its `param`): the path id through [`input::line`], every string of the body through
 //! [`input::json_strings`] (a NUL is 400 `invalid_text`, never a database error). Currencies are the ISO 4217
 //! codes the provider accepts ([`hookline_payments::currency`]). Every read and write is scoped to the
 //! authenticated client: another client's intent is 404 `intent_not_found`. The writes go through
-//! [`super::idempotency::run`].
+//! [`super::idempotency::run`] (a confirm without `Idempotency-Key` through
+//! [`super::idempotency::run_unkeyed`]). The provider object is checked by [`super::params`]; a field the
+//! gateway requires to confirm is 400 `parameter_missing` naming it, by the dispatcher's own rule.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -16,6 +19,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::operation::{CreateIntent, Operation};
+use super::params::{self, ProviderObject};
 use super::{idempotency, read_body, serve, ApiState, Reply, Route};
 
 /// Largest amount in minor units (the database's bound).
@@ -26,6 +30,8 @@ pub const MAX_CUSTOMER_CHARS: usize = 200;
 pub const MAX_DESCRIPTION_CHARS: usize = 1000;
 /// Longest refund `reason`, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
+/// Longest `order_reference`, in characters (the database's bound).
+pub const MAX_ORDER_REFERENCE_CHARS: usize = 200;
 /// Longest intent id accepted in a path (longer ones cannot exist).
 const MAX_ID_BYTES: usize = 255;
 
@@ -39,11 +45,44 @@ pub async fn create(
         let client = state.keys.authenticate(&req)?;
         let key = idempotency::key_of(&req)?;
         let body = read_body(&req, payload, &state).await?;
-        let op = Operation::CreateIntent(parse_create(&body, &state)?);
+        let op = Operation::CreateIntent(Box::new(parse_create(&body, &state)?));
         let hash = idempotency::request_hash("POST", req.path(), &body);
         state
             .within_budget(idempotency::run(&state, client, &key, &hash, op))
             .await
+    })
+    .await
+}
+
+/// `POST /v1/payment_intents/{id}/confirm`: the optional body is the provider object (`{"stripe": {…}}`), to
+/// supply the payment method at submit time; `Idempotency-Key` is optional (the intent's status makes a second
+/// confirm answer the current state).
+pub async fn confirm(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::ConfirmIntent, async {
+        let client = state.keys.authenticate(&req)?;
+        let key = idempotency::optional_key_of(&req)?;
+        let intent = path_id(path.into_inner())?;
+        let body = read_body(&req, payload, &state).await?;
+        let supplied = parse_confirm(&body)?;
+        let op = Operation::Confirm { intent, supplied };
+        match key {
+            Some(key) => {
+                let hash = idempotency::request_hash("POST", req.path(), &body);
+                state
+                    .within_budget(idempotency::run(&state, client, &key, &hash, op))
+                    .await
+            }
+            None => {
+                state
+                    .within_budget(idempotency::run_unkeyed(&state, client, op))
+                    .await
+            }
+        }
     })
     .await
 }
@@ -142,11 +181,9 @@ fn refuse_unknown(m: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiErr
 
 fn required<'a>(m: &'a Map<String, Value>, param: &'static str) -> Result<&'a Value, ApiError> {
     match m.get(param) {
-        None | Some(Value::Null) => Err(ApiError::field(
-            "parameter_missing",
-            param,
-            format!("{param} is required"),
-        )),
+        None | Some(Value::Null) => Err(ApiError::ParameterMissing {
+            param: param.to_owned(),
+        }),
         Some(v) => Ok(v),
     }
 }
@@ -196,7 +233,17 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
     let m = parse_object(body)?;
     refuse_unknown(
         &m,
-        &["provider", "amount", "currency", "customer", "description"],
+        &[
+            "provider",
+            "amount",
+            "currency",
+            "customer",
+            "description",
+            "order_reference",
+            "confirm",
+            "stripe",
+            "mercadopago",
+        ],
     )?;
     let provider = required(&m, "provider")?.as_str().ok_or_else(|| {
         ApiError::field("provider_invalid", "provider", "provider must be a string")
@@ -238,25 +285,79 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             ),
         ));
     }
+    let customer = optional_text(
+        &m,
+        "customer",
+        "customer_invalid",
+        MAX_CUSTOMER_CHARS,
+        false,
+    )?;
+    let description = optional_text(
+        &m,
+        "description",
+        "description_invalid",
+        MAX_DESCRIPTION_CHARS,
+        true,
+    )?;
+    let order_reference = optional_text(
+        &m,
+        "order_reference",
+        "order_reference_invalid",
+        MAX_ORDER_REFERENCE_CHARS,
+        false,
+    )?;
+    if order_reference
+        .as_deref()
+        .is_some_and(|o| o.trim().is_empty())
+    {
+        return Err(ApiError::field(
+            "order_reference_invalid",
+            "order_reference",
+            "order_reference must not be blank",
+        ));
+    }
+    let confirm = match m.get("confirm") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::field(
+                "confirm_invalid",
+                "confirm",
+                "confirm must be true or false",
+            ))
+        }
+    };
+    let object = params::from_body(&m, Some(configured.scheme))?;
+    let params = object.as_ref().map(ProviderObject::to_params).transpose()?;
+    if confirm {
+        // The dispatcher's own rule: what it would refuse to send is refused here, naming the field.
+        let effective = params.clone().or_else(|| params::empty(configured.scheme));
+        if let Some(param) = effective.as_ref().and_then(|p| p.missing_for_confirm()) {
+            return Err(ApiError::ParameterMissing {
+                param: param.to_owned(),
+            });
+        }
+    }
     Ok(CreateIntent {
         provider: provider.to_string(),
         amount,
         currency,
-        customer: optional_text(
-            &m,
-            "customer",
-            "customer_invalid",
-            MAX_CUSTOMER_CHARS,
-            false,
-        )?,
-        description: optional_text(
-            &m,
-            "description",
-            "description_invalid",
-            MAX_DESCRIPTION_CHARS,
-            true,
-        )?,
+        customer,
+        description,
+        order_reference,
+        params,
+        confirm,
     })
+}
+
+/// A confirm's body: empty, or an object with at most the provider object.
+fn parse_confirm(body: &[u8]) -> Result<Option<ProviderObject>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let m = parse_object(body)?;
+    refuse_unknown(&m, &["stripe", "mercadopago"])?;
+    params::from_body(&m, None)
 }
 
 fn parse_refund(body: &[u8]) -> Result<(i64, String), ApiError> {

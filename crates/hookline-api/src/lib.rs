@@ -1,20 +1,27 @@
 //! The merchant-facing API, served on its own listener (`[api] listen`), never on the providers' one:
 //!
-//! * `POST /v1/payment_intents` — create a payment intent (and, in the same transaction, its outbound charge);
+//! * `POST /v1/payment_intents` — create a payment intent with what its gateway needs to charge (the provider
+//!   object, [`params`]) and, in the same transaction, its outbound charge; with `"confirm": false` it waits
+//!   (`requires_confirmation`) for
+//! * `POST /v1/payment_intents/{id}/confirm` — the checkout's submit: queue the charge once, however many
+//!   times it is confirmed (a second confirm answers the intent's current state);
 //! * `GET /v1/payment_intents/{id}` — read one;
 //! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured.
 //!
 //! Every request carries `Authorization: Bearer KEY`, a key of one `[[api.clients]]` entry (or of the legacy
 //! `[api] keys`, the client `default`); the request acts as that client's NAME: it sees and refunds only that
-//! client's intents (another's is 404, as if it did not exist). Writes carry an `Idempotency-Key` whose first
-//! response is stored under (client name, key) and replayed (see [`idempotency`]). Every path id, header and
-//! JSON string goes through [`hookline_core::input`] before SQL. Errors follow [`error::ApiError`].
+//! client's intents (another's is 404, as if it did not exist). Creates and refunds carry an `Idempotency-Key`
+//! whose first response is stored under (client name, key) and replayed (see [`idempotency`]); a confirm may
+//! (it is idempotent by the intent's status). An intent's `order_reference` allows one live intent per order
+//! and client (409 `order_reference_in_use` names it), whatever keys a front end sends. Every path id, header
+//! and JSON string goes through [`hookline_core::input`] before SQL. Errors follow [`error::ApiError`].
 
 mod auth;
 mod error;
 mod idempotency;
 mod intents;
 mod operation;
+mod params;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -98,6 +105,7 @@ impl Reply {
 #[derive(Clone, Copy)]
 enum Route {
     CreateIntent,
+    ConfirmIntent,
     GetIntent,
     CreateRefund,
     Unknown,
@@ -107,6 +115,7 @@ impl Route {
     fn label(self) -> &'static str {
         match self {
             Route::CreateIntent => "create_payment_intent",
+            Route::ConfirmIntent => "confirm_payment_intent",
             Route::GetIntent => "get_payment_intent",
             Route::CreateRefund => "create_refund",
             Route::Unknown => "unknown",
@@ -186,6 +195,10 @@ async fn read_body(
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/payment_intents", web::post().to(intents::create))
         .route("/v1/payment_intents/{id}", web::get().to(intents::get))
+        .route(
+            "/v1/payment_intents/{id}/confirm",
+            web::post().to(intents::confirm),
+        )
         .route(
             "/v1/payment_intents/{id}/refunds",
             web::post().to(intents::refund),

@@ -1,17 +1,29 @@
 //! The writes the API performs once per idempotency key, and how each is executed in the request's transaction.
 //! Parsed by the handlers ([`crate::intents`]), run once by [`crate::idempotency`]; neither imports the other.
 
+use std::collections::HashMap;
+
 use actix_web::http::StatusCode;
-use hookline_payments::intents::{self, NewIntent, RefundError};
+use hookline_core::config::ProviderConfig;
+use hookline_payments::intents::{self, CreateError, NewIntent, RefundError};
+use hookline_payments::params::PaymentParams;
 use sqlx::PgConnection;
 
 use crate::error::ApiError;
+use crate::params::{self, ProviderObject};
 use crate::Reply;
 
 /// A write the API performs once per idempotency key.
 pub enum Operation {
-    /// Create an intent (and its outbound charge).
-    CreateIntent(CreateIntent),
+    /// Create an intent (and its outbound charge unless it waits for a confirm).
+    CreateIntent(Box<CreateIntent>),
+    /// Confirm an intent created with `confirm: false`, optionally supplying (part of) its provider object.
+    Confirm {
+        /// The intent's public id.
+        intent: String,
+        /// The provider object sent with the confirm, laid over the stored one.
+        supplied: Option<ProviderObject>,
+    },
     /// Request a refund on an intent.
     Refund {
         /// The intent's public id.
@@ -30,11 +42,21 @@ pub struct CreateIntent {
     pub(crate) currency: String,
     pub(crate) customer: Option<String>,
     pub(crate) description: Option<String>,
+    pub(crate) order_reference: Option<String>,
+    /// What the gateway needs (checked against `missing_for_confirm` already when `confirm`).
+    pub(crate) params: Option<PaymentParams>,
+    pub(crate) confirm: bool,
 }
 
 impl Operation {
     /// Performs the write in the request's transaction and builds the response to store and send.
-    pub async fn execute(self, tx: &mut PgConnection, client: &str) -> Result<Reply, ApiError> {
+    /// `providers` names each configured provider's scheme (a confirm checks its object against it).
+    pub async fn execute(
+        self,
+        tx: &mut PgConnection,
+        client: &str,
+        providers: &HashMap<String, ProviderConfig>,
+    ) -> Result<Reply, ApiError> {
         match self {
             Operation::CreateIntent(c) => {
                 let intent = intents::create_intent_for_client(
@@ -46,14 +68,25 @@ impl Operation {
                         currency: &c.currency,
                         customer: c.customer.as_deref(),
                         description: c.description.as_deref(),
-                        order_reference: None,
-                        payment_params: None,
-                        confirm: true,
+                        order_reference: c.order_reference.as_deref(),
+                        payment_params: c.params.as_ref(),
+                        confirm: c.confirm,
                     },
                 )
                 .await
-                .map_err(|e| ApiError::database(e, "create the payment intent"))?;
+                .map_err(|e| match e {
+                    CreateError::OrderReferenceInUse { intent } => {
+                        ApiError::OrderReferenceInUse { intent }
+                    }
+                    CreateError::OrderReferenceContended => ApiError::Unavailable(anyhow::anyhow!(
+                        "the order's live payment intent changed while it was read"
+                    )),
+                    CreateError::Database(e) => ApiError::database(e, "create the payment intent"),
+                })?;
                 Reply::json(StatusCode::CREATED, &intent)
+            }
+            Operation::Confirm { intent, supplied } => {
+                confirm(tx, client, providers, &intent, supplied).await
             }
             Operation::Refund {
                 intent,
@@ -69,11 +102,15 @@ impl Operation {
                             ApiError::RefundAboveCaptured { amount, left }
                         }
                         RefundError::Database(e) => ApiError::database(e, "request the refund"),
+                        // Only the CLI's keyed refunds can reuse a key; the API's keys are its own.
+                        e @ RefundError::KeyReused { .. } => {
+                            ApiError::Unexpected(anyhow::Error::new(e))
+                        }
                     })?;
                 Reply::json(
                     StatusCode::CREATED,
                     &serde_json::json!({
-                        "id": format!("re_hl_{id}"),
+                        "id": intents::refund_public_id(id),
                         "intent": intent,
                         "amount": amount,
                         "status": "requires_dispatch",
@@ -82,4 +119,66 @@ impl Operation {
             }
         }
     }
+}
+
+/// Confirms the client's intent `public_id` (see [`crate::intents::confirm`]): the row is locked first, so
+/// concurrent confirms decide one after the other; only `requires_confirmation` moves (to `requires_dispatch`,
+/// its charge queued), any other status is answered as it is, nothing changed.
+async fn confirm(
+    tx: &mut PgConnection,
+    client: &str,
+    providers: &HashMap<String, ProviderConfig>,
+    public_id: &str,
+    supplied: Option<ProviderObject>,
+) -> Result<Reply, ApiError> {
+    let intent = intents::lock_for_client(tx, client, public_id)
+        .await
+        .map_err(|e| ApiError::database(e, "lock the payment intent"))?
+        .ok_or(ApiError::IntentNotFound)?;
+    if intent.status != "requires_confirmation" {
+        return Reply::json(StatusCode::OK, &intent);
+    }
+    let scheme = providers
+        .get(&intent.provider)
+        .map(|p| p.scheme)
+        .filter(|s| params::field_of(*s).is_some())
+        .ok_or_else(|| {
+            ApiError::field(
+                "provider_not_supported",
+                "provider",
+                "this payment intent's provider is no longer configured for charges",
+            )
+        })?;
+    let expected = params::field_of(scheme).unwrap_or_default();
+    let stored = intent.payment_params.as_ref().map(|p| &p.0);
+    let params = match (&supplied, stored) {
+        (Some(object), _) if object.field() != expected => {
+            return Err(ApiError::ProviderObjectMismatch {
+                param: object.field().to_owned(),
+                expected,
+            })
+        }
+        (Some(object), stored) => object.merged_over(stored)?,
+        (None, Some(stored)) => stored.clone(),
+        (None, None) => params::empty(scheme).ok_or_else(|| {
+            ApiError::Unexpected(anyhow::anyhow!("no provider object for {expected}"))
+        })?,
+    };
+    if let Some(param) = params.missing_for_confirm() {
+        return Err(ApiError::ParameterMissing {
+            param: param.to_owned(),
+        });
+    }
+    let confirmed = intents::confirm(tx, intent.id, &params)
+        .await
+        .map_err(|e| ApiError::database(e, "confirm the payment intent"))?;
+    // The row is locked: the UPDATE's condition holds. Should it not, the current state is the answer.
+    let current = match confirmed {
+        Some(i) => i,
+        None => intents::get_for_client(tx, client, public_id)
+            .await
+            .map_err(|e| ApiError::database(e, "read the payment intent"))?
+            .ok_or(ApiError::IntentNotFound)?,
+    };
+    Reply::json(StatusCode::OK, &current)
 }

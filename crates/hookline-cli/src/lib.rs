@@ -79,7 +79,8 @@ enum Command {
     /// Billing runs: charge every active subscription once per cycle.
     #[command(subcommand)]
     Billing(outbound::BillingCommand),
-    /// Request a refund of a payment intent (sent to the gateway by the dispatcher).
+    /// Request a refund of a payment intent (sent to the gateway by the dispatcher), under a required
+    /// --idempotency-key: the same command run twice refunds once. Prints the refund id (re_hl_…).
     Refund(outbound::RefundArgs),
     /// Run the outbound dispatcher on its own (it also runs inside hookline-worker): send queued charges and
     /// refunds to the gateways, with the same idempotency key on every attempt, until SIGTERM/SIGINT.

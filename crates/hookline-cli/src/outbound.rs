@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use hookline_core::Config;
-use hookline_payments::billing::{self, RunSummary};
+use hookline_payments::billing::{self, NewSubscription, RunSummary};
 use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
 use hookline_payments::intents::{self, RefundError};
 use hookline_signature::Scheme;
@@ -17,14 +17,23 @@ use crate::ops;
 /// `hookline subscriptions …`.
 #[derive(Subcommand, Debug)]
 pub enum SubscriptionsCommand {
-    /// Create an active subscription; prints its id.
+    /// Create an active subscription, charged off-session with a payment method saved at the provider; prints
+    /// its id.
+    #[command(after_help = "\
+The customer and the payment method are the provider's own ids, saved there by the merchant's checkout: \
+Stripe cus_… and pm_… (charged with off_session=true); Mercado Pago the customer id and the card id (Mercado \
+Pago charges a saved card only with a fresh token made with the security code the customer types again, so \
+its billing charges need attention until the merchant supplies one).")]
     Add {
         /// Configured provider (stripe or mercadopago scheme)
         #[arg(long)]
         provider: String,
-        /// The merchant's customer reference (an e-mail for Mercado Pago)
+        /// The customer AT THE PROVIDER (Stripe cus_…; Mercado Pago customer id)
         #[arg(long)]
         customer: String,
+        /// The payment method saved at the provider (Stripe pm_…; Mercado Pago card id)
+        #[arg(long, value_name = "ID")]
+        payment_method: String,
         /// Amount charged per cycle, in minor units (cents)
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000_000_000))]
         amount: i64,
@@ -51,6 +60,10 @@ pub enum BillingCommand {
     /// Charge every active subscription for one cycle, exactly once however often (or however many at once)
     /// it runs: each charge claims (subscription, cycle) in the transaction that creates its payment intent.
     /// The dispatcher sends the charges. Exit codes: 0 ok, 1 some subscription needs attention, 2 usage.
+    #[command(after_help = "\
+Its idempotency key is derived, never typed: the business key (subscription, --cycle) is claimed once \
+(billing_claims_cycle_key), and the gateway's key is derived from the claimed intent. The same command run \
+twice, or at the same time, charges each subscription once per cycle.")]
     Run(BillingRunArgs),
 }
 
@@ -96,8 +109,16 @@ fn cycle_allowed(cycle: &str, allow: Option<&str>, today: time::Date) -> Result<
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Records the refund and queues it for the dispatcher in one transaction. Refunds never exceed what was \
-captured, also when requested concurrently. Exit codes: 0 requested (prints the refund id), 1 refused (not \
-captured, above what is left, unknown payment), 2 usage.")]
+captured, also when requested concurrently.
+
+Why --idempotency-key is required: a refund moves money. Without a key, the same command run twice (a \
+retry after a timeout, a re-run from shell history, two operators) refunds twice. With it, the key is stored \
+with the refund (UNIQUE per payment intent): the same command run again prints the same refund and sends \
+nothing more; the same key with another amount or reason is refused. Use one key per intended refund, e.g. \
+the ticket that asked for it (INC-1234-refund-1).
+
+Exit codes: 0 requested or already requested (prints the refund id, re_hl_…), 1 refused (not captured, \
+above what is left, unknown payment, key used for another refund), 2 usage.")]
 pub struct RefundArgs {
     /// The payment intent's public id (pi_hl_…)
     payment: String,
@@ -107,6 +128,9 @@ pub struct RefundArgs {
     /// Why (kept with the refund)
     #[arg(long)]
     reason: String,
+    /// This refund's key: the same key refunds once, however often the command runs (see below)
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: String,
 }
 
 /// Arguments of `hookline dispatch`.
@@ -121,13 +145,14 @@ pub struct DispatchArgs {
     request_timeout_secs: Option<u64>,
 }
 
-fn chargeable(config: &Config, provider: &str) -> Result<(), String> {
+/// The scheme of a provider that can be charged (stripe or mercadopago).
+fn chargeable(config: &Config, provider: &str) -> Result<Scheme, String> {
     match config.providers.get(provider) {
         None => Err(format!("no provider named {provider:?} is configured")),
         Some(p) if !matches!(p.scheme, Scheme::Stripe | Scheme::MercadoPago) => Err(format!(
             "provider {provider:?} is not a stripe or mercadopago provider"
         )),
-        Some(_) => Ok(()),
+        Some(p) => Ok(p.scheme),
     }
 }
 
@@ -140,13 +165,17 @@ pub async fn subscriptions(
         SubscriptionsCommand::Add {
             provider,
             customer,
+            payment_method,
             amount,
             currency,
         } => {
-            if let Err(why) = chargeable(config, provider) {
-                eprintln!("error: {why}");
-                return Ok(ExitCode::from(2));
-            }
+            let scheme = match chargeable(config, provider) {
+                Ok(scheme) => scheme,
+                Err(why) => {
+                    eprintln!("error: {why}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
             let currency = currency.trim().to_ascii_lowercase();
             if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
                 eprintln!(
@@ -154,14 +183,25 @@ pub async fn subscriptions(
                 );
                 return Ok(ExitCode::from(2));
             }
-            let customer = customer.trim();
-            if customer.is_empty() || customer.chars().count() > 200 {
-                eprintln!("error: --customer must be 1 to 200 characters");
+            let (customer, payment_method) = (customer.trim(), payment_method.trim());
+            if let Err((flag, what)) = billing::valid_saved_method(scheme, customer, payment_method)
+            {
+                eprintln!("error: {flag} must be {what}");
                 return Ok(ExitCode::from(2));
             }
             let pool = ops::pool(config).await?;
             let mut conn = pool.acquire().await?;
-            let id = billing::add(&mut conn, provider, customer, *amount, &currency).await?;
+            let id = billing::add(
+                &mut conn,
+                &NewSubscription {
+                    provider,
+                    customer,
+                    payment_method,
+                    amount: *amount,
+                    currency: &currency,
+                },
+            )
+            .await?;
             println!("{id}");
             Ok(ExitCode::SUCCESS)
         }
@@ -230,18 +270,19 @@ pub async fn billing(config: &Config, cmd: &BillingCommand) -> anyhow::Result<Ex
         );
         pb
     });
-    let provider_ok = |p: &str| {
-        chargeable(config, p).is_ok()
-            && config
+    let scheme_of = |p: &str| {
+        chargeable(config, p).ok().filter(|_| {
+            config
                 .providers
                 .get(p)
                 .is_some_and(|c| c.api_base.is_some())
+        })
     };
     let summary = billing::run_cycle(
         &pool,
         &args.cycle,
         args.dry_run,
-        provider_ok,
+        scheme_of,
         |done, total| {
             if let Some(pb) = &bar {
                 pb.set_length(total);
@@ -292,12 +333,30 @@ pub async fn refund(config: &Config, args: &RefundArgs) -> anyhow::Result<ExitCo
         eprintln!("error: --reason must be 1 to 500 characters");
         return Ok(ExitCode::from(2));
     }
+    let key = args.idempotency_key.as_str();
+    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        eprintln!(
+            "error: --idempotency-key must be 1 to 255 printable ASCII characters without spaces"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let payment = args.payment.as_str();
+    if payment.is_empty() || payment.len() > 255 || !payment.bytes().all(|b| b.is_ascii_graphic()) {
+        eprintln!("error: the payment intent id must be 1 to 255 printable ASCII characters");
+        return Ok(ExitCode::from(2));
+    }
     let pool = ops::pool(config).await?;
     let mut tx = pool.begin().await?;
-    match intents::request_refund(&mut tx, &args.payment, args.amount, reason).await {
-        Ok(id) => {
+    match intents::request_refund_with_key(&mut tx, payment, args.amount, reason, key).await {
+        Ok(requested) => {
             tx.commit().await?;
-            println!("{id}");
+            if !requested.created {
+                eprintln!(
+                    "already requested with this key (status {}); nothing new was sent",
+                    requested.status
+                );
+            }
+            println!("{}", intents::refund_public_id(requested.id));
             Ok(ExitCode::SUCCESS)
         }
         Err(RefundError::Database(e)) => Err(e.into()),

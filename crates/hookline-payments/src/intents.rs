@@ -5,6 +5,12 @@
 //! [`crate::outbound_requests::enqueue`] on the same connection): either both exist or neither. The gateway's idempotency key
 //! is derived from the intent's id, so it is the same on every attempt and after any crash.
 //!
+//! The key is born with the intent, not with the click (issue 27): an intent created with `confirm: false` is
+//! `requires_confirmation` and has no outbound request until [`confirm`] moves it (a conditional UPDATE decides
+//! who confirms; the request's UNIQUE key is the second guard). An intent may carry the merchant's
+//! `order_reference`: the partial UNIQUE index `payment_intents_live_order` keeps one live (not failed) intent
+//! per client and order ([`create_intent_for_client`]), whatever Idempotency-Keys the front end sends.
+//!
 //! Intents belong to a merchant API client (`client`, its `[[api.clients]]` name): the `*_for_client`
 //! functions see and refund only that client's intents, so one client never reads or refunds another's (issue
 //! 25, finding 3). Intents of hookline's own (billing runs, the CLI) have no client and no API client sees them.
@@ -102,34 +108,88 @@ pub fn refund_key(refund_id: i64) -> String {
     format!("hookline-refund-{refund_id}")
 }
 
-/// Creates an intent of hookline's own (no API client: billing runs, the CLI, tests) and its outbound charge
-/// request in the caller's transaction.
+/// The public id of an outbound refund, as the API and the CLI show it (`re_hl_N`).
+pub fn refund_public_id(refund_id: i64) -> String {
+    format!("re_hl_{refund_id}")
+}
+
+/// Why an intent of an API client was not created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The client's order already has a live (not failed) intent: its public id. The defence for a front end
+    /// that makes a new Idempotency-Key per click (partial UNIQUE index `payment_intents_live_order`).
+    #[error("the order already has a live payment intent, {intent}")]
+    OrderReferenceInUse {
+        /// The existing intent's public id.
+        intent: String,
+    },
+    /// The order's live intent changed between the conflict and its read, twice (it failed while a new one was
+    /// created): retry.
+    #[error("the order's live payment intent changed while it was read; retry")]
+    OrderReferenceContended,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Creates an intent of hookline's own (no API client: billing runs, the CLI, tests) and, when
+/// `new.confirm`, its outbound charge request in the caller's transaction. Intents without a client never
+/// collide on `order_reference` (NULL clients are distinct in the UNIQUE index).
 pub async fn create_intent(
     tx: &mut PgConnection,
     new: &NewIntent<'_>,
 ) -> Result<Intent, sqlx::Error> {
-    insert_intent(tx, None, new).await
+    // Without a client the ON CONFLICT arbiter cannot match: a row always comes back.
+    insert_intent(tx, None, new)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)
 }
 
-/// Creates an intent owned by the merchant API client `client` (its `[[api.clients]]` name) and its outbound
-/// charge request in the caller's transaction.
+/// Creates an intent owned by the merchant API client `client` (its `[[api.clients]]` name) and, when
+/// `new.confirm`, its outbound charge request in the caller's transaction.
+///
+/// With an `order_reference`, the partial UNIQUE index `payment_intents_live_order` decides: a second live
+/// intent for the same `(client, order_reference)` is not inserted (a concurrent one waits for the first to
+/// commit), and the existing intent is named in [`CreateError::OrderReferenceInUse`]. Once that intent has
+/// failed, the order can be paid with a new one.
 pub async fn create_intent_for_client(
     tx: &mut PgConnection,
     client: &str,
     new: &NewIntent<'_>,
-) -> Result<Intent, sqlx::Error> {
-    insert_intent(tx, Some(client), new).await
+) -> Result<Intent, CreateError> {
+    // Twice at most: a second round only follows a live intent that failed between the conflict and its read.
+    for _ in 0..2 {
+        if let Some(intent) = insert_intent(tx, Some(client), new).await? {
+            return Ok(intent);
+        }
+        let existing: Option<String> = sqlx::query_scalar(
+            "SELECT public_id FROM payment_intents
+              WHERE client = $1 AND order_reference = $2 AND status <> 'failed'",
+        )
+        .bind(client)
+        .bind(new.order_reference)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(intent) = existing {
+            return Err(CreateError::OrderReferenceInUse { intent });
+        }
+    }
+    Err(CreateError::OrderReferenceContended)
 }
 
+/// Inserts the intent (and its charge request when confirmed); `None` when `(client, order_reference)` already
+/// has a live intent.
 async fn insert_intent(
     tx: &mut PgConnection,
     client: Option<&str>,
     new: &NewIntent<'_>,
-) -> Result<Intent, sqlx::Error> {
-    let intent: Intent = sqlx::query_as(&format!(
+) -> Result<Option<Intent>, sqlx::Error> {
+    let intent: Option<Intent> = sqlx::query_as(&format!(
         "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
                                       order_reference, payment_params, status)
          VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (client, order_reference) WHERE order_reference IS NOT NULL AND status <> 'failed'
+         DO NOTHING
          RETURNING {COLUMNS}"
     ))
     .bind(new.provider)
@@ -146,11 +206,20 @@ async fn insert_intent(
         IntentStatus::RequiresConfirmation
     }
     .as_str())
-    .fetch_one(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    if !new.confirm {
-        return Ok(intent);
+    let Some(intent) = intent else {
+        return Ok(None);
+    };
+    if new.confirm {
+        enqueue_charge(tx, &intent).await?;
     }
+    Ok(Some(intent))
+}
+
+/// Queues the intent's charge under its derived key; the key's UNIQUE constraint makes a second enqueue a
+/// no-op.
+async fn enqueue_charge(tx: &mut PgConnection, intent: &Intent) -> Result<bool, sqlx::Error> {
     crate::outbound_requests::enqueue(
         &mut *tx,
         crate::outbound_requests::Kind::Charge,
@@ -159,7 +228,48 @@ async fn insert_intent(
         &intent.provider,
         &charge_key(intent.id),
     )
+    .await
+}
+
+/// The intent `public_id` of the API client `client`, locked (`FOR UPDATE`) until the caller's transaction
+/// ends: a confirm decides on the row nobody else can change meanwhile (concurrent confirms wait here, then see
+/// the first one's outcome).
+pub async fn lock_for_client(
+    tx: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1 AND client = $2 FOR UPDATE"
+    ))
+    .bind(public_id)
+    .bind(client)
+    .fetch_optional(tx)
+    .await
+}
+
+/// Confirms intent `intent_id` with `params` (what its gateway needs; the caller checked
+/// [`PaymentParams::missing_for_confirm`]): `requires_confirmation` → `requires_dispatch` and its charge
+/// queued, in the caller's transaction. The conditional UPDATE decides who confirms (`None`: the intent was not
+/// `requires_confirmation` any more, nothing changed); the charge request's UNIQUE key is the second guard.
+pub async fn confirm(
+    tx: &mut PgConnection,
+    intent_id: i64,
+    params: &PaymentParams,
+) -> Result<Option<Intent>, sqlx::Error> {
+    let intent: Option<Intent> = sqlx::query_as(&format!(
+        "UPDATE payment_intents
+            SET status = 'requires_dispatch', payment_params = $2, updated_at = now()
+          WHERE id = $1 AND status = 'requires_confirmation'
+         RETURNING {COLUMNS}"
+    ))
+    .bind(intent_id)
+    .bind(sqlx::types::Json(params))
+    .fetch_optional(&mut *tx)
     .await?;
+    if let Some(intent) = &intent {
+        enqueue_charge(tx, intent).await?;
+    }
     Ok(intent)
 }
 
@@ -425,6 +535,18 @@ pub enum RefundError {
         /// Still refundable.
         left: i64,
     },
+    /// The request key was already used for another refund of this intent (another amount or reason): the
+    /// same key must mean the same refund.
+    #[error(
+        "the idempotency key was already used for refund {refund} of this intent with another amount or \
+         reason ({amount}); a different refund needs a new key"
+    )]
+    KeyReused {
+        /// The existing refund (`re_hl_N`).
+        refund: String,
+        /// Its amount.
+        amount: i64,
+    },
     /// The database failed.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -455,6 +577,133 @@ pub async fn request_refund_for_client(
     refund(tx, Some(client), public_id, amount, reason).await
 }
 
+/// A refund asked for under a request key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRequested {
+    /// `outbound_refunds.id` (shown as [`refund_public_id`]).
+    pub id: i64,
+    /// `false`: the key's refund already existed (the same command ran before); nothing was written.
+    pub created: bool,
+    /// The refund's status now.
+    pub status: String,
+}
+
+/// [`request_refund`] under the operator's request key (`hookline refund --idempotency-key`): the same key on
+/// the same intent is the same refund, however often (or however concurrently) it is asked for.
+///
+/// The refund row is inserted FIRST, `ON CONFLICT ON CONSTRAINT outbound_refunds_request_key DO NOTHING`: a
+/// concurrent request with the same key waits on the UNIQUE index until the first commits, then finds its
+/// refund and reserves nothing. Only the inserting request reserves the amount and queues the gateway request;
+/// when the reservation is refused, the caller's rollback removes the row (and frees the key). The same key with
+/// another amount or reason is [`RefundError::KeyReused`].
+pub async fn request_refund_with_key(
+    tx: &mut PgConnection,
+    public_id: &str,
+    amount: i64,
+    reason: &str,
+    request_key: &str,
+) -> Result<RefundRequested, RefundError> {
+    let intent_id: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM payment_intents WHERE public_id = $1")
+            .bind(public_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some(intent_id) = intent_id else {
+        return Err(RefundError::UnknownIntent(public_id.to_owned()));
+    };
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO outbound_refunds (intent_id, amount, reason, request_key) VALUES ($1, $2, $3, $4)
+         ON CONFLICT ON CONSTRAINT outbound_refunds_request_key DO NOTHING
+         RETURNING id",
+    )
+    .bind(intent_id)
+    .bind(amount)
+    .bind(reason)
+    .bind(request_key)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(refund_id) = inserted else {
+        // The conflicting row is committed (an uncommitted one is waited for): it is read here.
+        let (id, stored_amount, stored_reason, status): (i64, i64, String, String) =
+            sqlx::query_as(
+                "SELECT id, amount, reason, status FROM outbound_refunds
+              WHERE intent_id = $1 AND request_key = $2",
+            )
+            .bind(intent_id)
+            .bind(request_key)
+            .fetch_one(&mut *tx)
+            .await?;
+        if stored_amount != amount || stored_reason != reason {
+            return Err(RefundError::KeyReused {
+                refund: refund_public_id(id),
+                amount: stored_amount,
+            });
+        }
+        return Ok(RefundRequested {
+            id,
+            created: false,
+            status,
+        });
+    };
+    let (intent_id, provider) = reserve(tx, None, public_id, amount).await?;
+    crate::outbound_requests::enqueue(
+        &mut *tx,
+        crate::outbound_requests::Kind::Refund,
+        intent_id,
+        Some(refund_id),
+        &provider,
+        &refund_key(refund_id),
+    )
+    .await?;
+    Ok(RefundRequested {
+        id: refund_id,
+        created: true,
+        status: "requires_dispatch".to_owned(),
+    })
+}
+
+/// Reserves `amount` on the intent (`refunded`), never beyond what was captured: the UPDATE's condition and
+/// the CHECK decide, also under concurrent requests. Returns the intent's id and provider.
+async fn reserve(
+    tx: &mut PgConnection,
+    client: Option<&str>,
+    public_id: &str,
+    amount: i64,
+) -> Result<(i64, String), RefundError> {
+    let row: Option<(i64, String)> = sqlx::query_as(
+        "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
+          WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
+            AND ($3::text IS NULL OR client = $3)
+          RETURNING id, provider",
+    )
+    .bind(public_id)
+    .bind(amount)
+    .bind(client)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(reserved) = row {
+        return Ok(reserved);
+    }
+    let intent: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT status, amount, refunded FROM payment_intents
+          WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)",
+    )
+    .bind(public_id)
+    .bind(client)
+    .fetch_optional(&mut *tx)
+    .await?;
+    Err(match intent {
+        None => RefundError::UnknownIntent(public_id.to_owned()),
+        Some((status, _, _)) if status != "succeeded" => {
+            RefundError::NotCaptured(public_id.to_owned())
+        }
+        Some((_, total, refunded)) => RefundError::AboveCaptured {
+            amount,
+            left: total - refunded,
+        },
+    })
+}
+
 async fn refund(
     tx: &mut PgConnection,
     client: Option<&str>,
@@ -462,37 +711,7 @@ async fn refund(
     amount: i64,
     reason: &str,
 ) -> Result<i64, RefundError> {
-    let row: Option<(i64, String, String)> = sqlx::query_as(
-        "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
-          WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
-            AND ($3::text IS NULL OR client = $3)
-          RETURNING id, provider, status",
-    )
-    .bind(public_id)
-    .bind(amount)
-    .bind(client)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((intent_id, provider, _)) = row else {
-        let intent: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT status, amount, refunded FROM payment_intents
-              WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)",
-        )
-        .bind(public_id)
-        .bind(client)
-        .fetch_optional(&mut *tx)
-        .await?;
-        return Err(match intent {
-            None => RefundError::UnknownIntent(public_id.to_owned()),
-            Some((status, _, _)) if status != "succeeded" => {
-                RefundError::NotCaptured(public_id.to_owned())
-            }
-            Some((_, total, refunded)) => RefundError::AboveCaptured {
-                amount,
-                left: total - refunded,
-            },
-        });
-    };
+    let (intent_id, provider) = reserve(tx, client, public_id, amount).await?;
     let refund_id: i64 = sqlx::query_scalar(
         "INSERT INTO outbound_refunds (intent_id, amount, reason) VALUES ($1, $2, $3) RETURNING id",
     )

@@ -139,6 +139,25 @@ impl PaymentParams {
     }
 }
 
+/// Stripe's documented prefixes of what its `payment_method` parameter takes: a PaymentMethod (`pm_…`), or a
+/// Card or Source of older integrations (`card_…`, `src_…`).
+pub const STRIPE_PAYMENT_METHOD_PREFIXES: &[&str] = &["pm_", "card_", "src_"];
+
+/// Stripe's documented prefix of a Customer.
+pub const STRIPE_CUSTOMER_PREFIXES: &[&str] = &["cus_"];
+
+/// Whether `value` is shaped like a Stripe object id with one of `prefixes`: the prefix, then at least one
+/// letter, digit or underscore, 255 bytes at most (Stripe's ids are short; the bound keeps a pasted document
+/// out). One rule for the merchant API and the CLI (`subscriptions add`).
+pub fn is_stripe_id(value: &str, prefixes: &[&str]) -> bool {
+    value.len() <= 255
+        && prefixes.iter().any(|p| {
+            value.strip_prefix(p).is_some_and(|rest| {
+                !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            })
+        })
+}
+
 // The card token is single-use but still a credential for one charge: never in a log line.
 impl std::fmt::Debug for MercadoPagoParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -222,5 +241,25 @@ mod tests {
         assert_eq!(mp(None, Some("pix"), Some("e")).missing_for_confirm(), None);
         assert!(mp(None, Some("pix"), Some("e")).is_asynchronous());
         assert!(!mp(Some("t"), Some("visa"), Some("e")).is_asynchronous());
+    }
+
+    #[test]
+    fn stripe_ids_carry_their_documented_prefix() {
+        for ok in [
+            "pm_card_visa",
+            "pm_1Q0PsIJvEtkwdCNYMSaVuRz6",
+            "card_1",
+            "src_x",
+        ] {
+            assert!(is_stripe_id(ok, STRIPE_PAYMENT_METHOD_PREFIXES), "{ok}");
+        }
+        for bad in ["pm_", "cus_1", "pm_a b", "pm_é", "PM_1", "", "pm_1;drop"] {
+            assert!(!is_stripe_id(bad, STRIPE_PAYMENT_METHOD_PREFIXES), "{bad}");
+        }
+        assert!(is_stripe_id("cus_NffrFeUfNV2Hib", STRIPE_CUSTOMER_PREFIXES));
+        assert!(!is_stripe_id(
+            &format!("cus_{}", "a".repeat(252)),
+            STRIPE_CUSTOMER_PREFIXES
+        ));
     }
 }
