@@ -28,8 +28,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::get().to(list_refunds)),
         )
         .service(
-            web::resource("/v1/payments/{id}/refunds/{refund_id}")
-                .route(web::get().to(get_refund)),
+            web::resource("/v1/payments/{id}/refunds/{refund_id}").route(web::get().to(get_refund)),
         )
         .service(web::resource("/v1/card_tokens").route(web::post().to(create_card_token)))
         .service(web::resource("/v1/card_tokens/{id}").route(web::get().to(get_card_token)));
@@ -151,7 +150,12 @@ async fn get_card_token(
     read(&req, &shared, |state, p| {
         match state.providers[p].mp.card_tokens.get(id.as_str()) {
             Some(token) => Reply::json(200, &token.json()),
-            None => errors::error(404, "not_found", "Card Token not found", &[(serde_json::json!(2006), "Card Token not found")]),
+            None => errors::error(
+                404,
+                "not_found",
+                "Card Token not found",
+                &[(serde_json::json!(2006), "Card Token not found")],
+            ),
         }
     })
 }
@@ -166,7 +170,11 @@ async fn get_refund(
     let (id, refund_id) = path.into_inner();
     read(&req, &shared, |state, p| {
         let book = &state.providers[p].mp;
-        let payment = id.trim().parse::<u64>().ok().and_then(|id| book.payments.get(&id));
+        let payment = id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| book.payments.get(&id));
         let Some(payment) = payment else {
             return errors::payment_not_found();
         };

@@ -143,7 +143,10 @@ pub(crate) fn validate_payment(bytes: &[u8]) -> Result<NewPayment, Reply> {
             .ok_or_else(|| errors::bad_request(json!(1), "Params Error"))?,
     };
     if payment_method_id.len() > 64 {
-        return Err(errors::bad_request(json!(3028), "Invalid payment_method_id"));
+        return Err(errors::bad_request(
+            json!(3028),
+            "Invalid payment_method_id",
+        ));
     }
     // A card payment needs the card token the card form made (a card's data never reaches the merchant's
     // server); Mercado Pago refuses one without it
@@ -162,7 +165,12 @@ pub(crate) fn validate_payment(bytes: &[u8]) -> Result<NewPayment, Reply> {
         Some(Value::Number(n)) => Some(n.to_string()),
         Some(_) => return Err(errors::bad_request(json!(1), "Params Error")),
     };
-    for field in ["description", "external_reference", "statement_descriptor", "notification_url"] {
+    for field in [
+        "description",
+        "external_reference",
+        "statement_descriptor",
+        "notification_url",
+    ] {
         if optional_text(&body, field).is_some_and(|v| v.chars().count() > 600) {
             return Err(errors::bad_request(json!(1), "Params Error"));
         }
@@ -428,10 +436,11 @@ fn refund(
 
 /// A 1×1 PNG: what `qr_code_base64` decodes to (a real one is the QR code's image; no client here reads it).
 const QR_PNG: &[u8] = &[
-    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00,
-    0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4, 0x89, 0x00, 0x00, 0x00,
-    0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x60, 0x00, 0x02, 0x00, 0x00, 0x05, 0x00, 0x01, 0x7a, 0x5e,
-    0xab, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x60, 0x00, 0x02, 0x00,
+    0x00, 0x05, 0x00, 0x01, 0x7a, 0x5e, 0xab, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44,
+    0xae, 0x42, 0x60, 0x82,
 ];
 
 /// A Pix "copia e cola" code in the EMV layout Brazil's Pix uses (`000201…6304` + CRC), naming the payment and
@@ -512,7 +521,12 @@ pub(crate) fn validate_card_token(bytes: &[u8]) -> Result<NewCardToken, Reply> {
         .and_then(Value::as_str)
         .map(str::trim)
         .filter(|n| !n.is_empty() && n.chars().count() <= 100)
-        .ok_or_else(|| errors::bad_request(json!(221), "parameter cardholder.name can not be null/empty"))?
+        .ok_or_else(|| {
+            errors::bad_request(
+                json!(221),
+                "parameter cardholder.name can not be null/empty",
+            )
+        })?
         .to_owned();
     let holder_identification = match cardholder.get("identification") {
         Some(id @ Value::Object(_)) if id.to_string().len() <= 200 => id.clone(),

@@ -281,7 +281,13 @@ pub(crate) struct TestCard {
 /// The test card a Stripe test payment method id stands for, if it is one (<https://docs.stripe.com/testing>).
 pub(crate) fn test_card(id: &str) -> Option<TestCard> {
     use CardBehaviour::*;
-    let card = |brand, last4, behaviour| Some(TestCard { brand, last4, behaviour });
+    let card = |brand, last4, behaviour| {
+        Some(TestCard {
+            brand,
+            last4,
+            behaviour,
+        })
+    };
     match id {
         "pm_card_visa" | "tok_visa" => card("visa", "4242", Succeeds),
         "pm_card_visa_debit" | "tok_visa_debit" => card("visa", "5556", Succeeds),
@@ -329,7 +335,12 @@ impl PaymentMethod {
 }
 
 /// A PaymentMethod object as Stripe renders it.
-pub(crate) fn payment_method_json(id: &str, card: &TestCard, customer: Option<&str>, created: i64) -> Value {
+pub(crate) fn payment_method_json(
+    id: &str,
+    card: &TestCard,
+    customer: Option<&str>,
+    created: i64,
+) -> Value {
     json!({
         "id": id,
         "object": "payment_method",

@@ -51,12 +51,14 @@ fn page<'a>(
     let cursor = |name: &str| -> Result<Option<usize>, StripeError> {
         match form.get(name) {
             None => Ok(None),
-            Some(id) => ids.iter().position(|i| i == id).map(Some).ok_or_else(|| {
-                StripeError {
+            Some(id) => ids
+                .iter()
+                .position(|i| i == id)
+                .map(Some)
+                .ok_or_else(|| StripeError {
                     status: 400,
                     ..errors::missing(object, id, name)
-                }
-            }),
+                }),
         }
     };
     let after = cursor("starting_after")?;
@@ -281,7 +283,11 @@ fn search_page(book: &StripeBook, form: &Form) -> Result<Value, StripeError> {
         .filter_map(|id| book.intents.get(id))
         .filter(|i| matches(i, &clauses))
         .skip(skip);
-    let data: Vec<Value> = found.by_ref().take(limit).map(PaymentIntent::json).collect();
+    let data: Vec<Value> = found
+        .by_ref()
+        .take(limit)
+        .map(PaymentIntent::json)
+        .collect();
     let has_more = found.next().is_some();
     Ok(json!({
         "object": "search_result",
@@ -306,8 +312,10 @@ mod tests {
 
     #[test]
     fn queries_parse_metadata_status_and_negation() {
-        let q = parse_query("metadata['hookline_intent']:'pi_hl_1' AND status:\"succeeded\" AND -currency:usd")
-            .unwrap();
+        let q = parse_query(
+            "metadata['hookline_intent']:'pi_hl_1' AND status:\"succeeded\" AND -currency:usd",
+        )
+        .unwrap();
         assert_eq!(
             q,
             vec![

@@ -91,9 +91,8 @@ fn valid_version(text: &str) -> bool {
             && [y, m, d].iter().all(|p| p.bytes().all(|b| b.is_ascii_digit()))
             && (1..=12).contains(&m.parse::<u8>().unwrap_or(0))
             && (1..=31).contains(&d.parse::<u8>().unwrap_or(0)));
-    let name_ok = name.is_none_or(|n| {
-        !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-    });
+    let name_ok = name
+        .is_none_or(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
     date_ok && name_ok
 }
 
@@ -268,9 +267,13 @@ impl Object {
             Object::Event => book.event(id).map(Event::json),
             Object::Customer => book.customers.get(id).map(book::Customer::json),
             // A test id exists implicitly, as at Stripe (each read shows it unattached).
-            Object::PaymentMethod => book.payment_methods.get(id).map(book::PaymentMethod::json).or_else(|| {
-                book::test_card(id).map(|card| book::payment_method_json(id, &card, None, 0))
-            }),
+            Object::PaymentMethod => book
+                .payment_methods
+                .get(id)
+                .map(book::PaymentMethod::json)
+                .or_else(|| {
+                    book::test_card(id).map(|card| book::payment_method_json(id, &card, None, 0))
+                }),
         }
     }
 

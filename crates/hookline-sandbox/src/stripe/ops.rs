@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 use url::Url;
 
 use super::book::{
-    money, payment_method_json, test_card, CardBehaviour, Charge, Customer, Dispute, Event, PaymentIntent,
-    PaymentMethod, Refund, TestCard,
+    money, payment_method_json, test_card, CardBehaviour, Charge, Customer, Dispute, Event,
+    PaymentIntent, PaymentMethod, Refund, TestCard,
 };
 use super::errors::{self, StripeError};
 use super::form::Form;
@@ -256,7 +256,8 @@ fn confirmation(form: &Form) -> Result<Confirmation, StripeError> {
     let return_url = bounded_text(form, "return_url")?;
     if let Some(u) = &return_url {
         let ok = u.len() <= 2048
-            && Url::parse(u).is_ok_and(|p| matches!(p.scheme(), "http" | "https") || !p.cannot_be_a_base());
+            && Url::parse(u)
+                .is_ok_and(|p| matches!(p.scheme(), "http" | "https") || !p.cannot_be_a_base());
         if !ok {
             return Err(errors::invalid(
                 "url_invalid",
@@ -296,7 +297,10 @@ pub(crate) fn validate_customer(form: &Form) -> Result<Request, StripeError> {
         "shipping",
     ])?;
     let email = bounded_text(form, "email")?;
-    if email.as_ref().is_some_and(|e| e.len() > 512 || !e.contains('@')) {
+    if email
+        .as_ref()
+        .is_some_and(|e| e.len() > 512 || !e.contains('@'))
+    {
         return Err(errors::invalid(
             "email_invalid",
             "Invalid email address",
@@ -618,13 +622,18 @@ fn confirm(
         .map(|i| (i.payment_method.clone(), i.customer.clone()))
         .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
     let Some(given) = confirmation.payment_method.or(existing_pm) else {
-        let intent = state.providers[p].stripe.intents.get(id).map(PaymentIntent::json);
+        let intent = state.providers[p]
+            .stripe
+            .intents
+            .get(id)
+            .map(PaymentIntent::json);
         let mut e = errors::invalid(
             "payment_intent_unexpected_state",
             "You cannot confirm this PaymentIntent because it's missing a payment method. You can either update the PaymentIntent with a payment method and then confirm it again, or confirm it again directly with a payment method.",
             None,
         );
-        e.extra.insert("payment_intent".into(), intent.unwrap_or(Value::Null));
+        e.extra
+            .insert("payment_intent".into(), intent.unwrap_or(Value::Null));
         return Err(e);
     };
     let method = resolve_method(state, p, &given)?;
@@ -689,7 +698,13 @@ fn confirm(
                 }),
             });
             let intent_json = intent.json();
-            emit(state, at, "payment_intent.requires_action", intent_json.clone(), id);
+            emit(
+                state,
+                at,
+                "payment_intent.requires_action",
+                intent_json.clone(),
+                id,
+            );
             Ok(Reply::json(200, &intent_json))
         }
         Attempt::Succeeded => {
@@ -761,7 +776,12 @@ fn charge_attempt(
         error.insert("message".into(), json!(message));
         error.insert(
             "payment_method".into(),
-            payment_method_json(&method.id, &method.card, method.customer.as_deref(), now_unix()),
+            payment_method_json(
+                &method.id,
+                &method.card,
+                method.customer.as_deref(),
+                now_unix(),
+            ),
         );
         error.insert("type".into(), json!("card_error"));
         intent.status = "requires_payment_method";
@@ -832,7 +852,11 @@ fn create_customer(state: &mut State, at: At<'_>, new: NewCustomer) -> Result<Re
         }
     }
     state.providers[p].created(at.key(), &id, false);
-    let body = state.providers[p].stripe.customers.get(&id).map(Customer::json);
+    let body = state.providers[p]
+        .stripe
+        .customers
+        .get(&id)
+        .map(Customer::json);
     Ok(Reply::json(200, &body.unwrap_or(Value::Null)))
 }
 
@@ -932,7 +956,13 @@ pub(crate) fn complete_authentication(
         "type": "invalid_request_error",
     }));
     let intent_json = intent.json();
-    emit(state, at, "payment_intent.payment_failed", intent_json.clone(), id);
+    emit(
+        state,
+        at,
+        "payment_intent.payment_failed",
+        intent_json.clone(),
+        id,
+    );
     Ok(intent_json)
 }
 
