@@ -41,7 +41,7 @@ mod order;
 mod outbound;
 mod pipeline;
 mod provider_api;
-mod sdk;
 mod purge;
 mod redelivery;
+mod sdk;
 mod worker_crash;

@@ -74,14 +74,23 @@ async fn stripe_python_sdk_drives_the_sandbox_as_a_merchant() {
     let report = sandbox.control().charges();
     let stripe = report.provider("stripe").expect("stripe");
     // Charged: the saved card and the 3-D Secure one; declined: two test cards and the off-session 3-D Secure.
-    assert_eq!((stripe.charges, stripe.captured_charges), (5, 2), "{stripe:?}");
+    assert_eq!(
+        (stripe.charges, stripe.captured_charges),
+        (5, 2),
+        "{stripe:?}"
+    );
     assert_eq!((stripe.refunds, stripe.refunded_amount), (1, 500));
     // The retried create and refund replayed: one object each under their key.
     let create = report.key("stripe", "st27-order-1").expect("create key");
-    assert_eq!((create.executed, create.replays, create.objects.len()), (1, 1, 1));
+    assert_eq!(
+        (create.executed, create.replays, create.objects.len()),
+        (1, 1, 1)
+    );
     let refund = report.key("stripe", "st27-refund").expect("refund key");
     assert_eq!((refund.executed, refund.replays), (1, 1));
-    let confirm = report.key("stripe", "st27-order-1-confirm").expect("confirm key");
+    let confirm = report
+        .key("stripe", "st27-order-1-confirm")
+        .expect("confirm key");
     assert_eq!((confirm.charges, confirm.replays), (1, 1));
     // The 3-D Secure completion sent its webhook, as any other change.
     assert!(sandbox
@@ -104,7 +113,9 @@ async fn mercadopago_python_sdk_drives_the_sandbox_as_a_merchant() {
     // Approved card, rejected card, Pix (paid): three payments, two captured; the refused ones created nothing.
     assert_eq!((mp.charges, mp.captured_charges), (3, 2), "{mp:?}");
     assert_eq!((mp.refunds, mp.refunded_amount), (1, 3000));
-    let pay = report.key("mercadopago", "mp27-pay-1").expect("payment key");
+    let pay = report
+        .key("mercadopago", "mp27-pay-1")
+        .expect("payment key");
     assert_eq!((pay.charges, pay.replays), (1, 1));
     // Every payment change was notified (created ×3, Pix paid, refund).
     let notified = sandbox

@@ -31,8 +31,8 @@ fn target_dir() -> PathBuf {
 /// through `flock(1)`: one makes it, the others wait and find the stamp.
 pub fn python() -> anyhow::Result<PathBuf> {
     let requirements = sdk_dir().join("requirements.txt");
-    let text = std::fs::read(&requirements)
-        .with_context(|| format!("read {}", requirements.display()))?;
+    let text =
+        std::fs::read(&requirements).with_context(|| format!("read {}", requirements.display()))?;
     let digest = hex::encode(Sha256::digest(&text));
     let target = target_dir();
     std::fs::create_dir_all(&target).with_context(|| format!("create {}", target.display()))?;
@@ -95,7 +95,10 @@ impl ScriptRun {
 /// on tokio's blocking pool, so an in-process sandbox keeps serving meanwhile.
 pub async fn run_script(script: &str, env: &[(&str, String)]) -> anyhow::Result<ScriptRun> {
     let script = sdk_dir().join(script);
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let python = python()?;
         let output = Command::new("timeout")
