@@ -43,4 +43,5 @@ mod pipeline;
 mod provider_api;
 mod purge;
 mod redelivery;
+mod sdk;
 mod worker_crash;

@@ -29,6 +29,23 @@ async fn mp_payment(
     key: &str,
     amount: &str,
 ) -> String {
+    // A card payment needs a card token, as at Mercado Pago (APRO: Mercado Pago's approved test holder).
+    let token: Value = http
+        .post(sandbox.url("/v1/card_tokens"))
+        .bearer_auth(MP_TOKEN)
+        .json(&json!({
+            "card_number": "4235647728025682",
+            "expiration_month": 11,
+            "expiration_year": 2030,
+            "security_code": "123",
+            "cardholder": {"name": "APRO"},
+        }))
+        .send()
+        .await
+        .expect("create card token")
+        .json()
+        .await
+        .expect("token json");
     let res = http
         .post(sandbox.url("/v1/payments"))
         .bearer_auth(MP_TOKEN)
@@ -37,6 +54,7 @@ async fn mp_payment(
             "transaction_amount": amount.parse::<f64>().expect("amount"),
             "description": "pedido",
             "payment_method_id": "visa",
+            "token": token["id"],
             "payer": {"email": "cliente@example.com.br"},
         }))
         .send()
@@ -261,7 +279,12 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
             .post(sandbox.url("/v1/payment_intents"))
             .bearer_auth(STRIPE_KEY)
             .header("Idempotency-Key", format!("pi-dropped-{i}"))
-            .form(&[("amount", "5000"), ("currency", "brl"), ("confirm", "true")])
+            .form(&[
+                ("amount", "5000"),
+                ("currency", "brl"),
+                ("confirm", "true"),
+                ("payment_method", "pm_card_visa"),
+            ])
             .send()
             .await
             .unwrap();
@@ -356,7 +379,12 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
         .post(sandbox.url("/v1/payment_intents"))
         .bearer_auth(STRIPE_KEY)
         .header("Idempotency-Key", "pi-unapplied")
-        .form(&[("amount", "7000"), ("currency", "brl"), ("confirm", "true")])
+        .form(&[
+            ("amount", "7000"),
+            ("currency", "brl"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+        ])
         .send()
         .await
         .unwrap();

@@ -404,6 +404,7 @@ pub mod pipeline;
 pub mod proxy;
 pub mod receiver;
 pub mod sandboxed;
+pub mod sdk;
 pub use pipeline::*;
 
 /// Builders of Stripe events (currency BRL, amounts in centavos): `payment_intent`, `charge_succeeded`, `refund`,

@@ -1,7 +1,7 @@
 //! Which configured provider a request is for, from its path family and its API key.
 //!
-//! Stripe and Mercado Pago both live under `/v1/…` without colliding: `/v1/payments…` is Mercado Pago, every other
-//! `/v1/…` path is Stripe. Several providers of one scheme (or both schemes at once) are told apart by the
+//! Stripe and Mercado Pago both live under `/v1/…` without colliding: `/v1/payments…` and `/v1/card_tokens…` are
+//! Mercado Pago, every other `/v1/…` path is Stripe. Several providers of one scheme (or both schemes at once) are told apart by the
 //! `Authorization` header: `Bearer <api_token>` (both providers) or HTTP Basic with the key as user name
 //! (`curl -u sk_test_…:`, Stripe).
 
@@ -16,7 +16,7 @@ use crate::state::State;
 pub(crate) fn family(path: &str) -> Option<Scheme> {
     let rest = path.strip_prefix("/v1/")?;
     let first = rest.split('/').next().unwrap_or("");
-    if first == "payments" {
+    if first == "payments" || first == "card_tokens" {
         Some(Scheme::MercadoPago)
     } else {
         Some(Scheme::Stripe)
@@ -96,6 +96,8 @@ mod tests {
     fn families_and_credentials() {
         assert_eq!(family("/v1/payments/123"), Some(Scheme::MercadoPago));
         assert_eq!(family("/v1/payments"), Some(Scheme::MercadoPago));
+        assert_eq!(family("/v1/card_tokens"), Some(Scheme::MercadoPago));
+        assert_eq!(family("/v1/payment_methods/pm_1"), Some(Scheme::Stripe));
         assert_eq!(family("/v1/payment_intents"), Some(Scheme::Stripe));
         assert_eq!(family("/v1/events"), Some(Scheme::Stripe));
         assert_eq!(family("/_sandbox/faults"), None);

@@ -302,6 +302,48 @@ impl SandboxControl {
         result
     }
 
+    /// Stripe: ends the 3-D Secure challenge of a `requires_action` payment intent — `succeed`: the payment is
+    /// charged (`charge.succeeded`, `payment_intent.succeeded`); otherwise the intent returns to
+    /// `requires_payment_method` with `last_payment_error.code = payment_intent_authentication_failure`
+    /// (`payment_intent.payment_failed`). The webhooks are sent as for any other change. Returns the intent.
+    pub fn complete_authentication(
+        &self,
+        provider: &str,
+        intent: &str,
+        succeed: bool,
+    ) -> Result<Value, String> {
+        let mut state = self.shared.lock();
+        let p = state
+            .provider_index(provider)
+            .ok_or_else(|| format!("no provider named '{provider}'"))?;
+        if state.providers[p].config.scheme != Scheme::Stripe {
+            return Err(format!("'{provider}' is not a Stripe provider"));
+        }
+        let edge = &self.shared.edge_url;
+        let result = stripe::ops::complete_authentication(&mut state, edge, p, intent, succeed);
+        drop(state);
+        self.shared.wake.notify_one();
+        result
+    }
+
+    /// Mercado Pago: a pending Pix payment is paid (`approved`, `accredited`) or expires unpaid (`cancelled`,
+    /// `expired`); the `payment.updated` notification follows. Refused for anything but a pending Pix. Returns
+    /// the payment.
+    pub fn settle_pix(&self, provider: &str, id: &str, paid: bool) -> Result<Value, String> {
+        let mut state = self.shared.lock();
+        let p = state
+            .provider_index(provider)
+            .ok_or_else(|| format!("no provider named '{provider}'"))?;
+        if state.providers[p].config.scheme != Scheme::MercadoPago {
+            return Err(format!("'{provider}' is not a Mercado Pago provider"));
+        }
+        let edge = &self.shared.edge_url;
+        let result = mercadopago::ops::settle_pix(&mut state, edge, p, id, paid);
+        drop(state);
+        self.shared.wake.notify_one();
+        result
+    }
+
     /// The API requests seen (at most the last 10,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.lock().requests.iter().cloned().collect()
@@ -337,6 +379,11 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             "/payments/{provider}/{id}/status",
             web::post().to(payment_status),
         )
+        .route(
+            "/payment_intents/{provider}/{id}/authenticate",
+            web::post().to(authenticate),
+        )
+        .route("/pix/{provider}/{id}", web::post().to(pix))
         .route("/reset", web::post().to(reset));
 }
 
@@ -519,6 +566,64 @@ async fn payment_status(
         &request.status,
         request.status_detail.as_deref(),
     ) {
+        Ok(object) => HttpResponse::Ok().json(object),
+        Err(e) => bad_request(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthenticateRequest {
+    /// `succeed` or `fail`.
+    outcome: String,
+}
+
+/// `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` `{"outcome": "succeed"|"fail"}`.
+async fn authenticate(
+    shared: web::Data<Shared>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let request: AuthenticateRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    let succeed = match request.outcome.as_str() {
+        "succeed" => true,
+        "fail" => false,
+        _ => return bad_request("outcome must be 'succeed' or 'fail'"),
+    };
+    let (provider, id) = path.into_inner();
+    match control(&shared).complete_authentication(&provider, &id, succeed) {
+        Ok(object) => HttpResponse::Ok().json(object),
+        Err(e) => bad_request(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PixRequest {
+    /// `paid` or `expired`.
+    outcome: String,
+}
+
+/// `POST /_sandbox/pix/{provider}/{id}` `{"outcome": "paid"|"expired"}`.
+async fn pix(
+    shared: web::Data<Shared>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let request: PixRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    let paid = match request.outcome.as_str() {
+        "paid" => true,
+        "expired" => false,
+        _ => return bad_request("outcome must be 'paid' or 'expired'"),
+    };
+    let (provider, id) = path.into_inner();
+    match control(&shared).settle_pix(&provider, &id, paid) {
         Ok(object) => HttpResponse::Ok().json(object),
         Err(e) => bad_request(e),
     }

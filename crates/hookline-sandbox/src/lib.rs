@@ -13,8 +13,8 @@
 //! # API
 //!
 //! Both providers are served at their real paths, so a client only needs its base URL changed
-//! (`providers.NAME.api_base`). They do not collide: `/v1/payments…` is Mercado Pago, every other `/v1/…` path is
-//! Stripe. When several providers are configured they are told apart by their API key
+//! (`providers.NAME.api_base`). They do not collide: `/v1/payments…` and `/v1/card_tokens…` are Mercado Pago,
+//! every other `/v1/…` path is Stripe. When several providers are configured they are told apart by their API key
 //! (`Authorization: Bearer <api_token>`; Stripe also takes HTTP Basic with the key as user name). A provider with
 //! an `api_token` requires it: Stripe answers 401 `{"error":{"type":"invalid_request_error","message":"Invalid API
 //! Key provided: sk_test_****…"}}`, Mercado Pago 401 `{"message":"invalid_token","error":"unauthorized",
@@ -24,13 +24,20 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer`, `description`, `metadata[…]`, `payment_method`, `confirm`; `pi_…`, `requires_payment_method` (or `succeeded` with `confirm=true`) |
-//! | `POST /v1/payment_intents/{id}/confirm` | charges it: `succeeded`, or 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`) or a forced outcome |
+//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true` and `customer`), `return_url`; `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
+//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or a forced outcome |
+//! | `GET /v1/payment_intents` | list: `limit` (≤ 100), `starting_after`, `ending_before`, `customer`, `created` |
+//! | `GET /v1/payment_intents/search` | `query` (`metadata['k']:'v'`, `status`, `customer`, `currency`, `amount`, `AND`, `-` negation), `limit`, `page`; `search_result` |
+//! | `POST /v1/customers`, `GET /v1/customers/{id}` | minimal customers |
+//! | `POST /v1/payment_methods/{pm}/attach`, `GET /v1/payment_methods/{pm}` | a `pm_card_…` attached is minted into a `pm_…` of the customer; one attached to another customer is refused (attach and charge) |
 //! | `GET /v1/payment_intents/{id}`, `GET /v1/charges/{id}`, `GET /v1/refunds/{id}`, `GET /v1/events/{id}` | the object, or 404 `resource_missing` |
 //! | `POST /v1/refunds` | `payment_intent` or `charge`, optional `amount` (≤ what remains, else 400 `amount_too_large`; 400 `charge_already_refunded` once nothing remains), `reason`, `metadata[…]`; `re_…`, `status: succeeded` |
+//! | `GET /v1/refunds` | list: `payment_intent`, `charge`, `limit`, `starting_after`, `ending_before` |
 //! | `GET /v1/events` | newest first in Stripe's list envelope; `limit` (10, max 100), `starting_after`, `ending_before`, `type` (`payment_intent.*` wildcards), `types[]`, `created` / `created[gt|gte|lt|lte]`, `delivery_success` |
 //!
-//! Unknown parameters get 400 `parameter_unknown`, missing ones `parameter_missing`, as Stripe does. Every state
+//! Unknown parameters get 400 `parameter_unknown`, missing ones `parameter_missing`, as Stripe does.
+//! `Stripe-Version` (`YYYY-MM-DD` with an optional `.name`) is answered back as asked, the sandbox's `2024-06-20` when
+//! absent; a malformed one is 400 `Invalid Stripe API version: …` (the payloads do not change with it). Every state
 //! change is an event (`evt_…`, `object: "event"`, `type`, `created`, `data.object` = the full object,
 //! `request.id`/`request.idempotency_key`): `payment_intent.created`, `charge.succeeded` /
 //! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`, `refund.created`,
@@ -47,10 +54,12 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `payer.email`, `external_reference`, `installments`, `metadata`; 201 with a numeric `id`. `approved`/`accredited` by default; `pix` and boletos are `pending`; Mercado Pago's test names (`APRO`, `OTHE`, `CONT`, `CALL`, `FUND`, `SECU`, `EXPI`, `FORM`) as `payer.first_name` or `[NAME]` in the description, or a forced outcome, choose others |
+//! | `POST /v1/card_tokens` | `card_number`, `expiration_month`, `expiration_year`, `security_code`, `cardholder` (`name`, `identification`); 201 with a 32-hex `id`; single use, 7 days. Mercado Pago's test holder names (`APRO`, `OTHE`, `CONT`, `CALL`, `FUND`, `SECU`, `EXPI`, `FORM`) decide the payment's outcome |
+//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `token` (required for a card brand: 400 cause 3003 without it, 2006 for an unknown or used one), `payer.email` (400 cause 4050 without it), `external_reference`, `installments`, `issuer_id`, `metadata`; 201 with a numeric `id`. A card is `approved` unless its holder name says otherwise; `pix` is `pending`/`pending_waiting_transfer` with `point_of_interaction.transaction_data` (`qr_code`, `qr_code_base64`, `ticket_url`) and `date_of_expiration`; boletos pending; a forced outcome overrides |
 //! | `GET /v1/payments/{id}` | `status` (approved, pending, in_process, rejected, refunded, charged_back, cancelled), `status_detail`, `transaction_amount`, `transaction_amount_refunded`, `currency_id` `BRL`, `date_created`/`date_approved`/`date_last_updated` (`-04:00`, milliseconds), `refunds`, `fee_details` (3.99 %), `external_reference`, … |
 //! | `POST /v1/payments/{id}/refunds` | optional `{"amount": 10.00}` (partial; never beyond what remains, 400 otherwise); `X-Idempotency-Key` honoured; 201 refund; a full refund makes the payment `refunded` |
 //! | `GET /v1/payments/{id}/refunds` | the payment's refunds |
+//! | `GET /v1/payments/{id}/refunds/{refund_id}` | one refund, or 404 |
 //! | `GET /v1/payments/search` | `begin_date`/`end_date` (ISO 8601 or `NOW-30DAYS`), `range` (`date_created`, `date_last_updated`, `date_approved`, `money_release_date`), `sort`, `criteria`, `limit` (30, max 1000), `offset`, `external_reference`, `status`, `id`, …; `{"paging":{"total","limit","offset"},"results":[…]}` |
 //!
 //! The same `X-Idempotency-Key` on the same endpoint replays the first response (whatever the body), 409 while it
@@ -87,6 +96,8 @@
 //! | `POST /_sandbox/outcomes` | `{"provider","status","status_detail","count"}`: outcome of the next charges/payments |
 //! | `POST /_sandbox/chargebacks` | `{"provider","payment","status"}`: Stripe dispute (`won`/`lost` close it), Mercado Pago `charged_back` |
 //! | `POST /_sandbox/payments/{provider}/{id}/status` | Mercado Pago: `{"status":"approved"}` (a Pix paid), `rejected`, `cancelled`, … |
+//! | `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` | Stripe: `{"outcome":"succeed"\|"fail"}` ends a `requires_action` intent's 3-D Secure ([`SandboxControl::complete_authentication`]) |
+//! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
 //! | `POST /_sandbox/reset` | forget everything (ids never repeat: the generator is not re-seeded) |
 //!
 //! # Reproducibility
@@ -98,9 +109,12 @@
 //!
 //! # What is not faithful
 //!
-//! - Only the subset above; no customers, payment methods, captures, cancellations, webhook endpoints objects, or
-//!   Mercado Pago orders/preferences. Stripe confirms without a payment method by charging a test Visa (Stripe
-//!   refuses). Only automatic capture.
+//! - Only the subset above; no captures, cancellations, setup intents, webhook endpoint objects, or Mercado Pago
+//!   orders/preferences/customers. Only automatic capture. Customers and payment methods send no events.
+//! - Some error messages are the sandbox's wording where Stripe's exact text is not documented: `off_session`
+//!   without `confirm`/`customer`, a payment method of another customer, re-attaching; the codes and statuses
+//!   follow Stripe. Mercado Pago's card-token error causes (`E301`, `E302`, `325`, `326`, `221`) likewise.
+//! - Stripe's search is eventually consistent (up to a minute); the sandbox's finds an object at once.
 //! - Retry schedules are compressed (Stripe retries over 3 days, Mercado Pago over hours).
 //! - Mercado Pago's answer to a refund beyond the refundable amount, and to a `X-Idempotency-Key` reused with
 //!   another body (replayed here), are not documented; the sandbox's are plausible, not verified.

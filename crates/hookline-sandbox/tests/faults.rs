@@ -9,7 +9,12 @@ use common::*;
 use hookline_sandbox::{FaultAction, FaultSpec};
 use serde_json::{json, Value};
 
-const CHARGE: &[(&str, &str)] = &[("amount", "5000"), ("currency", "brl"), ("confirm", "true")];
+const CHARGE: &[(&str, &str)] = &[
+    ("amount", "5000"),
+    ("currency", "brl"),
+    ("confirm", "true"),
+    ("payment_method", "pm_card_visa"),
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delay_beyond_the_client_timeout_still_charges() {

@@ -174,10 +174,9 @@ async fn search_filters_sorts_and_pages() {
     let sandbox = start(settings(None)).await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        let mut body = mp_payment(10.0 + f64::from(i), &format!("ref-{i}"));
-        if i == 3 {
-            body["description"] = json!("declined on purpose [OTHE]");
-        }
+        let holder = if i == 3 { "OTHE" } else { "APRO" };
+        let token = mp_card_token(&sandbox, holder).await;
+        let body = mp_card_payment(10.0 + f64::from(i), &format!("ref-{i}"), &token);
         let response = mp_post(
             &sandbox,
             "/v1/payments",
@@ -321,8 +320,8 @@ async fn forced_outcomes_status_changes_and_chargebacks() {
         (body["status"].as_str(), body["status_detail"].as_str()),
         (Some("pending"), Some("pending_waiting_transfer"))
     );
-    let mut fund = mp_payment(12.0, "card-3");
-    fund["payer"]["first_name"] = json!("FUND");
+    let token = mp_card_token(&sandbox, "FUND").await;
+    let fund = mp_card_payment(12.0, "card-3", &token);
     let response = mp_post(&sandbox, "/v1/payments", &fund, Some("o-3")).await;
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["status_detail"], "cc_rejected_insufficient_amount");

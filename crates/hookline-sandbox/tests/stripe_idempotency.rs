@@ -23,6 +23,7 @@ const CHARGE: &[(&str, &str)] = &[
     ("amount", "2500"),
     ("currency", "brl"),
     ("confirm", "true"),
+    ("payment_method", "pm_card_visa"),
     ("description", "order 17"),
     ("metadata[order]", "17"),
 ];
@@ -153,7 +154,12 @@ async fn the_same_key_with_other_parameters_is_an_idempotency_error() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["Idempotent-Replayed"], "true");
     // …their values do.
-    let other = [("amount", "9900"), ("currency", "brl"), ("confirm", "true")];
+    let other = [
+        ("amount", "9900"),
+        ("currency", "brl"),
+        ("confirm", "true"),
+        ("payment_method", "pm_card_visa"),
+    ];
     let response = stripe_post(&sandbox, "/v1/payment_intents", &other, Some("k-2")).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();

@@ -108,13 +108,19 @@ async fn concurrent_refunds_never_exceed_what_was_captured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirm_moves_an_intent_to_succeeded_once() {
     let sandbox = start(settings(None)).await;
+    let customer: Value = stripe_post(&sandbox, "/v1/customers", &[("email", "a@b.c")], None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let customer = customer["id"].as_str().unwrap();
     let response = stripe_post(
         &sandbox,
         "/v1/payment_intents",
         &[
             ("amount", "4200"),
             ("currency", "BRL"),
-            ("customer", "cus_1"),
+            ("customer", customer),
         ],
         None,
     )

@@ -26,6 +26,8 @@ pub(crate) struct MpRefund {
     pub(crate) payment_id: u64,
     pub(crate) amount: i64,
     pub(crate) date_created: OffsetDateTime,
+    /// The `metadata` object sent with the refund, echoed back (hookline matches its own refund id in it).
+    pub(crate) metadata: Value,
 }
 
 impl MpRefund {
@@ -34,7 +36,7 @@ impl MpRefund {
             "id": self.id,
             "payment_id": self.payment_id,
             "amount": decimal(self.amount),
-            "metadata": {},
+            "metadata": self.metadata,
             "source": {"id": collector.to_string(), "name": "Sandbox", "type": "collector"},
             "date_created": mp_date(self.date_created),
             "unique_sequence_number": null,
@@ -68,6 +70,13 @@ pub(crate) struct MpPayment {
     pub(crate) date_approved: Option<OffsetDateTime>,
     pub(crate) date_last_updated: OffsetDateTime,
     pub(crate) refunds: Vec<MpRefund>,
+    /// When a pending Pix (or boleto) expires unpaid.
+    pub(crate) date_of_expiration: Option<OffsetDateTime>,
+    /// Pix: `{"type": "PIX", "transaction_data": {qr_code, qr_code_base64, ticket_url, …}}`.
+    pub(crate) point_of_interaction: Option<Value>,
+    /// The card of a card payment (from its token).
+    pub(crate) card: Option<Value>,
+    pub(crate) issuer_id: Option<String>,
 }
 
 impl MpPayment {
@@ -93,11 +102,11 @@ impl MpPayment {
             "date_created": mp_date(self.date_created),
             "date_approved": self.date_approved.map(mp_date),
             "date_last_updated": mp_date(self.date_last_updated),
-            "date_of_expiration": null,
+            "date_of_expiration": self.date_of_expiration.map(mp_date),
             "money_release_date": self.money_release_date().map(mp_date),
             "money_release_status": if was_approved { "pending" } else { "rejected" },
             "operation_type": "regular_payment",
-            "issuer_id": null,
+            "issuer_id": self.issuer_id,
             "payment_method_id": self.payment_method_id,
             "payment_type_id": self.payment_type_id,
             "payment_method": {"id": self.payment_method_id, "type": self.payment_type_id},
@@ -129,6 +138,64 @@ impl MpPayment {
             "installments": self.installments,
             "notification_url": self.notification_url,
             "refunds": self.refunds.iter().map(|r| r.json(collector)).collect::<Vec<_>>(),
+            "point_of_interaction": self.point_of_interaction.clone().unwrap_or_else(|| json!({})),
+            "card": self.card.clone().unwrap_or_else(|| json!({})),
+        })
+    }
+}
+
+/// A card token (`POST /v1/card_tokens`): what the card form tokenised. Single use: a payment consumes it.
+pub(crate) struct CardToken {
+    pub(crate) id: String,
+    pub(crate) first_six: String,
+    pub(crate) last_four: String,
+    pub(crate) expiration_month: u64,
+    pub(crate) expiration_year: u64,
+    pub(crate) security_code_length: usize,
+    pub(crate) card_number_length: usize,
+    /// `cardholder.name`: Mercado Pago's test cards decide the outcome by it (`APRO`, `OTHE`, …).
+    pub(crate) holder_name: String,
+    pub(crate) holder_identification: Value,
+    pub(crate) date_created: OffsetDateTime,
+    pub(crate) used: bool,
+}
+
+impl CardToken {
+    pub(crate) fn json(&self) -> Value {
+        let created = mp_date(self.date_created);
+        json!({
+            "id": self.id,
+            "public_key": null,
+            "card_id": null,
+            "luhn_validation": true,
+            "status": if self.used { "used" } else { "active" },
+            "date_used": null,
+            "card_number_length": self.card_number_length,
+            "date_created": created,
+            "first_six_digits": self.first_six,
+            "last_four_digits": self.last_four,
+            "security_code_length": self.security_code_length,
+            "expiration_month": self.expiration_month,
+            "expiration_year": self.expiration_year,
+            "date_last_updated": created,
+            "date_due": mp_date(self.date_created + time::Duration::days(7)),
+            "live_mode": false,
+            "require_esc": false,
+            "cardholder": {"identification": self.holder_identification, "name": self.holder_name},
+        })
+    }
+
+    /// The `card` object of a payment made with it.
+    pub(crate) fn card_json(&self) -> Value {
+        json!({
+            "id": null,
+            "first_six_digits": self.first_six,
+            "last_four_digits": self.last_four,
+            "expiration_month": self.expiration_month,
+            "expiration_year": self.expiration_year,
+            "date_created": mp_date(self.date_created),
+            "date_last_updated": mp_date(self.date_created),
+            "cardholder": {"identification": self.holder_identification, "name": self.holder_name},
         })
     }
 }
@@ -136,6 +203,7 @@ impl MpPayment {
 /// One Mercado Pago account's payments.
 pub(crate) struct MpBook {
     pub(crate) payments: BTreeMap<u64, MpPayment>,
+    pub(crate) card_tokens: BTreeMap<String, CardToken>,
     /// The account's user id (`collector_id`, notifications' `user_id`).
     pub(crate) user_id: u64,
 }
@@ -144,6 +212,7 @@ impl MpBook {
     pub(crate) fn new(user_id: u64) -> MpBook {
         MpBook {
             payments: BTreeMap::new(),
+            card_tokens: BTreeMap::new(),
             user_id,
         }
     }

@@ -26,7 +26,12 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             web::resource("/v1/payments/{id}/refunds")
                 .route(web::post().to(create_refund))
                 .route(web::get().to(list_refunds)),
-        );
+        )
+        .service(
+            web::resource("/v1/payments/{id}/refunds/{refund_id}").route(web::get().to(get_refund)),
+        )
+        .service(web::resource("/v1/card_tokens").route(web::post().to(create_card_token)))
+        .service(web::resource("/v1/card_tokens/{id}").route(web::get().to(get_card_token)));
 }
 
 /// The provider a request is for, or Mercado Pago's 401.
@@ -115,10 +120,79 @@ async fn create_refund(
         let Ok(payment_id) = id.trim().parse::<u64>() else {
             return Err(errors::payment_not_found());
         };
-        let amount = ops::validate_refund(&body)?;
-        Ok(ops::Request::Refund { payment_id, amount })
+        let (amount, metadata) = ops::validate_refund_body(&body)?;
+        Ok(ops::Request::Refund {
+            payment_id,
+            amount,
+            metadata,
+        })
     })
     .await
+}
+
+/// `POST /v1/card_tokens`: no idempotency key needed (a token is a new object each time, and single use).
+async fn create_card_token(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    mutate(req, shared, |_| {
+        ops::validate_card_token(&body).map(ops::Request::CreateCardToken)
+    })
+    .await
+}
+
+async fn get_card_token(
+    req: HttpRequest,
+    id: web::Path<String>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    read(&req, &shared, |state, p| {
+        match state.providers[p].mp.card_tokens.get(id.as_str()) {
+            Some(token) => Reply::json(200, &token.json()),
+            None => errors::error(
+                404,
+                "not_found",
+                "Card Token not found",
+                &[(serde_json::json!(2006), "Card Token not found")],
+            ),
+        }
+    })
+}
+
+/// `GET /v1/payments/{id}/refunds/{refund_id}`
+/// (<https://www.mercadopago.com.br/developers/en/reference/chargebacks/_payments_id_refunds_refund_id/get>).
+async fn get_refund(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let (id, refund_id) = path.into_inner();
+    read(&req, &shared, |state, p| {
+        let book = &state.providers[p].mp;
+        let payment = id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| book.payments.get(&id));
+        let Some(payment) = payment else {
+            return errors::payment_not_found();
+        };
+        let refund = refund_id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|r| payment.refunds.iter().find(|x| x.id == r));
+        match refund {
+            Some(refund) => Reply::json(200, &refund.json(book.user_id)),
+            None => errors::error(
+                404,
+                "not_found",
+                "Refund not found",
+                &[(serde_json::json!(2000), "Refund not found")],
+            ),
+        }
+    })
 }
 
 fn read(

@@ -21,6 +21,10 @@ pub(crate) struct PaymentIntent {
     pub(crate) latest_charge: Option<String>,
     pub(crate) client_secret: String,
     pub(crate) last_payment_error: Option<Value>,
+    /// What the customer must do (3-D Secure) while the status is `requires_action`.
+    pub(crate) next_action: Option<Value>,
+    /// The `return_url` given at creation or confirmation (3-D Secure redirects back to it).
+    pub(crate) return_url: Option<String>,
 }
 
 impl PaymentIntent {
@@ -49,7 +53,7 @@ impl PaymentIntent {
             "latest_charge": self.latest_charge,
             "livemode": false,
             "metadata": self.metadata,
-            "next_action": null,
+            "next_action": self.next_action,
             "on_behalf_of": null,
             "payment_method": self.payment_method,
             "payment_method_options": {},
@@ -218,10 +222,160 @@ impl Event {
     }
 }
 
+/// A customer (`POST /v1/customers`).
+pub(crate) struct Customer {
+    pub(crate) id: String,
+    pub(crate) email: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) created: i64,
+}
+
+impl Customer {
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "customer",
+            "address": null,
+            "balance": 0,
+            "created": self.created,
+            "currency": null,
+            "default_source": null,
+            "delinquent": false,
+            "description": self.description,
+            "email": self.email,
+            "invoice_prefix": self.id.trim_start_matches("cus_").chars().take(8).collect::<String>().to_ascii_uppercase(),
+            "invoice_settings": {"custom_fields": null, "default_payment_method": null, "footer": null, "rendering_options": null},
+            "livemode": false,
+            "metadata": self.metadata,
+            "name": self.name,
+            "phone": null,
+            "preferred_locales": [],
+            "shipping": null,
+            "tax_exempt": "none",
+        })
+    }
+}
+
+/// What a test card does when charged, as Stripe's test payment methods document
+/// (<https://docs.stripe.com/testing>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CardBehaviour {
+    /// Charges succeed.
+    Succeeds,
+    /// Charges are declined with this decline code.
+    Declines(&'static str),
+    /// Every charge needs 3-D Secure: `requires_action` on session, `authentication_required` off session.
+    Authenticates,
+}
+
+/// A test card: what Stripe's `pm_card_…` (and `tok_…`) ids stand for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TestCard {
+    pub(crate) brand: &'static str,
+    pub(crate) last4: &'static str,
+    pub(crate) behaviour: CardBehaviour,
+}
+
+/// The test card a Stripe test payment method id stands for, if it is one (<https://docs.stripe.com/testing>).
+pub(crate) fn test_card(id: &str) -> Option<TestCard> {
+    use CardBehaviour::*;
+    let card = |brand, last4, behaviour| {
+        Some(TestCard {
+            brand,
+            last4,
+            behaviour,
+        })
+    };
+    match id {
+        "pm_card_visa" | "tok_visa" => card("visa", "4242", Succeeds),
+        "pm_card_visa_debit" | "tok_visa_debit" => card("visa", "5556", Succeeds),
+        "pm_card_mastercard" | "tok_mastercard" => card("mastercard", "4444", Succeeds),
+        "pm_card_amex" | "tok_amex" => card("amex", "8431", Succeeds),
+        "pm_card_br" | "tok_br" => card("visa", "0002", Succeeds),
+        "pm_card_chargeDeclined" | "pm_card_visa_chargeDeclined" | "tok_chargeDeclined" => {
+            card("visa", "0002", Declines("generic_decline"))
+        }
+        "pm_card_chargeDeclinedInsufficientFunds" | "tok_chargeDeclinedInsufficientFunds" => {
+            card("visa", "9995", Declines("insufficient_funds"))
+        }
+        "pm_card_chargeDeclinedFraudulent" | "tok_chargeDeclinedFraudulent" => {
+            card("visa", "0019", Declines("fraudulent"))
+        }
+        "pm_card_chargeDeclinedLostCard" | "tok_chargeDeclinedLostCard" => {
+            card("visa", "9987", Declines("lost_card"))
+        }
+        "pm_card_chargeDeclinedStolenCard" | "tok_chargeDeclinedStolenCard" => {
+            card("visa", "9979", Declines("stolen_card"))
+        }
+        "pm_card_threeDSecure2Required" | "tok_threeDSecure2Required" => {
+            card("visa", "3220", Authenticates)
+        }
+        "pm_card_authenticationRequired" | "tok_authenticationRequired" => {
+            card("visa", "3184", Authenticates)
+        }
+        _ => None,
+    }
+}
+
+/// A saved payment method: a test card minted into a `pm_…` of its own when attached to a customer, as Stripe
+/// does.
+pub(crate) struct PaymentMethod {
+    pub(crate) id: String,
+    pub(crate) card: TestCard,
+    pub(crate) customer: Option<String>,
+    pub(crate) created: i64,
+}
+
+impl PaymentMethod {
+    pub(crate) fn json(&self) -> Value {
+        payment_method_json(&self.id, &self.card, self.customer.as_deref(), self.created)
+    }
+}
+
+/// A PaymentMethod object as Stripe renders it.
+pub(crate) fn payment_method_json(
+    id: &str,
+    card: &TestCard,
+    customer: Option<&str>,
+    created: i64,
+) -> Value {
+    json!({
+        "id": id,
+        "object": "payment_method",
+        "allow_redisplay": "unspecified",
+        "billing_details": {"address": null, "email": null, "name": null, "phone": null},
+        "card": {
+            "brand": card.brand,
+            "checks": {"address_line1_check": null, "address_postal_code_check": null, "cvc_check": "unchecked"},
+            "country": "US",
+            "exp_month": 12,
+            "exp_year": 2034,
+            "funding": "credit",
+            "last4": card.last4,
+            "networks": {"available": [card.brand], "preferred": null},
+            "three_d_secure_usage": {"supported": true},
+            "wallet": null,
+        },
+        "created": created,
+        "customer": customer,
+        "livemode": false,
+        "metadata": {},
+        "type": "card",
+    })
+}
+
 /// One Stripe account's objects.
 #[derive(Default)]
 pub(crate) struct StripeBook {
     pub(crate) intents: HashMap<String, PaymentIntent>,
+    /// Payment intent ids in creation order (lists and search show them newest first).
+    pub(crate) intent_order: Vec<String>,
+    /// Refund ids in creation order.
+    pub(crate) refund_order: Vec<String>,
+    pub(crate) customers: HashMap<String, Customer>,
+    pub(crate) payment_methods: HashMap<String, PaymentMethod>,
     pub(crate) charges: HashMap<String, Charge>,
     pub(crate) refunds: HashMap<String, Refund>,
     pub(crate) disputes: HashMap<String, Dispute>,

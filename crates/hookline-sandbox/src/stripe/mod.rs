@@ -4,6 +4,7 @@
 pub(crate) mod book;
 pub(crate) mod errors;
 pub(crate) mod form;
+mod list;
 pub(crate) mod ops;
 
 use std::sync::Arc;
@@ -21,20 +22,78 @@ use errors::StripeError;
 use form::Form;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        "/v1/payment_intents",
-        post_route(ops::validate_create_intent),
+    // `/search` before `/{id}`: actix matches resources in registration order.
+    cfg.service(
+        web::resource("/v1/payment_intents")
+            .route(post_route(ops::validate_create_intent))
+            .route(web::get().to(list::list_intents)),
+    )
+    .route(
+        "/v1/payment_intents/search",
+        web::get().to(list::search_intents),
     )
     .route("/v1/payment_intents/{id}", get_one(Object::PaymentIntent))
     .route(
         "/v1/payment_intents/{id}/confirm",
-        web::post().to(confirm_intent),
+        post_on(ops::validate_confirm),
     )
-    .route("/v1/refunds", post_route(ops::validate_refund))
+    .service(
+        web::resource("/v1/refunds")
+            .route(post_route(ops::validate_refund))
+            .route(web::get().to(list::list_refunds)),
+    )
     .route("/v1/refunds/{id}", get_one(Object::Refund))
     .route("/v1/charges/{id}", get_one(Object::Charge))
+    .route("/v1/customers", post_route(ops::validate_customer))
+    .route("/v1/customers/{id}", get_one(Object::Customer))
+    .route("/v1/payment_methods/{id}", get_one(Object::PaymentMethod))
+    .route(
+        "/v1/payment_methods/{id}/attach",
+        post_on(ops::validate_attach),
+    )
     .route("/v1/events", web::get().to(list_events))
     .route("/v1/events/{id}", get_one(Object::Event));
+}
+
+/// Longest `Stripe-Version` accepted: a date and a release name (`2026-10-28.endive`) fit many times over.
+const MAX_VERSION_LEN: usize = 64;
+
+/// The API version a request asks for with `Stripe-Version`, answered back in the same header, as Stripe does
+/// (<https://docs.stripe.com/api/versioning>): `YYYY-MM-DD`, optionally followed by `.releasename`; the
+/// sandbox's default ([`API_VERSION`]) when absent. Anything else is Stripe's 400 `Invalid Stripe API version: …`.
+/// The payloads do not change with the version (they follow [`API_VERSION`]).
+pub(crate) fn api_version(req: &HttpRequest) -> Result<String, StripeError> {
+    let Some(value) = req.headers().get("stripe-version") else {
+        return Ok(API_VERSION.to_owned());
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if valid_version(text) {
+        return Ok(text.to_owned());
+    }
+    let shown: String = text.chars().take(MAX_VERSION_LEN).collect();
+    Err(errors::invalid_uncoded(
+        format!("Invalid Stripe API version: {shown}"),
+        None,
+    ))
+}
+
+fn valid_version(text: &str) -> bool {
+    if text.len() > MAX_VERSION_LEN {
+        return false;
+    }
+    let (date, name) = match text.split_once('.') {
+        Some((d, n)) => (d, Some(n)),
+        None => (text, None),
+    };
+    let parts: Vec<&str> = date.split('-').collect();
+    let date_ok = matches!(parts.as_slice(), [y, m, d]
+        if y.len() == 4 && m.len() == 2 && d.len() == 2
+            && [y, m, d].iter().all(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            && (1..=12).contains(&m.parse::<u8>().unwrap_or(0))
+            && (1..=31).contains(&d.parse::<u8>().unwrap_or(0)));
+    let name_ok = name
+        .is_none_or(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    date_ok && name_ok
 }
 
 /// The provider a request is for, or Stripe's 401.
@@ -48,10 +107,10 @@ fn authenticate(req: &HttpRequest, state: &State) -> Result<usize, StripeError> 
 }
 
 /// Stripe's response headers.
-fn decorate(reply: Reply, request_id: &str, key: Option<&str>) -> HttpResponse {
+fn decorate(reply: Reply, request_id: &str, key: Option<&str>, version: &str) -> HttpResponse {
     let mut reply = reply
         .header("Request-Id", request_id)
-        .header("Stripe-Version", API_VERSION);
+        .header("Stripe-Version", version);
     if let Some(key) = key {
         reply = reply.header("Idempotency-Key", key);
     }
@@ -69,9 +128,13 @@ async fn post(
         let mut state = shared.lock();
         (state.rng.id("req", 14), authenticate(&req, &state))
     };
+    let version = match api_version(&req) {
+        Ok(v) => v,
+        Err(e) => return decorate(e.reply(), &request_id, None, API_VERSION),
+    };
     let p = match provider {
         Ok(p) => p,
-        Err(e) => return decorate(e.reply(), &request_id, None),
+        Err(e) => return decorate(e.reply(), &request_id, None, &version),
     };
     let key = req
         .headers()
@@ -85,13 +148,13 @@ async fn post(
             "Idempotency keys must be at most 255 characters long.",
             None,
         );
-        return decorate(e.reply(), &request_id, None);
+        return decorate(e.reply(), &request_id, None, &version);
     }
     let form = Form::parse(&body);
     // Validation happens before execution: a request with invalid parameters saves nothing under its key.
     let request = match validate(&form) {
         Ok(r) => r,
-        Err(e) => return decorate(e.reply(), &request_id, key.as_deref()),
+        Err(e) => return decorate(e.reply(), &request_id, key.as_deref(), &version),
     };
     let fingerprint = format!("{} {}?{}", req.method(), req.path(), form.canonical());
     let edge_url = shared.edge_url.clone();
@@ -110,7 +173,7 @@ async fn post(
     .await;
     let key_text = key.as_deref().unwrap_or_default();
     match run {
-        Run::Executed(reply) => decorate(reply, &request_id, key.as_deref()),
+        Run::Executed(reply) => decorate(reply, &request_id, key.as_deref(), &version),
         Run::Replayed(saved) => {
             let reply = Reply {
                 status: saved.status,
@@ -120,17 +183,19 @@ async fn post(
                     ("Original-Request", saved.request_id),
                 ],
             };
-            decorate(reply, &request_id, key.as_deref())
+            decorate(reply, &request_id, key.as_deref(), &version)
         }
         Run::InFlight => decorate(
             errors::idempotency_in_flight(key_text).reply(),
             &request_id,
             key.as_deref(),
+            &version,
         ),
         Run::Mismatch => decorate(
             errors::idempotency_mismatch(key_text).reply(),
             &request_id,
             key.as_deref(),
+            &version,
         ),
     }
 }
@@ -144,33 +209,41 @@ fn post_route(validate: fn(&Form) -> Result<ops::Request, StripeError>) -> Route
     )
 }
 
-async fn confirm_intent(
-    req: HttpRequest,
-    id: web::Path<String>,
-    body: web::Bytes,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    let id = id.into_inner();
-    post(req, body, shared, move |form| {
-        ops::validate_confirm(&id, form)
-    })
-    .await
+/// The route of a POST to one object (`/v1/payment_intents/{id}/confirm`), whose id and parameters `validate`
+/// turns into a request.
+fn post_on(validate: fn(&str, &Form) -> Result<ops::Request, StripeError>) -> Route {
+    web::post().to(
+        move |req: HttpRequest,
+              id: web::Path<String>,
+              body: web::Bytes,
+              shared: web::Data<Shared>| {
+            let id = id.into_inner();
+            async move { post(req, body, shared, move |form| validate(&id, form)).await }
+        },
+    )
 }
 
 /// A GET: authenticate, then answer from the state.
-fn get(
+pub(crate) fn get(
     req: &HttpRequest,
     shared: &Shared,
     answer: impl FnOnce(&State, usize) -> Result<Value, StripeError>,
 ) -> HttpResponse {
     let mut state = shared.lock();
     let request_id = state.rng.id("req", 14);
-    let reply = match authenticate(req, &state).and_then(|p| answer(&state, p)) {
+    let (version, checked) = match api_version(req) {
+        Ok(v) => (v, Ok(())),
+        Err(e) => (API_VERSION.to_owned(), Err(e)),
+    };
+    let reply = match checked
+        .and_then(|()| authenticate(req, &state))
+        .and_then(|p| answer(&state, p))
+    {
         Ok(body) => Reply::json(200, &body),
         Err(e) => e.reply(),
     };
     drop(state);
-    decorate(reply, &request_id, None)
+    decorate(reply, &request_id, None, &version)
 }
 
 /// The objects read one by one at `GET /v1/{collection}/{id}`.
@@ -180,6 +253,8 @@ enum Object {
     Refund,
     Charge,
     Event,
+    Customer,
+    PaymentMethod,
 }
 
 impl Object {
@@ -190,6 +265,15 @@ impl Object {
             Object::Refund => book.refunds.get(id).map(book::Refund::json),
             Object::Charge => book.charges.get(id).map(book::Charge::json),
             Object::Event => book.event(id).map(Event::json),
+            Object::Customer => book.customers.get(id).map(book::Customer::json),
+            // A test id exists implicitly, as at Stripe (each read shows it unattached).
+            Object::PaymentMethod => book
+                .payment_methods
+                .get(id)
+                .map(book::PaymentMethod::json)
+                .or_else(|| {
+                    book::test_card(id).map(|card| book::payment_method_json(id, &card, None, 0))
+                }),
         }
     }
 
@@ -200,6 +284,8 @@ impl Object {
             Object::Refund => ("refund", "id"),
             Object::Charge => ("charge", "id"),
             Object::Event => ("event", "id"),
+            Object::Customer => ("customer", "id"),
+            Object::PaymentMethod => ("PaymentMethod", "payment_method"),
         };
         errors::missing(object, id, param)
     }

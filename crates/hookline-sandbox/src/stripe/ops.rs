@@ -8,7 +8,10 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use url::Url;
 
-use super::book::{money, Charge, Dispute, Event, PaymentIntent, Refund};
+use super::book::{
+    money, payment_method_json, test_card, CardBehaviour, Charge, Customer, Dispute, Event,
+    PaymentIntent, PaymentMethod, Refund, TestCard,
+};
 use super::errors::{self, StripeError};
 use super::form::Form;
 use crate::clock;
@@ -46,6 +49,24 @@ pub(crate) struct NewIntent {
     metadata: BTreeMap<String, String>,
     confirm: bool,
     payment_method: Option<String>,
+    off_session: bool,
+    return_url: Option<String>,
+}
+
+/// The confirmation parameters of `POST /v1/payment_intents/{id}/confirm` (and of a creation with
+/// `confirm=true`).
+pub(crate) struct Confirmation {
+    payment_method: Option<String>,
+    off_session: bool,
+    return_url: Option<String>,
+}
+
+pub(crate) struct NewCustomer {
+    email: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+    metadata: BTreeMap<String, String>,
+    payment_method: Option<String>,
 }
 
 pub(crate) enum RefundTarget {
@@ -65,9 +86,14 @@ pub(crate) enum Request {
     CreateIntent(NewIntent),
     ConfirmIntent {
         id: String,
-        payment_method: Option<String>,
+        confirmation: Confirmation,
     },
     CreateRefund(NewRefund),
+    CreateCustomer(NewCustomer),
+    AttachPaymentMethod {
+        id: String,
+        customer: String,
+    },
 }
 
 const MIN_AMOUNT: i64 = 50;
@@ -153,22 +179,157 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
             ));
         }
     }
+    let confirm = form.boolean("confirm")?.unwrap_or(false);
+    let customer = bounded_id(form, "customer")?;
+    let confirmation = confirmation(form)?;
+    // Stripe: `off_session` "can only be set to true when `confirm=true`", and a merchant-initiated charge
+    // needs the customer the saved payment method is attached to
+    // (https://docs.stripe.com/api/payment_intents/create#create_payment_intent-off_session). The messages are
+    // the sandbox's wording.
+    if confirmation.off_session && !confirm {
+        return Err(errors::invalid_uncoded(
+            "You can only set `off_session` when `confirm` is true.",
+            Some("off_session"),
+        ));
+    }
+    if confirmation.off_session && customer.is_none() {
+        return Err(errors::invalid(
+            "parameter_missing",
+            "A `customer` is required when `off_session` is true: an off-session payment charges a payment method saved to a customer.",
+            Some("customer"),
+        ));
+    }
     Ok(Request::CreateIntent(NewIntent {
         amount,
         currency,
-        customer: text(form, "customer"),
+        customer,
         description: form.get("description").map(str::to_owned),
         metadata: form.metadata(),
-        confirm: form.boolean("confirm")?.unwrap_or(false),
-        payment_method: text(form, "payment_method"),
+        confirm,
+        payment_method: confirmation.payment_method,
+        off_session: confirmation.off_session,
+        return_url: confirmation.return_url,
     }))
+}
+
+/// Longest id or free-text value the sandbox takes (Stripe's own limits are 5000 characters for free text).
+const MAX_TEXT: usize = 5000;
+
+/// An optional object id (`cus_…`, `pm_…`): bounded, printable.
+fn bounded_id(form: &Form, name: &str) -> Result<Option<String>, StripeError> {
+    match text(form, name) {
+        Some(v) if v.len() > 255 || v.chars().any(|c| c.is_control() || c.is_whitespace()) => {
+            Err(errors::invalid_uncoded(
+                format!("Invalid {name}: must be an object id of at most 255 characters."),
+                Some(name),
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+/// An optional free-text value, at most [`MAX_TEXT`] characters.
+fn bounded_text(form: &Form, name: &str) -> Result<Option<String>, StripeError> {
+    match text(form, name) {
+        Some(v) if v.chars().count() > MAX_TEXT => Err(errors::invalid_uncoded(
+            format!("Invalid {name}: must be at most {MAX_TEXT} characters."),
+            Some(name),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// `payment_method`, `off_session` (Stripe takes `true`/`false`, or `one_off`/`recurring` meaning true) and
+/// `return_url` (an absolute URL; Stripe redirects the customer back to it after 3-D Secure).
+fn confirmation(form: &Form) -> Result<Confirmation, StripeError> {
+    let off_session = match form.get("off_session") {
+        None | Some("false") => false,
+        Some("true" | "one_off" | "recurring") => true,
+        Some(other) => {
+            return Err(errors::invalid(
+                "parameter_invalid_boolean",
+                format!("Invalid boolean: {other}"),
+                Some("off_session"),
+            ))
+        }
+    };
+    let return_url = bounded_text(form, "return_url")?;
+    if let Some(u) = &return_url {
+        let ok = u.len() <= 2048
+            && Url::parse(u)
+                .is_ok_and(|p| matches!(p.scheme(), "http" | "https") || !p.cannot_be_a_base());
+        if !ok {
+            return Err(errors::invalid(
+                "url_invalid",
+                "Not a valid URL",
+                Some("return_url"),
+            ));
+        }
+    }
+    Ok(Confirmation {
+        payment_method: bounded_id(form, "payment_method")?,
+        off_session,
+        return_url,
+    })
 }
 
 pub(crate) fn validate_confirm(id: &str, form: &Form) -> Result<Request, StripeError> {
     form.check_known(CONFIRM_PARAMS)?;
     Ok(Request::ConfirmIntent {
         id: id.to_owned(),
-        payment_method: text(form, "payment_method"),
+        confirmation: confirmation(form)?,
+    })
+}
+
+/// `POST /v1/customers` (<https://docs.stripe.com/api/customers/create>): every parameter optional.
+pub(crate) fn validate_customer(form: &Form) -> Result<Request, StripeError> {
+    form.check_known(&[
+        "address",
+        "description",
+        "email",
+        "expand",
+        "invoice_settings",
+        "metadata",
+        "name",
+        "payment_method",
+        "phone",
+        "preferred_locales",
+        "shipping",
+    ])?;
+    let email = bounded_text(form, "email")?;
+    if email
+        .as_ref()
+        .is_some_and(|e| e.len() > 512 || !e.contains('@'))
+    {
+        return Err(errors::invalid(
+            "email_invalid",
+            "Invalid email address",
+            Some("email"),
+        ));
+    }
+    Ok(Request::CreateCustomer(NewCustomer {
+        email,
+        name: bounded_text(form, "name")?,
+        description: bounded_text(form, "description")?,
+        metadata: form.metadata(),
+        payment_method: bounded_id(form, "payment_method")?,
+    }))
+}
+
+/// `POST /v1/payment_methods/{id}/attach` with `customer`
+/// (<https://docs.stripe.com/api/payment_methods/attach>).
+pub(crate) fn validate_attach(id: &str, form: &Form) -> Result<Request, StripeError> {
+    form.check_known(&["customer", "expand"])?;
+    let customer = bounded_id(form, "customer")?.ok_or_else(|| {
+        errors::invalid(
+            "parameter_missing",
+            "Missing required param: customer.",
+            Some("customer"),
+        )
+    })?;
+    Ok(Request::AttachPaymentMethod {
+        id: id.to_owned(),
+        customer,
     })
 }
 
@@ -236,10 +397,14 @@ pub(crate) fn execute(
     };
     let result = match request {
         Request::CreateIntent(new) => create_intent(state, at, new),
-        Request::ConfirmIntent { id, payment_method } => {
-            confirmable(state, p, &id).and_then(|()| confirm(state, at, &id, payment_method))
+        Request::ConfirmIntent { id, confirmation } => {
+            confirmable(state, p, &id).and_then(|()| confirm(state, at, &id, confirmation))
         }
         Request::CreateRefund(new) => create_refund(state, at, new),
+        Request::CreateCustomer(new) => create_customer(state, at, new),
+        Request::AttachPaymentMethod { id, customer } => {
+            attach(state, p, &id, &customer).map(|pm| Reply::json(200, &pm))
+        }
     };
     result.unwrap_or_else(|e| e.reply())
 }
@@ -274,8 +439,85 @@ fn emit(state: &mut State, at: At<'_>, kind: &str, object: Value, resource_id: &
     webhooks::enqueue(state, edge_url, new, Instant::now());
 }
 
+/// A payment method as the sandbox resolves it: its id on the charge, the test card behind it, and the customer
+/// it is attached to.
+struct ResolvedMethod {
+    id: String,
+    card: TestCard,
+    customer: Option<String>,
+}
+
+/// Stripe's 400 `resource_missing` for a payment method it does not know (`No such PaymentMethod: 'pm_…'`).
+fn no_such_payment_method(id: &str) -> StripeError {
+    errors::invalid(
+        "resource_missing",
+        format!("No such PaymentMethod: '{id}'"),
+        Some("payment_method"),
+    )
+}
+
+/// A test id (`pm_card_visa`, `tok_visa`, …; each charge gets a fresh `pm_…`, as Stripe mints one) or a saved
+/// `pm_…`; anything else is Stripe's 400 `resource_missing`.
+fn resolve_method(state: &mut State, p: usize, id: &str) -> Result<ResolvedMethod, StripeError> {
+    if let Some(card) = test_card(id) {
+        return Ok(ResolvedMethod {
+            id: state.rng.id("pm", 24),
+            card,
+            customer: None,
+        });
+    }
+    state.providers[p]
+        .stripe
+        .payment_methods
+        .get(id)
+        .map(|pm| ResolvedMethod {
+            id: pm.id.clone(),
+            card: pm.card,
+            customer: pm.customer.clone(),
+        })
+        .ok_or_else(|| no_such_payment_method(id))
+}
+
+/// Stripe refuses a payment method attached to one customer on a payment intent of another (or of none): it
+/// may only be charged for the customer it is saved to.
+fn check_owner(
+    method: &ResolvedMethod,
+    given: &str,
+    customer: Option<&str>,
+) -> Result<(), StripeError> {
+    match (&method.customer, customer) {
+        (Some(owner), Some(c)) if owner != c => Err(errors::invalid_uncoded(
+            format!(
+                "The PaymentMethod {given} does not belong to the Customer {c}. Please use the Customer that this PaymentMethod is attached to ({owner})."
+            ),
+            Some("payment_method"),
+        )),
+        (Some(owner), None) => Err(errors::invalid_uncoded(
+            format!(
+                "The PaymentMethod {given} is attached to Customer {owner}: provide that customer in the `customer` parameter to use it."
+            ),
+            Some("customer"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply, StripeError> {
     let p = at.p;
+    // Refused before anything is created: an unknown customer or payment method.
+    if let Some(c) = &new.customer {
+        if !state.providers[p].stripe.customers.contains_key(c) {
+            return Err(errors::invalid(
+                "resource_missing",
+                format!("No such customer: '{c}'"),
+                Some("customer"),
+            ));
+        }
+    }
+    if let Some(pm) = &new.payment_method {
+        let method = resolve_method(state, p, pm)?;
+        check_owner(&method, pm, new.customer.as_deref())?;
+    }
     let id = state.rng.id("pi", 24);
     let secret = state.rng.id("secret", 24);
     let intent = PaymentIntent {
@@ -296,14 +538,22 @@ fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply,
         created: now_unix(),
         latest_charge: None,
         last_payment_error: None,
+        next_action: None,
+        return_url: new.return_url.clone(),
     };
     let snapshot = intent.json();
     let book = &mut state.providers[p];
     book.stripe.intents.insert(id.clone(), intent);
+    book.stripe.intent_order.push(id.clone());
     book.created(at.key(), &id, false);
     emit(state, at, "payment_intent.created", snapshot, &id);
     if new.confirm {
-        return confirm(state, at, &id, new.payment_method);
+        let confirmation = Confirmation {
+            payment_method: new.payment_method,
+            off_session: new.off_session,
+            return_url: new.return_url,
+        };
+        return confirm(state, at, &id, confirmation);
     }
     if let Some(pm) = new.payment_method {
         if let Some(intent) = state.providers[p].stripe.intents.get_mut(&id) {
@@ -335,60 +585,153 @@ fn confirmable(state: &State, p: usize, id: &str) -> Result<(), StripeError> {
     Ok(())
 }
 
-/// The decline a Stripe test payment method stands for.
-fn test_decline(payment_method: &str) -> Option<&'static str> {
-    match payment_method {
-        "pm_card_chargeDeclined" | "pm_card_visa_chargeDeclined" | "tok_chargeDeclined" => {
-            Some("generic_decline")
-        }
-        "pm_card_chargeDeclinedInsufficientFunds" | "tok_chargeDeclinedInsufficientFunds" => {
-            Some("insufficient_funds")
-        }
-        "pm_card_chargeDeclinedFraudulent" | "tok_chargeDeclinedFraudulent" => Some("fraudulent"),
-        "pm_card_chargeDeclinedLostCard" | "tok_chargeDeclinedLostCard" => Some("lost_card"),
-        "pm_card_chargeDeclinedStolenCard" | "tok_chargeDeclinedStolenCard" => Some("stolen_card"),
-        _ => None,
-    }
-}
-
 fn decline_message(code: &str) -> &'static str {
     match code {
         "insufficient_funds" => "Your card has insufficient funds.",
+        "lost_card" => "Your card has been declined.",
+        "stolen_card" => "Your card has been declined.",
         _ => "Your card was declined.",
     }
 }
 
-/// Charges the intent: one `ch_…` (succeeded or failed), the intent's new status, and their events.
+/// How one confirmation ends.
+enum Attempt {
+    Succeeded,
+    /// A decline: `(code, decline_code, message)`.
+    Declined(&'static str, String, String),
+    /// 3-D Secure is needed and the customer is there to do it.
+    RequiresAction,
+}
+
+/// Confirms the intent as Stripe does (<https://docs.stripe.com/api/payment_intents/confirm>): without a payment
+/// method, 400 `payment_intent_unexpected_state`; an unknown one, 400 `resource_missing`; then a forced outcome
+/// ([`crate::SandboxControl::push_outcome`]) or the test card decides: success (a `ch_…`), a decline (402
+/// `card_error` with the intent, a failed `ch_…`), or 3-D Secure — `requires_action` with `next_action` on
+/// session, 402 `authentication_required` off session (https://docs.stripe.com/testing#regulatory-cards).
 fn confirm(
     state: &mut State,
     at: At<'_>,
     id: &str,
-    payment_method: Option<String>,
+    confirmation: Confirmation,
 ) -> Result<Reply, StripeError> {
     let p = at.p;
-    let existing_pm = state.providers[p]
+    let (existing_pm, customer) = state.providers[p]
         .stripe
         .intents
         .get(id)
-        .and_then(|i| i.payment_method.clone());
-    // Deviation: Stripe refuses to confirm without a payment method; the sandbox charges a test Visa.
-    let token = payment_method
-        .or(existing_pm)
-        .unwrap_or_else(|| "pm_card_visa".to_owned());
-    let decline = match state.providers[p].outcomes.pop_front() {
-        Some(forced) if forced.status == "declined" => Some(
-            forced
+        .map(|i| (i.payment_method.clone(), i.customer.clone()))
+        .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
+    let Some(given) = confirmation.payment_method.or(existing_pm) else {
+        let intent = state.providers[p]
+            .stripe
+            .intents
+            .get(id)
+            .map(PaymentIntent::json);
+        let mut e = errors::invalid(
+            "payment_intent_unexpected_state",
+            "You cannot confirm this PaymentIntent because it's missing a payment method. You can either update the PaymentIntent with a payment method and then confirm it again, or confirm it again directly with a payment method.",
+            None,
+        );
+        e.extra
+            .insert("payment_intent".into(), intent.unwrap_or(Value::Null));
+        return Err(e);
+    };
+    let method = resolve_method(state, p, &given)?;
+    check_owner(&method, &given, customer.as_deref())?;
+    let attempt = match state.providers[p].outcomes.pop_front() {
+        Some(forced) if forced.status == "declined" => {
+            let code = forced
                 .status_detail
-                .unwrap_or_else(|| "generic_decline".to_owned()),
-        ),
-        Some(_) => None,
-        None => test_decline(&token).map(str::to_owned),
+                .unwrap_or_else(|| "generic_decline".to_owned());
+            let message = decline_message(&code).to_owned();
+            Attempt::Declined("card_declined", code, message)
+        }
+        Some(_) => Attempt::Succeeded,
+        None => match method.card.behaviour {
+            CardBehaviour::Succeeds => Attempt::Succeeded,
+            CardBehaviour::Declines(code) => Attempt::Declined(
+                "card_declined",
+                code.to_owned(),
+                decline_message(code).to_owned(),
+            ),
+            CardBehaviour::Authenticates if confirmation.off_session => Attempt::Declined(
+                "authentication_required",
+                "authentication_required".to_owned(),
+                "Your card was declined. This transaction requires authentication.".to_owned(),
+            ),
+            CardBehaviour::Authenticates => Attempt::RequiresAction,
+        },
     };
-    let pm_id = if token.starts_with("pm_card_") || token.starts_with("tok_") {
-        state.rng.id("pm", 24)
-    } else {
-        token
-    };
+    let return_url = confirmation.return_url;
+    match attempt {
+        Attempt::RequiresAction => {
+            let source = state.rng.id("src", 24);
+            let intent = state.providers[p]
+                .stripe
+                .intents
+                .get_mut(id)
+                .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
+            if return_url.is_some() {
+                intent.return_url = return_url;
+            }
+            let auth_url = format!(
+                "https://hooks.stripe.com/3d_secure_2/hosted?merchant=acct_sandbox&payment_intent={id}&source={source}"
+            );
+            intent.payment_method = Some(method.id.clone());
+            intent.status = "requires_action";
+            intent.last_payment_error = None;
+            // With a return_url Stripe redirects the customer (redirect_to_url); without one the client's
+            // Stripe.js/mobile SDK handles the challenge (use_stripe_sdk)
+            // (https://docs.stripe.com/api/payment_intents/object#payment_intent_object-next_action).
+            intent.next_action = Some(match &intent.return_url {
+                Some(back) => json!({
+                    "type": "redirect_to_url",
+                    "redirect_to_url": {"return_url": back, "url": auth_url},
+                }),
+                None => json!({
+                    "type": "use_stripe_sdk",
+                    "use_stripe_sdk": {
+                        "type": "three_d_secure_redirect",
+                        "source": source,
+                        "stripe_js": auth_url,
+                    },
+                }),
+            });
+            let intent_json = intent.json();
+            emit(
+                state,
+                at,
+                "payment_intent.requires_action",
+                intent_json.clone(),
+                id,
+            );
+            Ok(Reply::json(200, &intent_json))
+        }
+        Attempt::Succeeded => {
+            let intent_json = charge(state, at, id, &method)?;
+            Ok(Reply::json(200, &intent_json))
+        }
+        Attempt::Declined(code, decline_code, message) => {
+            let (intent_json, error) =
+                decline(state, at, id, &method, code, &decline_code, &message)?;
+            let mut error = error;
+            error.insert("payment_intent".into(), intent_json);
+            Ok(Reply::json(402, &json!({ "error": error })))
+        }
+    }
+}
+
+/// Creates the charge of a payment: succeeded (`decline` is `None`) or failed with `(code, decline_code,
+/// message)`; moves the intent to `succeeded` or `requires_payment_method` and emits the charge's and the
+/// intent's events. Returns the intent's JSON, and the `last_payment_error` of a decline.
+fn charge_attempt(
+    state: &mut State,
+    at: At<'_>,
+    id: &str,
+    method: &ResolvedMethod,
+    decline: Option<(&str, &str, &str)>,
+) -> Result<(Value, Option<Map<String, Value>>), StripeError> {
+    let p = at.p;
     let charge_id = state.rng.id("ch", 24);
     let txn = state.rng.id("txn", 24);
     let book = &mut state.providers[p].stripe;
@@ -406,30 +749,39 @@ fn confirm(
         currency: intent.currency.clone(),
         succeeded: success,
         created: now_unix(),
-        payment_method: pm_id.clone(),
+        payment_method: method.id.clone(),
         customer: intent.customer.clone(),
         description: intent.description.clone(),
         metadata: intent.metadata.clone(),
-        decline_code: decline.clone(),
+        decline_code: decline.map(|(_, d, _)| d.to_owned()),
         balance_transaction: success.then_some(txn),
         disputed: false,
     };
-    intent.payment_method = Some(pm_id.clone());
+    intent.payment_method = Some(method.id.clone());
     intent.latest_charge = Some(charge_id.clone());
+    intent.next_action = None;
     let mut card_error = None;
-    if let Some(code) = &decline {
+    if let Some((code, decline_code, message)) = decline {
         let mut error = Map::new();
         error.insert("charge".into(), json!(charge_id));
-        error.insert("code".into(), json!("card_declined"));
-        error.insert("decline_code".into(), json!(code));
+        error.insert("code".into(), json!(code));
+        error.insert("decline_code".into(), json!(decline_code));
         error.insert(
             "doc_url".into(),
-            json!("https://stripe.com/docs/error-codes/card-declined"),
+            json!(format!(
+                "https://stripe.com/docs/error-codes/{}",
+                code.replace('_', "-")
+            )),
         );
-        error.insert("message".into(), json!(decline_message(code)));
+        error.insert("message".into(), json!(message));
         error.insert(
             "payment_method".into(),
-            json!({"id": pm_id, "object": "payment_method", "type": "card"}),
+            payment_method_json(
+                &method.id,
+                &method.card,
+                method.customer.as_deref(),
+                now_unix(),
+            ),
         );
         error.insert("type".into(), json!("card_error"));
         intent.status = "requires_payment_method";
@@ -451,13 +803,167 @@ fn confirm(
     };
     emit(state, at, charge_event, charge_json, &charge_id);
     emit(state, at, intent_event, intent_json.clone(), id);
-    match card_error {
-        None => Ok(Reply::json(200, &intent_json)),
-        Some(mut error) => {
-            error.insert("payment_intent".into(), intent_json);
-            Ok(Reply::json(402, &json!({ "error": error })))
+    Ok((intent_json, card_error))
+}
+
+/// A successful charge; the intent's JSON.
+fn charge(
+    state: &mut State,
+    at: At<'_>,
+    id: &str,
+    method: &ResolvedMethod,
+) -> Result<Value, StripeError> {
+    charge_attempt(state, at, id, method, None).map(|(intent, _)| intent)
+}
+
+/// A declined charge; the intent's JSON and the error object.
+fn decline(
+    state: &mut State,
+    at: At<'_>,
+    id: &str,
+    method: &ResolvedMethod,
+    code: &str,
+    decline_code: &str,
+    message: &str,
+) -> Result<(Value, Map<String, Value>), StripeError> {
+    let (intent, error) =
+        charge_attempt(state, at, id, method, Some((code, decline_code, message)))?;
+    Ok((intent, error.unwrap_or_default()))
+}
+
+fn create_customer(state: &mut State, at: At<'_>, new: NewCustomer) -> Result<Reply, StripeError> {
+    let p = at.p;
+    let id = state.rng.id("cus", 14);
+    state.providers[p].stripe.customers.insert(
+        id.clone(),
+        Customer {
+            id: id.clone(),
+            email: new.email,
+            name: new.name,
+            description: new.description,
+            metadata: new.metadata,
+            created: now_unix(),
+        },
+    );
+    if let Some(pm) = new.payment_method {
+        if let Err(e) = attach(state, p, &pm, &id) {
+            state.providers[p].stripe.customers.remove(&id);
+            return Err(e);
         }
     }
+    state.providers[p].created(at.key(), &id, false);
+    let body = state.providers[p]
+        .stripe
+        .customers
+        .get(&id)
+        .map(Customer::json);
+    Ok(Reply::json(200, &body.unwrap_or(Value::Null)))
+}
+
+/// Attaches a payment method to a customer: a test id is minted into a new `pm_…` saved to the customer (what
+/// Stripe does with `pm_card_visa`); a saved one attached to another customer is refused.
+fn attach(state: &mut State, p: usize, id: &str, customer: &str) -> Result<Value, StripeError> {
+    if !state.providers[p].stripe.customers.contains_key(customer) {
+        return Err(errors::invalid(
+            "resource_missing",
+            format!("No such customer: '{customer}'"),
+            Some("customer"),
+        ));
+    }
+    if let Some(card) = test_card(id) {
+        let new_id = state.rng.id("pm", 24);
+        let pm = PaymentMethod {
+            id: new_id.clone(),
+            card,
+            customer: Some(customer.to_owned()),
+            created: now_unix(),
+        };
+        let body = pm.json();
+        state.providers[p].stripe.payment_methods.insert(new_id, pm);
+        return Ok(body);
+    }
+    let pm = state.providers[p]
+        .stripe
+        .payment_methods
+        .get_mut(id)
+        .ok_or_else(|| no_such_payment_method(id))?;
+    match &pm.customer {
+        Some(owner) if owner != customer => Err(errors::invalid_uncoded(
+            "The payment method you provided has already been attached to a customer.",
+            Some("payment_method"),
+        )),
+        _ => {
+            pm.customer = Some(customer.to_owned());
+            Ok(pm.json())
+        }
+    }
+}
+
+/// The control API's end of a 3-D Secure challenge on a `requires_action` intent: passed, the payment is
+/// charged (`payment_intent.succeeded`); failed, the intent goes back to `requires_payment_method` with
+/// Stripe's `payment_intent_authentication_failure` (`payment_intent.payment_failed`), as Stripe's test cards do
+/// (https://docs.stripe.com/payments/3d-secure/authentication-flow#testing).
+pub(crate) fn complete_authentication(
+    state: &mut State,
+    edge_url: &Url,
+    p: usize,
+    id: &str,
+    succeed: bool,
+) -> Result<Value, String> {
+    let at = At {
+        edge_url,
+        p,
+        ctx: None,
+    };
+    let intent = state.providers[p]
+        .stripe
+        .intents
+        .get(id)
+        .ok_or_else(|| format!("payment intent {id} does not exist"))?;
+    if intent.status != "requires_action" {
+        return Err(format!(
+            "payment intent {id} is {}, not requires_action",
+            intent.status
+        ));
+    }
+    let pm_id = intent.payment_method.clone().unwrap_or_default();
+    let method = ResolvedMethod {
+        id: pm_id.clone(),
+        card: state.providers[p]
+            .stripe
+            .payment_methods
+            .get(&pm_id)
+            .map(|m| m.card)
+            .or_else(|| test_card("pm_card_threeDSecure2Required"))
+            .ok_or("no test card")?,
+        customer: intent.customer.clone(),
+    };
+    if succeed {
+        return charge(state, at, id, &method).map_err(|e| e.message);
+    }
+    let intent = state.providers[p]
+        .stripe
+        .intents
+        .get_mut(id)
+        .ok_or_else(|| format!("payment intent {id} does not exist"))?;
+    intent.status = "requires_payment_method";
+    intent.next_action = None;
+    intent.last_payment_error = Some(json!({
+        "code": "payment_intent_authentication_failure",
+        "doc_url": "https://stripe.com/docs/error-codes/payment-intent-authentication-failure",
+        "message": "The provided PaymentMethod has failed authentication. You can provide payment_method_data or a new PaymentMethod to attempt to fulfill this PaymentIntent again.",
+        "payment_method": payment_method_json(&method.id, &method.card, None, now_unix()),
+        "type": "invalid_request_error",
+    }));
+    let intent_json = intent.json();
+    emit(
+        state,
+        at,
+        "payment_intent.payment_failed",
+        intent_json.clone(),
+        id,
+    );
+    Ok(intent_json)
 }
 
 fn create_refund(state: &mut State, at: At<'_>, new: NewRefund) -> Result<Reply, StripeError> {
@@ -530,6 +1036,7 @@ fn create_refund(state: &mut State, at: At<'_>, new: NewRefund) -> Result<Reply,
     let charge_json = charge.json();
     let refund_json = refund.json();
     book.refunds.insert(refund_id.clone(), refund);
+    book.refund_order.push(refund_id.clone());
     state.providers[p].created(at.key(), &refund_id, false);
     emit(state, at, "refund.created", refund_json.clone(), &refund_id);
     emit(state, at, "charge.refunded", charge_json, &charge_id);

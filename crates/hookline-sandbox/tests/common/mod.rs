@@ -186,6 +186,7 @@ pub async fn succeeded_intent(sandbox: &RunningSandbox, amount: i64) -> String {
             ("amount", &amount),
             ("currency", "brl"),
             ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
         ],
         None,
     )
@@ -228,18 +229,54 @@ pub async fn mp_pay(
     reference: &str,
     key: Option<&str>,
 ) -> reqwest::Response {
-    mp_post(sandbox, "/v1/payments", &mp_payment(amount, reference), key).await
+    let token = mp_card_token(sandbox, "APRO").await;
+    mp_post(
+        sandbox,
+        "/v1/payments",
+        &mp_card_payment(amount, reference, &token),
+        key,
+    )
+    .await
+}
+
+/// A card token of Mercado Pago's test Visa held by `holder` (`APRO`, `OTHE`, `FUND`, …: the outcome).
+pub async fn mp_card_token(sandbox: &RunningSandbox, holder: &str) -> String {
+    let response = mp_post(
+        sandbox,
+        "/v1/card_tokens",
+        &serde_json::json!({
+            "card_number": "4235647728025682",
+            "expiration_month": 11,
+            "expiration_year": 2030,
+            "security_code": "123",
+            "cardholder": {"name": holder, "identification": {"type": "CPF", "number": "12345678909"}},
+        }),
+        None,
+    )
+    .await;
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+/// A Visa payment with card token `token`.
+pub fn mp_card_payment(amount: f64, reference: &str, token: &str) -> Value {
+    let mut body = mp_payment(amount, reference);
+    body["payment_method_id"] = serde_json::json!("visa");
+    body["token"] = serde_json::json!(token);
+    body
 }
 
 pub async fn mp_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
     get_json(sandbox, path_and_query, MP_TOKEN).await
 }
 
+/// A payment from the payer's Mercado Pago balance (`account_money`: no card token), approved.
 pub fn mp_payment(amount: f64, reference: &str) -> Value {
     serde_json::json!({
         "transaction_amount": amount,
         "description": "Sandbox order",
-        "payment_method_id": "visa",
+        "payment_method_id": "account_money",
         "installments": 1,
         "payer": {"email": "buyer@example.com"},
         "external_reference": reference,
