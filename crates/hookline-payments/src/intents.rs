@@ -108,11 +108,6 @@ pub fn refund_key(refund_id: i64) -> String {
     format!("hookline-refund-{refund_id}")
 }
 
-/// The public id of an outbound refund, as the API and the CLI show it (`re_hl_N`).
-pub fn refund_public_id(refund_id: i64) -> String {
-    format!("re_hl_{refund_id}")
-}
-
 /// Why an intent of an API client was not created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
