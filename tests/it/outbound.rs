@@ -168,6 +168,35 @@ async fn intent(p: &TestPipeline, id: i64) -> Intent {
     intents::get(&mut conn, id).await.unwrap().expect("intent")
 }
 
+/// A customer created at the Stripe sandbox with `pm_card_visa` attached, as a merchant's checkout saves a card
+/// for later off-session charges: `(cus_…, pm_…)`.
+async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (String, String) {
+    let http = reqwest::Client::new();
+    let post = |path: String, form: Vec<(&'static str, String)>| {
+        let req = http
+            .post(sandbox.url(&path))
+            .bearer_auth(hookline_tests::sandboxed::STRIPE_KEY)
+            .form(&form);
+        async move {
+            let res = req.send().await.expect("the sandbox answers");
+            assert!(res.status().is_success(), "{path}: {}", res.status());
+            res.json::<serde_json::Value>().await.expect("json")
+        }
+    };
+    let customer = post("/v1/customers".into(), vec![("name", name.to_owned())]).await;
+    let customer = customer["id"].as_str().expect("a customer id").to_owned();
+    let method = post(
+        "/v1/payment_methods/pm_card_visa/attach".into(),
+        vec![("customer", customer.clone())],
+    )
+    .await;
+    let method = method["id"]
+        .as_str()
+        .expect("a payment method id")
+        .to_owned();
+    (customer, method)
+}
+
 async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(p.pool())
@@ -376,13 +405,13 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
         // Stripe subscriptions with a saved test method (charged off-session). Mercado Pago cannot charge a
         // saved card without a fresh token (billing.rs), so its billing charges need attention instead.
         for i in 0..7 {
-            let customer = format!("cus_cliente{i}");
+            let (customer, method) = saved_card(&sandbox, &format!("cliente{i}")).await;
             let id = billing::add(
                 &mut conn,
                 &billing::NewSubscription {
                     provider: "st",
                     customer: &customer,
-                    payment_method: "pm_card_visa",
+                    payment_method: &method,
                     amount: 1000 + i as i64 * 100,
                     currency: "brl",
                 },
@@ -530,13 +559,15 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
         format!("sent {claims} requests")
     );
     outbox_drained(&p).await;
+    let outcomes: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT status, last_error FROM outbound_requests ORDER BY id")
+            .fetch_all(p.pool())
+            .await
+            .unwrap();
     assert_eq!(
-        scalar(
-            &p,
-            "SELECT count(*) FROM outbound_requests WHERE status = 'succeeded'"
-        )
-        .await,
-        claims
+        outcomes.iter().filter(|(s, _)| s == "succeeded").count() as i64,
+        claims,
+        "{outcomes:?}"
     );
     let report = sandbox.control().charges();
     assert_eq!(report.total_charges as i64, claims, "{report:?}");
