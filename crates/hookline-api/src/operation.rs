@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use actix_web::http::StatusCode;
 use hookline_core::config::ProviderConfig;
 use hookline_payments::intents::{self, CreateError, NewIntent, RefundError};
+use hookline_payments::model::IntentStatus;
 use hookline_payments::params::PaymentParams;
 use sqlx::PgConnection;
 
@@ -135,7 +136,7 @@ async fn confirm(
         .await
         .map_err(|e| ApiError::database(e, "lock the payment intent"))?
         .ok_or(ApiError::IntentNotFound)?;
-    if intent.status != "requires_confirmation" {
+    if intent.status != IntentStatus::RequiresConfirmation {
         return Reply::json(StatusCode::OK, &intent);
     }
     let scheme = providers

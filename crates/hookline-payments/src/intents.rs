@@ -50,8 +50,8 @@ pub struct Intent {
     #[serde(skip)]
     pub client: Option<String>,
     /// `requires_confirmation`, `requires_dispatch`, `requires_action`, `processing`, `succeeded`, `failed`,
-    /// `needs_attention` ([`IntentStatus`]).
-    pub status: String,
+    /// `needs_attention`: read as the enum, so an unknown stored value is an error, never shown as text.
+    pub status: IntentStatus,
     /// The merchant's order: at most one live (not failed) intent per client and order.
     pub order_reference: Option<String>,
     /// What the gateway needs to charge (the provider object the merchant sent); never shown by the API (a card
@@ -480,10 +480,9 @@ struct IntentFact<'a> {
 /// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
 /// status never leaves a final value, and the fact's id is derived from the intent).
 async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(), RecordError> {
-    // The API shows the status as text; the decision reads it as the enum, so an unknown value fails the
-    // transaction (naming it) instead of passing for "not final".
-    let now = IntentStatus::parse(&m.intent.status)
-        .map_err(|e| RecordError::Database(sqlx::Error::Decode(Box::new(e))))?;
+    // The status decodes as the enum: an unknown stored value already failed the statement (naming it) instead
+    // of passing for "not final".
+    let now = m.intent.status;
     let ty = match now {
         _ if m.previous.is_final() => return Ok(()),
         IntentStatus::Succeeded => EventType::PaymentIntentSucceeded,
@@ -503,7 +502,7 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
             intent_id: &i.public_id,
             provider: &i.provider,
             provider_payment_id: i.provider_payment_id.as_deref(),
-            status: &i.status,
+            status: i.status.as_str(),
             amount: i.amount,
             currency: &i.currency,
             customer: i.customer.as_deref(),

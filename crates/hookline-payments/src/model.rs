@@ -233,6 +233,26 @@ macro_rules! text_status {
                 <&str as sqlx::Encode<'_, sqlx::Postgres>>::encode(self.as_str(), buf)
             }
         }
+
+        /// As its database spelling (the API and the console show that).
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        /// Compared with its database spelling (`status == "succeeded"`).
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
     };
 }
 
