@@ -3,7 +3,9 @@
 
 use hookline_signature::{sign, validate_secret, Request, Scheme, Verified, Verifier, VerifyError};
 
-const NOW: i64 = 1_767_225_600;
+mod common;
+use common::{verify as run, NOW};
+
 const STRIPE_SECRET: &str = "whsec_test_secret";
 const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const GH_SECRET: &str = "It's a Secret to Everybody";
@@ -13,28 +15,6 @@ const PAGARME_SECRET: &str = "ak_test_Q2D2qDYGJSyeR1KbI4sLzGACEr73MF";
 const ADYEN_SECRET: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 const STRIPE_BODY: &[u8] = br#"{"id":"evt_1","object":"event","type":"invoice.paid"}"#;
 const SW_BODY: &[u8] = br#"{"type":"contact.created","data":{}}"#;
-
-fn run(
-    scheme: Scheme,
-    secrets: &[&str],
-    headers: &[(&str, &str)],
-    query: &str,
-    body: &[u8],
-) -> Result<Verified, VerifyError> {
-    let secrets: Vec<&[u8]> = secrets.iter().map(|s| s.as_bytes()).collect();
-    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
-    Verifier {
-        scheme,
-        secrets: &secrets,
-        tolerance_secs: None,
-        now_unix: NOW,
-    }
-    .verify(&Request {
-        headers: &headers,
-        query,
-        body,
-    })
-}
 
 /// Asserts the error code and exact message, and that no configured secret leaks into it.
 #[track_caller]

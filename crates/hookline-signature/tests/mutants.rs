@@ -2,35 +2,15 @@
 //! outcome (an exact line, an index, an error code) that a plausible slip in the code would change. The
 //! mutant each test exists for is named above it, so a later run that reports it again points here.
 
-use hookline_signature::{outcome_lines, sign, Request, Scheme, Verified, Verifier, VerifyError};
+use hookline_signature::{outcome_lines, sign, Request, Scheme, Verified, VerifyError};
 
-const NOW: i64 = 1_767_225_600;
+mod common;
+use common::{verify, NOW};
+
 const STRIPE_SECRET: &str = "whsec_test_secret";
 const MP_SECRET: &str = "36a9dac68450mpsecret";
 const ADYEN_SECRET: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 const STRIPE_BODY: &[u8] = br#"{"id":"evt_1","object":"event","type":"invoice.paid"}"#;
-
-fn verify(
-    scheme: Scheme,
-    secrets: &[&str],
-    headers: &[(&str, &str)],
-    query: &str,
-    body: &[u8],
-) -> Result<Verified, VerifyError> {
-    let secrets: Vec<&[u8]> = secrets.iter().map(|s| s.as_bytes()).collect();
-    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
-    Verifier {
-        scheme,
-        secrets: &secrets,
-        tolerance_secs: None,
-        now_unix: NOW,
-    }
-    .verify(&Request {
-        headers: &headers,
-        query,
-        body,
-    })
-}
 
 /// lib.rs `<impl fmt::Debug for Request>::fmt` replaced with `Ok(())`: the redaction test only checks what is
 /// absent, so an empty output passed it. What it prints instead of the values is part of the contract.
