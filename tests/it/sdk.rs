@@ -3,6 +3,12 @@
 //! these scripts — written against the SDKs' documented calls, not against the sandbox — would fail. Each test
 //! asserts the script passed and what the sandbox itself counted (charges, refunds, replays per key).
 //!
+//! The `*_sdk_*` tests go end to end: the merchant's Python code (`hookline_stripe.py`,
+//! `hookline_mercadopago.py`) charges through hookline's merchant API and uses the SDKs at the gateway (card
+//! tokens, counting payments by hookline's reference), with hookline's API, dispatcher, relay and worker live and
+//! the sandbox's webhooks flowing to the edge; each test then checks rows, facts, ledger postings and the
+//! sandbox's own count.
+//!
 //! The first run on a machine makes the venv (`pip install` from PyPI, about a minute); later runs reuse it.
 
 use std::time::Duration;
