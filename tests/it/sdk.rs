@@ -803,3 +803,45 @@ async fn stripe_sdk_never_reached_then_failing_past_the_key_lifetime_charges_onc
 async fn mercadopago_sdk_never_reached_then_failing_past_the_key_lifetime_charges_once() {
     failing_past_the_key_lifetime("mp", 2724, false).await;
 }
+
+/// Issue 27, the asynchronous step fails: the customer fails 3-D Secure (Stripe) or lets the Pix QR code expire
+/// (Mercado Pago). The gateway's webhook makes the intent `failed` (one `payment_intent.failed` fact, no
+/// posting, no charge); the same order is then paid with a card (one posting for that payment).
+async fn failed_action_is_an_outcome(provider: &str, scenario: &str, seed: u64) {
+    let live = Live::start(seed, None).await;
+    let run = live.run(provider, scenario).await;
+    let failed = one_reported(&run, "declined");
+    let paid = one_reported(&run, "intent");
+    let (status, _, _) = live.intent(&failed).await;
+    assert_eq!(status, "failed", "{failed}");
+    live.assert_paid_once(provider, &paid).await;
+    assert_eq!(
+        live.facts(&failed).await,
+        vec!["payment_intent.failed".to_string()]
+    );
+    assert_eq!(
+        live.scalar(
+            "SELECT count(*) FROM ledger_transactions l JOIN payment_intents i
+                 ON i.provider = l.provider AND i.provider_payment_id = l.reference
+              WHERE i.public_id = $1 AND l.kind = 'payment'",
+            &failed
+        )
+        .await,
+        0,
+        "nothing posted for the failed intent"
+    );
+    let book = live.book(provider);
+    assert_eq!(book.captured_charges, 1, "{book:?}");
+    assert_passed(&run, 10);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_sdk_failed_3ds_challenge_fails_the_intent() {
+    failed_action_is_an_outcome("st", "3ds_failed", 2725).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_sdk_expired_pix_fails_the_intent() {
+    failed_action_is_an_outcome("mp", "pix_expired", 2726).await;
+}

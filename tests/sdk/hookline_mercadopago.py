@@ -120,8 +120,32 @@ def decline(c, hl, gw):
     charged_once(c, gw, paid, "another card")
 
 
+def pix_expired(c, hl, gw):
+    """The Pix QR code expires unpaid: Mercado Pago cancels the payment and notifies; the intent is failed (final,
+    the QR code no longer offered, nothing charged) and the order can be paid again."""
+    order = f"pedido-{RUN}"
+    status, created = hl.create(gw.order(2600, "pix", order_reference=order), f"{RUN}-pix-expired")
+    c.equal("create: 201", status, 201)
+    intent, _ = hl.wait(created["id"], {"requires_action"})
+    c.equal("requires_action", intent["status"], "requires_action")
+    control(f"/_sandbox/pix/{gw.provider}/{intent['provider_payment_id']}", {"outcome": "expired"})
+    got = gw.sdk.payment().get(intent["provider_payment_id"])["response"]
+    c.equal("at Mercado Pago: cancelled", got["status"], "cancelled")
+    done, seen = hl.wait(intent["id"], set())
+    c.equal("the expired Pix: failed", done["status"], "failed")
+    c.equal("failure_code is Mercado Pago's status_detail", done["failure_code"], got.get("status_detail"))
+    c.equal("the QR code no longer offered", done["next_action"], None)
+    c.equal("nothing charged", gw.charges(intent["id"]), [])
+    report("declined", intent["id"])
+    status, retry = hl.create(gw.order(2600, "ok", order_reference=order), f"{RUN}-pix-expired-card")
+    c.equal("the same order paid by card: 201", status, 201)
+    paid, _ = hl.wait(retry["id"], {"succeeded"})
+    charged_once(c, gw, paid, "by card")
+
+
 SCENARIOS = {
     "pix": pix,
+    "pix_expired": pix_expired,
     "decline": decline,
     "key_per_click": lambda c, hl, gw: scenario_key_per_click(c, hl, gw, RUN),
     "confirm_twice": lambda c, hl, gw: scenario_confirm_twice(c, hl, gw, RUN),

@@ -104,8 +104,35 @@ def decline(c, hl, gw):
     charged_once(c, gw, paid, "another card")
 
 
+def three_d_secure_failed(c, hl, gw):
+    """The customer fails the 3-D Secure challenge: Stripe's PaymentIntent goes back to requires_payment_method
+    with a last_payment_error and its webhook says payment_failed; the intent is failed (final, nothing charged,
+    the challenge no longer offered) and the order can be paid with another card."""
+    order = f"pedido-{RUN}"
+    status, created = hl.create(gw.order(4200, "3ds", order_reference=order), f"{RUN}-3ds-fail")
+    c.equal("create: 201", status, 201)
+    intent, _ = hl.wait(created["id"], {"requires_action"})
+    c.equal("requires_action", intent["status"], "requires_action")
+    control(f"/_sandbox/payment_intents/{gw.provider}/{intent['provider_payment_id']}/authenticate",
+            {"outcome": "fail"})
+    pi = gw.client.v1.payment_intents.retrieve(intent["provider_payment_id"])
+    c.equal("at Stripe: requires_payment_method", pi.status, "requires_payment_method")
+    done, seen = hl.wait(intent["id"], set())
+    c.equal("the failed challenge: failed", done["status"], "failed")
+    error = (pi.to_dict().get("last_payment_error") or {})
+    c.equal("failure_code is Stripe's", done["failure_code"], error.get("decline_code") or error.get("code"))
+    c.equal("the challenge no longer offered", done["next_action"], None)
+    c.equal("nothing charged", gw.charges(intent["id"]), [])
+    report("declined", intent["id"])
+    status, retry = hl.create(gw.order(4200, "ok", order_reference=order), f"{RUN}-3ds-fail-another-card")
+    c.equal("the same order with another card: 201", status, 201)
+    paid, _ = hl.wait(retry["id"], {"succeeded"})
+    charged_once(c, gw, paid, "another card")
+
+
 SCENARIOS = {
     "3ds": three_d_secure,
+    "3ds_failed": three_d_secure_failed,
     "decline": decline,
     "key_per_click": lambda c, hl, gw: scenario_key_per_click(c, hl, gw, RUN),
     "confirm_twice": lambda c, hl, gw: scenario_confirm_twice(c, hl, gw, RUN),
