@@ -522,7 +522,7 @@ async fn mercadopago_sdk_rejection_is_failed_with_its_code_and_status_stays_heal
 
 /// Issue 27, a gateway error on the first charge and the first refund (`charge` / `refund` status: 500 or 429
 /// with Retry-After): hookline retries with the same key; the gateway saw each key twice (the error, then one
-/// execution); one charge and one refund (the SDK's view and the sandbox's count).
+/// execution); one charge and one refund (the SDK's view and the sandbox's count), each posted once.
 async fn gateway_errors_are_retried_with_the_same_key(
     provider: &str,
     seed: u64,
@@ -602,6 +602,25 @@ async fn gateway_errors_are_retried_with_the_same_key(
         .await,
         1
     );
+    // The gateway's refund webhook posts it, once.
+    let refund_postings = format!(
+        "SELECT count(*) FROM ledger_transactions WHERE provider = '{provider}' AND kind = 'refund'"
+    );
+    wait_for_count(
+        live.p.pool(),
+        WAIT,
+        "the refund posted",
+        &refund_postings,
+        1,
+    )
+    .await;
+    live.p.drain(WAIT).await;
+    let postings: i64 = sqlx::query_scalar(&refund_postings)
+        .fetch_one(live.p.pool())
+        .await
+        .expect("refund postings");
+    assert_eq!(postings, 1, "the refund posted once");
+    assert_ledger_balanced(live.p.pool()).await;
     assert_passed(&run, 8);
     live.stop().await;
 }
