@@ -50,6 +50,16 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   command -v chromedriver >/dev/null 2>&1 || { echo "test.sh: chromedriver still missing after install" >&2; exit 1; }
 fi
 
+# The official Stripe and Mercado Pago SDKs drive the sandbox and the merchant API in tests/it/sdk.rs, from a venv
+# the tests make under the target dir (tests/src/sdk.rs): python3 with venv and pip (Debian's python3-venv).
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "test.sh: python3 with venv/ensurepip missing: installing Debian's python3-venv" >&2
+  if [ "$(id -u)" -eq 0 ]; then SUDO=(); elif command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+    echo "test.sh: not root and no sudo: install python3-venv" >&2; exit 1; fi
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-venv
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).

@@ -145,6 +145,7 @@ impl Handler for PaymentsHandler {
                         payment_ref,
                         status,
                         amount,
+                        failure,
                     } => items.push(PaymentItem {
                         index,
                         event_id: event.id,
@@ -153,6 +154,7 @@ impl Handler for PaymentsHandler {
                         payment_ref,
                         status,
                         amount,
+                        failure,
                     }),
                     PaymentFact::Ignored { reason } => ignored[index].push(reason),
                     _ => return None,
@@ -268,6 +270,7 @@ async fn apply_fact(
             payment_ref,
             status,
             amount,
+            failure,
         } => {
             let item = PaymentItem {
                 index: 0,
@@ -277,6 +280,7 @@ async fn apply_fact(
                 payment_ref,
                 status,
                 amount,
+                failure,
             };
             payments::apply_payment(tx, item).await
         }

@@ -400,6 +400,19 @@ pub async fn record_charge_answer(
     Ok(())
 }
 
+/// A payment a provider event completed, for the intent linked to it.
+#[derive(Debug, Clone, Copy)]
+pub struct Completed<'a> {
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The gateway's payment id.
+    pub payment_ref: &'a str,
+    /// From [`crate::model::PaymentStatus::intent_status`].
+    pub status: IntentStatus,
+    /// The provider's reason when it failed (shown as `failure_code` / `failure_message`).
+    pub failure: Option<&'a crate::model::Failure>,
+}
+
 /// A provider's webhook completed the payment: the intent linked to it follows (called in the payment's
 /// transaction), and its domain event is written. Returns whether an intent was linked. It is
 /// [`complete_from_payments`] with one payment.
@@ -409,28 +422,48 @@ pub async fn complete_from_payment(
     provider_payment_id: &str,
     status: IntentStatus,
 ) -> Result<bool, RecordError> {
-    let completed = [(provider, provider_payment_id, status)];
+    let completed = [Completed {
+        provider,
+        payment_ref: provider_payment_id,
+        status,
+        failure: None,
+    }];
     Ok(complete_from_payments(conn, &completed).await? > 0)
 }
 
 /// Moves the intents linked to several completed payments in one statement (the worker's path; single
-/// payments go through [`complete_from_payment`]): `(provider, provider_payment_id, status)` each, the status
-/// from [`crate::model::PaymentStatus::intent_status`]. An intent already final is left alone. Returns how many
-/// intents were completed.
+/// payments go through [`complete_from_payment`]). An intent already final is left alone. Its `next_action`
+/// is cleared (the customer has nothing left to do: a paid Pix must not show its QR code again), and a failure
+/// keeps the provider's reason (a failure code already recorded from the gateway's answer is kept). Returns
+/// how many intents were completed.
 pub async fn complete_from_payments(
     conn: &mut PgConnection,
-    completed: &[(&str, &str, IntentStatus)],
+    completed: &[Completed<'_>],
 ) -> Result<usize, RecordError> {
     if completed.is_empty() {
         return Ok(0);
     }
-    let providers: Vec<&str> = completed.iter().map(|c| c.0).collect();
-    let refs: Vec<&str> = completed.iter().map(|c| c.1).collect();
-    let statuses: Vec<&str> = completed.iter().map(|c| c.2.as_str()).collect();
+    let providers: Vec<&str> = completed.iter().map(|c| c.provider).collect();
+    let refs: Vec<&str> = completed.iter().map(|c| c.payment_ref).collect();
+    let statuses: Vec<&str> = completed.iter().map(|c| c.status.as_str()).collect();
+    let codes: Vec<Option<&str>> = completed
+        .iter()
+        .map(|c| c.failure.map(|f| f.code.as_str()))
+        .collect();
+    let messages: Vec<Option<&str>> = completed
+        .iter()
+        .map(|c| c.failure.and_then(|f| f.message.as_deref()))
+        .collect();
     let moved: Vec<Moved> = sqlx::query_as(&format!(
-        "UPDATE payment_intents p SET status = old.new_status, updated_at = now()
-           FROM (SELECT i.id, i.status AS previous, u.status AS new_status
-                   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(provider, ref, status)
+        "UPDATE payment_intents p
+            SET status = old.new_status, next_action = NULL, updated_at = now(),
+                failure_code = CASE WHEN old.new_status = 'failed'
+                                    THEN coalesce(p.failure_code, old.code) ELSE p.failure_code END,
+                failure_message = CASE WHEN old.new_status = 'failed'
+                                       THEN coalesce(p.failure_message, old.message) ELSE p.failure_message END
+           FROM (SELECT i.id, i.status AS previous, u.status AS new_status, u.code, u.message
+                   FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                                 AS u(provider, ref, status, code, message)
                           ORDER BY provider, ref) u
                    CROSS JOIN LATERAL (
                         SELECT id, status FROM payment_intents
@@ -443,6 +476,8 @@ pub async fn complete_from_payments(
     .bind(&providers)
     .bind(&refs)
     .bind(&statuses)
+    .bind(&codes)
+    .bind(&messages)
     .fetch_all(&mut *conn)
     .await?;
     for m in &moved {

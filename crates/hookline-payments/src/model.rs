@@ -260,6 +260,26 @@ text_status!(PaymentStatus);
 text_status!(DisputeStatus);
 text_status!(IntentStatus);
 
+/// The provider's reason for a failed payment (a decline, a failed 3-D Secure challenge, an expired Pix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The provider's code (`card_declined`, `payment_intent_authentication_failure`, `expired`), at most 200
+    /// characters.
+    pub code: String,
+    /// The provider's message, at most 1000 characters.
+    pub message: Option<String>,
+}
+
+impl Failure {
+    /// A failure from the provider's texts, cut to the columns' bounds (`payment_intents.failure_*`).
+    pub fn new(code: &str, message: Option<&str>) -> Failure {
+        Failure {
+            code: code.chars().take(200).collect(),
+            message: message.map(|m| m.chars().take(1000).collect()),
+        }
+    }
+}
+
 /// What one provider event means for payments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentFact {
@@ -272,6 +292,9 @@ pub enum PaymentFact {
         status: PaymentStatus,
         /// Amount, when the event carries it.
         amount: Option<Money>,
+        /// Why it failed, when the provider says (Stripe `last_payment_error`, Mercado Pago `status_detail`):
+        /// the intent it completes shows it as `failure_code` / `failure_message`.
+        failure: Option<Failure>,
     },
     /// A refund with its own provider id, for `amount` of payment `payment_ref`.
     Refund {

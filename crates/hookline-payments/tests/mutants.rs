@@ -76,6 +76,7 @@ fn ids_longer_than_255_bytes_are_refused() {
                 amount: 1000,
                 currency: "usd".to_owned()
             }),
+            failure: None,
         }]
     );
     for len in [256, 300] {

@@ -61,6 +61,7 @@ fn payment(payment_ref: &str, status: PaymentStatus, amount: Option<Money>) -> P
         payment_ref: payment_ref.to_owned(),
         status,
         amount,
+        failure: None,
     }
 }
 
@@ -1566,4 +1567,25 @@ proptest! {
         check_facts(&facts)?;
         prop_assert_eq!(&facts[0], &payment("406483", PaymentStatus::Succeeded, Some(brl(amount))));
     }
+}
+
+/// A failed PaymentIntent's reason travels with its fact (the intent it completes shows it): the issuer's
+/// `decline_code` first, else Stripe's `code` (a failed 3-D Secure challenge has no decline code).
+#[test]
+fn a_failed_payment_intent_carries_its_last_payment_error() {
+    let mut object = payment_intent("requires_payment_method", 4100, 0);
+    object["last_payment_error"] = json!({"code": "card_declined", "decline_code": "insufficient_funds", "message": "Your card has insufficient funds."});
+    let facts = stripe_ok("payment_intent.payment_failed", object.clone());
+    assert!(
+        matches!(&facts[0], PaymentFact::Payment { status: PaymentStatus::Failed, failure: Some(f), .. }
+            if f.code == "insufficient_funds" && f.message.as_deref() == Some("Your card has insufficient funds.")),
+        "{facts:?}"
+    );
+    object["last_payment_error"] = json!({"code": "payment_intent_authentication_failure"});
+    let facts = stripe_ok("payment_intent.payment_failed", object);
+    assert!(
+        matches!(&facts[0], PaymentFact::Payment { failure: Some(f), .. }
+            if f.code == "payment_intent_authentication_failure" && f.message.is_none()),
+        "{facts:?}"
+    );
 }

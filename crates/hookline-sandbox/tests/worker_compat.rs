@@ -41,6 +41,7 @@ fn assert_stripe_facts(
                 payment_ref,
                 status: PaymentStatus::Succeeded,
                 amount: Some(money),
+                failure: None,
             }] => {
                 assert_eq!(payment_ref, &pi);
                 assert_eq!((money.amount, money.currency.as_str()), (10_000, "brl"));

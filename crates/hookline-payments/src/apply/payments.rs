@@ -16,7 +16,7 @@ use super::row::read_error;
 use super::{disputes, refunds, Applied, ProviderRule};
 use crate::facts;
 use crate::ledger::{self, Posting};
-use crate::model::{IntentStatus, Money, PaymentStatus};
+use crate::model::{Money, PaymentStatus};
 
 /// What the ledger side knows of a payment: its status and how much was refunded (reconciliation compares
 /// it with the provider's view). `None` when the payment is unknown; an unknown stored status is an error
@@ -45,6 +45,8 @@ pub(super) struct PaymentItem<'a> {
     pub(super) payment_ref: String,
     pub(super) status: PaymentStatus,
     pub(super) amount: Option<Money>,
+    /// The provider's reason, when it failed.
+    pub(super) failure: Option<crate::model::Failure>,
 }
 
 /// Applies one payment status fact of an event: [`apply_payments`] with one item.
@@ -92,8 +94,8 @@ struct Changes<'a> {
     transitions: Vec<(i64, i64, PaymentStatus, PaymentStatus)>,
     /// The payment facts (`payment.succeeded`, …), in event order.
     facts: Vec<(EventType, String, serde_json::Value)>,
-    /// Intents to complete: `(provider, provider payment id, status)`.
-    completed: Vec<(&'a str, &'a str, IntentStatus)>,
+    /// Intents to complete.
+    completed: Vec<crate::intents::Completed<'a>>,
     /// Captures to post.
     postings: Vec<Posting<'a>>,
     /// Payments that succeeded in this batch and existed before it: `(payment id, index, provider, ref)`.
@@ -260,9 +262,12 @@ fn step<'a>(
     }
     // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
     if let Some(intent) = item.status.intent_status() {
-        changes
-            .completed
-            .push((item.provider, &item.payment_ref, intent));
+        changes.completed.push(crate::intents::Completed {
+            provider: item.provider,
+            payment_ref: &item.payment_ref,
+            status: intent,
+            failure: item.failure.as_ref(),
+        });
     }
     if item.status != PaymentStatus::Succeeded {
         return Ok(());

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::json::{parse_json_object, render, Obj};
 use super::{field_error, quoted};
-use crate::model::{PaymentFact, PermanentError};
+use crate::model::{Failure, PaymentFact, PermanentError};
 
 /// Longest resource id accepted for a fetch.
 const MAX_RESOURCE_ID_LEN: usize = 128;
@@ -109,11 +109,20 @@ pub(crate) fn payment_resource(
         currency: currency.clone(),
     };
     let status = root.text("status")?;
+    // Why it was rejected or cancelled (`cc_rejected_insufficient_amount`, `expired`): the intent shows it.
+    let detail = root.opt_text("status_detail")?;
     let mut facts = Vec::new();
     let payment = |status: PaymentStatus, with_amount: bool| PaymentFact::Payment {
         payment_ref: id.clone(),
         status,
         amount: with_amount.then(|| money(amount)),
+        failure: match status {
+            PaymentStatus::Failed | PaymentStatus::Canceled => Some(Failure::new(
+                detail.unwrap_or(root_status_text(status)),
+                None,
+            )),
+            _ => None,
+        },
     };
     match status {
         "pending" | "in_process" | "authorized" => {
@@ -216,6 +225,14 @@ fn decimal_minor_units(obj: &Obj<'_>, key: &str) -> Result<i64, PermanentError> 
     super::check_amount(&path, minor, false)
 }
 
+/// The code of a rejection or cancellation Mercado Pago gave no `status_detail` for.
+fn root_status_text(status: crate::model::PaymentStatus) -> &'static str {
+    match status {
+        crate::model::PaymentStatus::Canceled => "cancelled",
+        _ => "rejected",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +275,27 @@ mod tests {
     }
 
     #[test]
+    fn a_rejection_carries_its_status_detail_as_the_failure_code() {
+        let body =
+            br#"{"id": 7, "status": "rejected", "status_detail": "cc_rejected_insufficient_amount",
+                        "currency_id": "BRL", "transaction_amount": 25.5}"#;
+        let facts = payment_resource(body, "7").unwrap();
+        assert!(
+            matches!(
+                &facts[0],
+                PaymentFact::Payment { status: PaymentStatus::Failed, failure: Some(f), .. }
+                    if f.code == "cc_rejected_insufficient_amount" && f.message.is_none()
+            ),
+            "{facts:?}"
+        );
+        let approved = payment_resource(&resource("approved", ""), "123").unwrap();
+        assert!(matches!(
+            &approved[0],
+            PaymentFact::Payment { failure: None, .. }
+        ));
+    }
+
+    #[test]
     fn approved_is_a_succeeded_payment_in_minor_units() {
         let facts = payment_resource(&resource("approved", ""), "123").unwrap();
         assert_eq!(
@@ -269,6 +307,7 @@ mod tests {
                     amount: 2550,
                     currency: "brl".into()
                 }),
+                failure: None,
             }]
         );
     }

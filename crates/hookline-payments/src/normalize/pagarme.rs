@@ -75,6 +75,7 @@ pub(super) fn normalize(
         payment_ref: id.clone(),
         status,
         amount,
+        failure: None,
     };
 
     Ok(match status {

@@ -7,7 +7,7 @@
 
 use super::json::{parse_json_object, Obj};
 use super::{check_event_type, excerpt, field_error, ignored, quoted};
-use crate::model::{DisputeStatus, Money, PaymentFact, PaymentStatus, PermanentError};
+use crate::model::{DisputeStatus, Failure, Money, PaymentFact, PaymentStatus, PermanentError};
 
 pub(super) fn normalize(
     event_type: Option<&str>,
@@ -97,10 +97,26 @@ fn payment_intent(
     } else {
         object.opt_money("amount", "currency")?
     };
+    // A failed or canceled intent's reason: the issuer's `decline_code`, else Stripe's `code`
+    // (`payment_intent_authentication_failure` for a failed 3-D Secure challenge), as the dispatcher reads a 402.
+    let failure = match object.opt_object("last_payment_error")? {
+        Some(e) if matches!(status, PaymentStatus::Failed | PaymentStatus::Canceled) => {
+            let code = match e.opt_text("decline_code")? {
+                Some(c) => Some(c),
+                None => e.opt_text("code")?,
+            };
+            match code {
+                Some(code) => Some(Failure::new(code, e.opt_text("message")?)),
+                None => None,
+            }
+        }
+        _ => None,
+    };
     Ok(vec![PaymentFact::Payment {
         payment_ref,
         status,
         amount,
+        failure,
     }])
 }
 
@@ -115,6 +131,7 @@ fn charge_succeeded(ty: &str, object: &Obj<'_>) -> Result<Vec<PaymentFact>, Perm
             payment_ref,
             status: PaymentStatus::Processing,
             amount: object.opt_money("amount", "currency")?,
+            failure: None,
         }]);
     }
     let key = if object.has("amount_captured") {
@@ -126,6 +143,7 @@ fn charge_succeeded(ty: &str, object: &Obj<'_>) -> Result<Vec<PaymentFact>, Perm
         payment_ref,
         status: PaymentStatus::Succeeded,
         amount: Some(object.money(key, "currency")?),
+        failure: None,
     }])
 }
 
