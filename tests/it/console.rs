@@ -6,7 +6,6 @@
 //! set `HOOKLINE_CHROMEDRIVER` / `HOOKLINE_CHROMIUM` to use other paths. Screenshots of the main views are
 //! saved under `target/console-screenshots/`.
 
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -14,7 +13,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hookline_core::events::OwnedEvent;
-use hookline_tests::console::{console_edge, console_toml, hash_password, PASSWORD};
+use hookline_tests::console::{console_edge, console_toml, hash_password, ConsoleHttp, PASSWORD};
 use hookline_tests::*;
 
 const DRAIN: Duration = Duration::from_secs(60);
@@ -28,129 +27,6 @@ fn event(provider: &str, id: &str, body: &str, headers: Vec<(String, String)>) -
         headers,
         query: String::new(),
         body: body.as_bytes().to_vec().into(),
-    }
-}
-
-/// A cookie-keeping HTTP client of the console that does not follow redirects (so they can be asserted).
-struct ConsoleHttp {
-    client: reqwest::Client,
-    base: String,
-    cookies: HashMap<String, String>,
-}
-
-/// An answer: status, headers, body text.
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    text: String,
-}
-
-impl Answer {
-    fn location(&self) -> Option<&str> {
-        self.headers.get("location").and_then(|v| v.to_str().ok())
-    }
-
-    fn set_cookies(&self) -> Vec<String> {
-        self.headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_string))
-            .collect()
-    }
-
-    /// The value of the first hidden `csrf` field of the page.
-    fn csrf(&self) -> String {
-        let marker = "name=\"csrf\" value=\"";
-        let start = self.text.find(marker).expect("a csrf field") + marker.len();
-        let end = self.text[start..].find('"').expect("end of the csrf value");
-        self.text[start..start + end].to_string()
-    }
-}
-
-impl ConsoleHttp {
-    fn new(base: &str) -> ConsoleHttp {
-        ConsoleHttp {
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("client"),
-            base: base.to_string(),
-            cookies: HashMap::new(),
-        }
-    }
-
-    fn cookie_header(&self) -> String {
-        self.cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    async fn answer(&mut self, req: reqwest::RequestBuilder) -> Answer {
-        let res = req
-            .header("cookie", self.cookie_header())
-            .send()
-            .await
-            .expect("the console answers");
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let text = res.text().await.expect("body");
-        let answer = Answer {
-            status,
-            headers,
-            text,
-        };
-        for c in answer.set_cookies() {
-            let pair = c.split(';').next().unwrap_or("");
-            if let Some((k, v)) = pair.split_once('=') {
-                if v.is_empty() || c.contains("Max-Age=0") {
-                    self.cookies.remove(k);
-                } else {
-                    self.cookies.insert(k.to_string(), v.to_string());
-                }
-            }
-        }
-        answer
-    }
-
-    async fn get(&mut self, path: &str) -> Answer {
-        let req = self.client.get(format!("{}{path}", self.base));
-        self.answer(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Answer {
-        let body = form
-            .iter()
-            .fold(
-                form_urlencoded::Serializer::new(String::new()),
-                |mut s, (k, v)| {
-                    s.append_pair(k, v);
-                    s
-                },
-            )
-            .finish();
-        let req = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.answer(req).await
-    }
-
-    /// Logs in as alice and returns the session's CSRF token.
-    async fn login(&mut self) -> String {
-        let form = self.get("/login").await;
-        assert_eq!(form.status, 200);
-        let token = form.csrf();
-        let res = self
-            .post(
-                "/login",
-                &[("csrf", &token), ("name", "alice"), ("password", PASSWORD)],
-            )
-            .await;
-        assert_eq!(res.status, 303, "login: {}", res.text);
-        self.get("/").await.csrf()
     }
 }
 
@@ -199,7 +75,7 @@ async fn login_is_required_and_wrong_passwords_and_missing_csrf_tokens_are_refus
         .await;
     assert_eq!(res.status, 401);
     assert!(res.text.contains("Wrong name or password"));
-    assert!(!http.cookies.contains_key(hookline_console::SESSION_COOKIE));
+    assert!(!http.has_cookie(hookline_console::SESSION_COOKIE));
     // An unknown name: the same answer.
     let token = res.csrf();
     let res = http
@@ -218,7 +94,7 @@ async fn login_is_required_and_wrong_passwords_and_missing_csrf_tokens_are_refus
         .post("/login", &[("name", "alice"), ("password", PASSWORD)])
         .await;
     assert_eq!(res.status, 403);
-    assert!(!http.cookies.contains_key(hookline_console::SESSION_COOKIE));
+    assert!(!http.has_cookie(hookline_console::SESSION_COOKIE));
 
     // The right password: a session cookie that scripts cannot read and other sites cannot send.
     let token = http.get("/login").await.csrf();

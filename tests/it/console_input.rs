@@ -3,115 +3,15 @@
 //! value is a 400 (404 for an id), never a 500; every POST body is read through one bounded reader (413 past
 //! 16 KiB); and a set replay's confirmation carries what the dry run counted.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use hookline_core::events::{OwnedEvent, StoreOutcome};
-use hookline_tests::console::{console_edge, console_toml, hash_password, PASSWORD};
+use hookline_tests::console::{
+    console_edge, console_toml, hash_password, ConsoleHttp as Http, PASSWORD,
+};
 use hookline_tests::*;
 
 const DRAIN: Duration = Duration::from_secs(60);
-
-struct Answer {
-    status: u16,
-    text: String,
-}
-
-impl Answer {
-    fn hidden(&self, name: &str) -> String {
-        let marker = format!("name=\"{name}\" value=\"");
-        let start = self
-            .text
-            .find(&marker)
-            .unwrap_or_else(|| panic!("a {name} field: {}", self.text))
-            + marker.len();
-        let end = self.text[start..].find('"').expect("end of the value");
-        self.text[start..start + end].to_string()
-    }
-}
-
-/// A cookie-keeping client that sends raw (already encoded) query strings and bodies.
-struct Http {
-    client: reqwest::Client,
-    base: String,
-    cookies: HashMap<String, String>,
-}
-
-impl Http {
-    fn new(base: &str) -> Http {
-        Http {
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("client"),
-            base: base.to_string(),
-            cookies: HashMap::new(),
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Answer {
-        let cookie = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let res = req
-            .header("cookie", cookie)
-            .send()
-            .await
-            .expect("the console answers");
-        let status = res.status().as_u16();
-        for c in res.headers().get_all("set-cookie") {
-            let c = c.to_str().unwrap_or("");
-            if let Some((k, v)) = c.split(';').next().unwrap_or("").split_once('=') {
-                if v.is_empty() || c.contains("Max-Age=0") {
-                    self.cookies.remove(k);
-                } else {
-                    self.cookies.insert(k.to_string(), v.to_string());
-                }
-            }
-        }
-        let text = res.text().await.unwrap_or_default();
-        Answer { status, text }
-    }
-
-    async fn get(&mut self, path_and_query: &str) -> Answer {
-        let req = self.client.get(format!("{}{path_and_query}", self.base));
-        self.send(req).await
-    }
-
-    /// POSTs an already encoded body.
-    async fn post_raw(&mut self, path: &str, body: String) -> Answer {
-        let req = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Answer {
-        let mut ser = form_urlencoded::Serializer::new(String::new());
-        for (k, v) in form {
-            ser.append_pair(k, v);
-        }
-        self.post_raw(path, ser.finish()).await
-    }
-
-    async fn login(&mut self) -> String {
-        let form = self.get("/login").await;
-        let token = form.hidden("csrf");
-        let res = self
-            .post(
-                "/login",
-                &[("csrf", &token), ("name", "alice"), ("password", PASSWORD)],
-            )
-            .await;
-        assert_eq!(res.status, 303, "login: {}", res.text);
-        self.get("/").await.hidden("csrf")
-    }
-}
 
 /// A POST route, the valid rest of its form, and the fields to attack.
 type PostCase<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a [&'a str]);
