@@ -501,37 +501,14 @@ impl Dispatcher {
                         .await?;
                     }
                     None => {
-                        let status = IntentStatus::parse(final_status)
-                            .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-                        let recorded = ChargeAnswer {
-                            provider_payment_id: Some(provider_id.as_str()),
-                            status,
-                            next_action: next_action.as_ref(),
-                            failure_code: None,
-                            failure_message: None,
-                        };
-                        intents::record_charge_answer(&mut tx, claimed.intent_id, &recorded)
-                            .await?;
-                        // The provider's webhook may have been applied before this answer was recorded (the
-                        // intent was not linked yet): follow the payment's final status now.
-                        if matches!(
-                            status,
-                            IntentStatus::Processing | IntentStatus::RequiresAction
-                        ) {
-                            let id = provider_id.as_str();
-                            let state =
-                                crate::apply::payment_state(&mut *tx, &claimed.provider, id)
-                                    .await?;
-                            if let Some(done) = state.and_then(|(s, _)| s.intent_status()) {
-                                intents::complete_from_payment(
-                                    &mut tx,
-                                    &claimed.provider,
-                                    id,
-                                    done,
-                                )
-                                .await?;
-                            }
-                        }
+                        record_accepted_charge(
+                            &mut tx,
+                            claimed,
+                            provider_id,
+                            final_status,
+                            next_action.as_ref(),
+                        )
+                        .await?
                     }
                 }
                 outbound_requests::succeed(&mut tx, claimed.id, *status).await?;
@@ -676,6 +653,36 @@ fn build(
             claimed.provider
         ))),
     }
+}
+
+/// Records the gateway's accepted charge on its intent (in the caller's transaction) and, when the provider's
+/// webhook was applied before this answer linked the intent, follows the payment's final status now.
+async fn record_accepted_charge(
+    conn: &mut sqlx::PgConnection,
+    claimed: &Claimed,
+    provider_id: &str,
+    final_status: &str,
+    next_action: Option<&serde_json::Value>,
+) -> Result<(), sqlx::Error> {
+    let status = IntentStatus::parse(final_status).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let recorded = ChargeAnswer {
+        provider_payment_id: Some(provider_id),
+        status,
+        next_action,
+        failure_code: None,
+        failure_message: None,
+    };
+    intents::record_charge_answer(conn, claimed.intent_id, &recorded).await?;
+    if matches!(
+        status,
+        IntentStatus::Processing | IntentStatus::RequiresAction
+    ) {
+        let state = crate::apply::payment_state(&mut *conn, &claimed.provider, provider_id).await?;
+        if let Some(done) = state.and_then(|(s, _)| s.intent_status()) {
+            intents::complete_from_payment(conn, &claimed.provider, provider_id, done).await?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub(crate) mod errors;
 pub(crate) mod form;
 mod list;
 pub(crate) mod ops;
+mod validate;
 
 use std::sync::Arc;
 
