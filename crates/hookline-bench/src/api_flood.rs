@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use secrecy::SecretString;
 use serde::Serialize;
 
 use crate::env::{wait_ready, ChildProcess};
@@ -65,24 +64,10 @@ pub struct ApiFloodReport {
 
 /// Runs the measurement; the database is dropped at the end, whatever happened.
 pub async fn run(opts: &ApiFloodOptions) -> anyhow::Result<ApiFloodReport> {
-    let base_url = opts.pg_base_url.trim_end_matches('/').to_string();
-    let db_name = format!("hookline_bench_api_flood_{}", uuid::Uuid::new_v4().simple());
-    let db_url = format!("{base_url}/{db_name}");
-    hookline_core::db::migrate(&SecretString::from(db_url.clone()))
-        .await
-        .context("create and migrate the api-flood bench database")?;
-    let result = measure(opts, &db_url).await;
-    if let Ok(mut conn) =
-        <sqlx::PgConnection as sqlx::Connection>::connect(&format!("{base_url}/postgres")).await
-    {
-        sqlx::query(&format!(
-            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
-        ))
-        .execute(&mut conn)
-        .await
-        .ok();
-    }
-    result
+    crate::env::with_fresh_database(&opts.pg_base_url, "api_flood", |db_url| async move {
+        measure(opts, &db_url).await
+    })
+    .await
 }
 
 async fn measure(opts: &ApiFloodOptions, db_url: &str) -> anyhow::Result<ApiFloodReport> {

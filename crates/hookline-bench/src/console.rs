@@ -18,7 +18,6 @@ use anyhow::Context;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHasher};
-use secrecy::SecretString;
 use serde::Serialize;
 
 use crate::env::{wait_console, wait_ready, ChildProcess};
@@ -211,25 +210,10 @@ async fn time_page(
 
 /// Runs the measurement; the database is dropped at the end, whatever happened.
 pub async fn run(opts: &ConsoleOptions) -> anyhow::Result<ConsoleReport> {
-    let uuid = uuid::Uuid::new_v4().simple().to_string();
-    let base_url = opts.pg_base_url.trim_end_matches('/').to_string();
-    let db_name = format!("hookline_bench_console_{uuid}");
-    let db_url = format!("{base_url}/{db_name}");
-    hookline_core::db::migrate(&SecretString::from(db_url.clone()))
-        .await
-        .context("create and migrate the console bench database")?;
-    let result = measure(opts, &db_url).await;
-    if let Ok(mut conn) =
-        <sqlx::PgConnection as sqlx::Connection>::connect(&format!("{base_url}/postgres")).await
-    {
-        sqlx::query(&format!(
-            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
-        ))
-        .execute(&mut conn)
-        .await
-        .ok();
-    }
-    result
+    crate::env::with_fresh_database(&opts.pg_base_url, "console", |db_url| async move {
+        measure(opts, &db_url).await
+    })
+    .await
 }
 
 async fn measure(opts: &ConsoleOptions, db_url: &str) -> anyhow::Result<ConsoleReport> {

@@ -363,3 +363,33 @@ pub async fn wait_ready(edge: &mut ChildProcess, addr: SocketAddr) -> anyhow::Re
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs `measure` on a fresh database `hookline_bench_{name}_{uuid}` (created and migrated first) and drops the
+/// database afterwards, whatever `measure` returned: the one-off benches (console, login and API floods) leave
+/// nothing behind.
+pub async fn with_fresh_database<T, F, Fut>(
+    pg_base_url: &str,
+    name: &str,
+    measure: F,
+) -> anyhow::Result<T>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let base_url = pg_base_url.trim_end_matches('/').to_string();
+    let db_name = format!("hookline_bench_{name}_{}", uuid::Uuid::new_v4().simple());
+    let db_url = format!("{base_url}/{db_name}");
+    hookline_core::db::migrate(&SecretString::from(db_url.clone()))
+        .await
+        .with_context(|| format!("create and migrate the {name} bench database"))?;
+    let result = measure(db_url).await;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&format!("{base_url}/postgres")).await {
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
+        ))
+        .execute(&mut conn)
+        .await
+        .ok();
+    }
+    result
+}
