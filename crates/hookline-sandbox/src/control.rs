@@ -571,11 +571,21 @@ async fn payment_status(
     }
 }
 
+/// The body of a control action that ends one way or the other: `{"outcome": yes|no}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AuthenticateRequest {
-    /// `succeed` or `fail`.
+struct TwoWayOutcome {
     outcome: String,
+}
+
+/// `true` for `yes`, `false` for `no`, else why not (answered 400).
+fn outcome(body: &[u8], yes: &str, no: &str) -> Result<bool, String> {
+    let request: TwoWayOutcome = parse(body)?;
+    match request.outcome.as_str() {
+        o if o == yes => Ok(true),
+        o if o == no => Ok(false),
+        _ => Err(format!("outcome must be '{yes}' or '{no}'")),
+    }
 }
 
 /// `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` `{"outcome": "succeed"|"fail"}`.
@@ -584,14 +594,9 @@ async fn authenticate(
     path: web::Path<(String, String)>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let request: AuthenticateRequest = match parse(&body) {
-        Ok(r) => r,
+    let succeed = match outcome(&body, "succeed", "fail") {
+        Ok(succeed) => succeed,
         Err(e) => return bad_request(e),
-    };
-    let succeed = match request.outcome.as_str() {
-        "succeed" => true,
-        "fail" => false,
-        _ => return bad_request("outcome must be 'succeed' or 'fail'"),
     };
     let (provider, id) = path.into_inner();
     match control(&shared).complete_authentication(&provider, &id, succeed) {
@@ -600,27 +605,15 @@ async fn authenticate(
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PixRequest {
-    /// `paid` or `expired`.
-    outcome: String,
-}
-
 /// `POST /_sandbox/pix/{provider}/{id}` `{"outcome": "paid"|"expired"}`.
 async fn pix(
     shared: web::Data<Shared>,
     path: web::Path<(String, String)>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let request: PixRequest = match parse(&body) {
-        Ok(r) => r,
+    let paid = match outcome(&body, "paid", "expired") {
+        Ok(paid) => paid,
         Err(e) => return bad_request(e),
-    };
-    let paid = match request.outcome.as_str() {
-        "paid" => true,
-        "expired" => false,
-        _ => return bad_request("outcome must be 'paid' or 'expired'"),
     };
     let (provider, id) = path.into_inner();
     match control(&shared).settle_pix(&provider, &id, paid) {
