@@ -197,6 +197,42 @@ async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (
     (customer, method)
 }
 
+/// Waits until the provider's webhook completed intent `i` (charged as `payment` at `provider`), then asserts it
+/// did so once: one payment posting, one `payment_intent.succeeded`.
+async fn completed_once_by_the_webhook(
+    p: &TestPipeline,
+    i: &Intent,
+    payment: &str,
+    provider: &str,
+) {
+    let pool = p.pool().clone();
+    let id = i.id;
+    wait_until(WAIT, "the webhook completed the intent", || {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            intents::get(&mut conn, id)
+                .await
+                .unwrap()
+                .is_some_and(|i| i.status == "succeeded")
+        }
+    })
+    .await;
+    settle(
+        p,
+        "the payment posted",
+        &format!(
+            "SELECT count(*) FROM ledger_transactions WHERE provider = '{provider}' AND kind = 'payment'"
+        ),
+        1,
+    )
+    .await;
+    p.drain(WAIT).await;
+    let (postings, facts) = postings_and_facts(p, i, payment).await;
+    assert_eq!(postings, 1);
+    assert_eq!(facts, vec!["payment_intent.succeeded".to_string()]);
+}
+
 async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(p.pool())
@@ -1533,29 +1569,7 @@ async fn three_d_secure_requires_action_then_the_webhook_completes_it_once() {
         serde_json::json!({"outcome": "succeed"}),
     )
     .await;
-    let pool = p.pool().clone();
-    wait_until(WAIT, "the webhook completed the intent", || {
-        let pool = pool.clone();
-        async move {
-            let mut conn = pool.acquire().await.unwrap();
-            intents::get(&mut conn, i.id)
-                .await
-                .unwrap()
-                .is_some_and(|i| i.status == "succeeded")
-        }
-    })
-    .await;
-    settle(
-        &p,
-        "the payment posted",
-        "SELECT count(*) FROM ledger_transactions WHERE provider = 'st' AND kind = 'payment'",
-        1,
-    )
-    .await;
-    p.drain(WAIT).await;
-    let (postings, facts) = postings_and_facts(&p, &i, &payment).await;
-    assert_eq!(postings, 1);
-    assert_eq!(facts, vec!["payment_intent.succeeded".to_string()]);
+    completed_once_by_the_webhook(&p, &i, &payment, "st").await;
     assert_eq!(gateway_charges(&sandbox, "st"), 1);
     assert_ledger_balanced(p.pool()).await;
     cancel.cancel();
@@ -1591,29 +1605,7 @@ async fn pix_pending_then_the_webhook_completes_it_once() {
         serde_json::json!({"outcome": "paid"}),
     )
     .await;
-    let pool = p.pool().clone();
-    wait_until(WAIT, "the notification completed the intent", || {
-        let pool = pool.clone();
-        async move {
-            let mut conn = pool.acquire().await.unwrap();
-            intents::get(&mut conn, i.id)
-                .await
-                .unwrap()
-                .is_some_and(|i| i.status == "succeeded")
-        }
-    })
-    .await;
-    settle(
-        &p,
-        "the payment posted",
-        "SELECT count(*) FROM ledger_transactions WHERE provider = 'mp' AND kind = 'payment'",
-        1,
-    )
-    .await;
-    p.drain(WAIT).await;
-    let (postings, facts) = postings_and_facts(&p, &i, &payment).await;
-    assert_eq!(postings, 1);
-    assert_eq!(facts, vec!["payment_intent.succeeded".to_string()]);
+    completed_once_by_the_webhook(&p, &i, &payment, "mp").await;
     assert_ledger_balanced(p.pool()).await;
     cancel.cancel();
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
