@@ -60,6 +60,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
             order_reference: None,
             payment_params: Some(&params),
             confirm: true,
+            cycle: None,
         },
     )
     .await

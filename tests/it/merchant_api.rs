@@ -875,6 +875,7 @@ async fn a_client_never_reads_nor_refunds_another_clients_intent() {
             order_reference: None,
             payment_params: None,
             confirm: true,
+            cycle: None,
         },
     )
     .await

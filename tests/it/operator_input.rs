@@ -190,6 +190,7 @@ async fn the_same_refund_command_run_twice_refunds_once() {
                 order_reference: None,
                 payment_params: Some(&params),
                 confirm: true,
+                cycle: None,
             },
         )
         .await

@@ -75,6 +75,14 @@ pub enum ApiError {
         /// The existing intent's public id.
         intent: String,
     },
+    /// The subscription cycle named by `subscription_id` + `billing_cycle` already has a live (in flight or
+    /// succeeded) charge — a billing run's or another checkout's: 409 with its id (one charge per cycle,
+    /// whichever channel).
+    #[error("this subscription's billing cycle already has a live payment intent: {intent}")]
+    BillingCycleInUse {
+        /// The existing intent's public id.
+        intent: String,
+    },
     /// A path id, header or JSON string PostgreSQL cannot hold (NUL) or a one-line value with a control
     /// character: 400 with the input check's stable code (`invalid_text`, `control_character`, `too_long`) and
     /// the field as `param` (a JSON string by its pointer, e.g. `customer`).
@@ -146,6 +154,7 @@ impl ApiError {
             ApiError::ParameterMissing { .. } => "parameter_missing",
             ApiError::ProviderObjectMismatch { .. } => "provider_object_mismatch",
             ApiError::OrderReferenceInUse { .. } => "order_reference_in_use",
+            ApiError::BillingCycleInUse { .. } => "billing_cycle_in_use",
             ApiError::InvalidInput(e) => e.code(),
             ApiError::IntentNotFound => "intent_not_found",
             ApiError::IntentNotCaptured => "intent_not_captured",
@@ -190,7 +199,8 @@ impl ResponseError for ApiError {
             | ApiError::RefundAboveCaptured { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::IdempotencyKeyInFlight
             | ApiError::IntentNotCaptured
-            | ApiError::OrderReferenceInUse { .. } => StatusCode::CONFLICT,
+            | ApiError::OrderReferenceInUse { .. }
+            | ApiError::BillingCycleInUse { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
@@ -232,6 +242,10 @@ impl ResponseError for ApiError {
             }
             ApiError::OrderReferenceInUse { intent } => {
                 error["param"] = serde_json::Value::from("order_reference");
+                error["intent"] = serde_json::Value::from(intent.as_str());
+            }
+            ApiError::BillingCycleInUse { intent } => {
+                error["param"] = serde_json::Value::from("billing_cycle");
                 error["intent"] = serde_json::Value::from(intent.as_str());
             }
             ApiError::InvalidInput(e) => {

@@ -241,6 +241,8 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             "description",
             "order_reference",
             "confirm",
+            "subscription_id",
+            "billing_cycle",
             "stripe",
             "mercadopago",
         ],
@@ -316,6 +318,7 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             "order_reference must not be blank",
         ));
     }
+    let cycle = subscription_cycle(&m)?;
     let confirm = match m.get("confirm") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
@@ -347,7 +350,47 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
         order_reference,
         params,
         confirm,
+        cycle,
     })
+}
+
+/// `subscription_id` (a positive integer) and `billing_cycle` (`YYYY-MM`): both or neither.
+fn subscription_cycle(m: &Map<String, Value>) -> Result<Option<(i64, String)>, ApiError> {
+    let id = match m.get("subscription_id") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_i64().filter(|id| *id > 0).ok_or_else(|| {
+            ApiError::field(
+                "subscription_id_invalid",
+                "subscription_id",
+                "subscription_id must be a positive integer",
+            )
+        })?),
+    };
+    let cycle = match m.get("billing_cycle") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_str()
+                .filter(|c| hookline_payments::billing::valid_cycle(c))
+                .ok_or_else(|| {
+                    ApiError::field(
+                        "billing_cycle_invalid",
+                        "billing_cycle",
+                        "billing_cycle must be YYYY-MM (month 01-12)",
+                    )
+                })?
+                .to_owned(),
+        ),
+    };
+    match (id, cycle) {
+        (Some(id), Some(cycle)) => Ok(Some((id, cycle))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ApiError::ParameterMissing {
+            param: "billing_cycle".into(),
+        }),
+        (None, Some(_)) => Err(ApiError::ParameterMissing {
+            param: "subscription_id".into(),
+        }),
+    }
 }
 
 /// A confirm's body: empty, or an object with at most the provider object.

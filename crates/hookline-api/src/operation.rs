@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use actix_web::http::StatusCode;
 use hookline_core::config::ProviderConfig;
-use hookline_payments::intents::{self, CreateError, NewIntent, RefundError};
+use hookline_payments::intents::{self, CreateError, CycleRef, NewIntent, RefundError};
 use hookline_payments::model::IntentStatus;
 use hookline_payments::params::PaymentParams;
 use sqlx::PgConnection;
@@ -47,6 +47,9 @@ pub struct CreateIntent {
     /// What the gateway needs (checked against `missing_for_confirm` already when `confirm`).
     pub(crate) params: Option<PaymentParams>,
     pub(crate) confirm: bool,
+    /// The subscription cycle it pays (`subscription_id`, `billing_cycle`), checked against the subscription
+    /// in the request's transaction.
+    pub(crate) cycle: Option<(i64, String)>,
 }
 
 impl Operation {
@@ -60,6 +63,9 @@ impl Operation {
     ) -> Result<Reply, ApiError> {
         match self {
             Operation::CreateIntent(c) => {
+                if let Some((subscription_id, _)) = &c.cycle {
+                    check_subscription(tx, *subscription_id, &c).await?;
+                }
                 let intent = intents::create_intent_for_client(
                     tx,
                     client,
@@ -72,12 +78,19 @@ impl Operation {
                         order_reference: c.order_reference.as_deref(),
                         payment_params: c.params.as_ref(),
                         confirm: c.confirm,
+                        cycle: c.cycle.as_ref().map(|(id, cycle)| CycleRef {
+                            subscription_id: *id,
+                            billing_cycle: cycle,
+                        }),
                     },
                 )
                 .await
                 .map_err(|e| match e {
                     CreateError::OrderReferenceInUse { intent } => {
                         ApiError::OrderReferenceInUse { intent }
+                    }
+                    CreateError::BillingCycleInUse { intent } => {
+                        ApiError::BillingCycleInUse { intent }
                     }
                     CreateError::OrderReferenceContended => ApiError::Unavailable(anyhow::anyhow!(
                         "the order's live payment intent changed while it was read"
@@ -182,4 +195,33 @@ async fn confirm(
             .ok_or(ApiError::IntentNotFound)?,
     };
     Reply::json(StatusCode::OK, &current)
+}
+
+/// A checkout paying a subscription's cycle pays what the subscription charges: the subscription exists and is
+/// not canceled, and the provider, currency and amount are its own (422 naming `subscription_id` otherwise).
+async fn check_subscription(
+    tx: &mut PgConnection,
+    subscription_id: i64,
+    c: &CreateIntent,
+) -> Result<(), ApiError> {
+    let sub = hookline_payments::billing::get(tx, subscription_id)
+        .await
+        .map_err(|e| ApiError::database(e, "read the subscription"))?;
+    let Some(sub) =
+        sub.filter(|s| s.status != hookline_payments::billing::SubscriptionStatus::Canceled)
+    else {
+        return Err(ApiError::field(
+            "subscription_unknown",
+            "subscription_id",
+            "no active subscription has this id",
+        ));
+    };
+    if sub.provider != c.provider || sub.currency != c.currency || sub.amount != c.amount {
+        return Err(ApiError::field(
+            "subscription_mismatch",
+            "subscription_id",
+            "a subscription's cycle is paid with its own provider, currency and amount",
+        ));
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@
 //! It must never: hold a rule of its own — each command calls the crate that owns the operation (ops,
 //! payments, delivery, the sandbox for `sandbox`/`simulate` only), so the console and the CLI cannot disagree.
 
+mod billing;
 mod console;
 mod destinations;
 mod dlq;
@@ -75,10 +76,10 @@ enum Command {
     Console(console::ConsoleCommand),
     /// Manage the subscriptions billed through hookline.
     #[command(subcommand)]
-    Subscriptions(outbound::SubscriptionsCommand),
-    /// Billing runs: charge every active subscription once per cycle.
+    Subscriptions(billing::SubscriptionsCommand),
+    /// Billing runs (each cycle charged once, declines retried on a schedule) and what is behind.
     #[command(subcommand)]
-    Billing(outbound::BillingCommand),
+    Billing(billing::BillingCommand),
     /// Request a refund of a payment intent (sent to the gateway by the dispatcher), under a required
     /// --idempotency-key: the same command run twice refunds once. Prints the refund id (re_hl_…).
     Refund(outbound::RefundArgs),
@@ -141,8 +142,8 @@ pub fn main() -> ExitCode {
             Command::Simulate(args) => simulate::run(&config, &args).await,
             Command::Sandbox(args) => sandbox::run(&config, config_path.as_deref(), &args).await,
             Command::Reconcile(args) => reconcile::run(&config, &args).await,
-            Command::Subscriptions(cmd) => outbound::subscriptions(&config, &cmd).await,
-            Command::Billing(cmd) => outbound::billing(&config, &cmd).await,
+            Command::Subscriptions(cmd) => billing::subscriptions(&config, &cmd).await,
+            Command::Billing(cmd) => billing::billing(&config, &cmd).await,
             Command::Refund(args) => outbound::refund(&config, &args).await,
             Command::Dispatch(args) => outbound::dispatch(&config, &args).await,
             Command::Destinations(cmd) => {

@@ -44,6 +44,11 @@ pub enum EventType {
     DisputeLost,
     /// A subscription's billing cycle was charged (once per `(subscription_id, billing_cycle)`).
     SubscriptionCharged,
+    /// A charge of a subscription's billing cycle was declined (once per attempt): the reason, and the next
+    /// attempt if dunning retries it.
+    SubscriptionPaymentFailed,
+    /// Every attempt of a billing cycle was declined: the subscription is past due (once per cycle).
+    SubscriptionPastDue,
     /// A payment intent created through hookline's API succeeded.
     PaymentIntentSucceeded,
     /// A payment intent created through hookline's API failed.
@@ -52,7 +57,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every type, for validation of subscriptions and for documentation.
-    pub const ALL: [EventType; 10] = [
+    pub const ALL: [EventType; 12] = [
         EventType::PaymentSucceeded,
         EventType::PaymentFailed,
         EventType::PaymentCanceled,
@@ -61,6 +66,8 @@ impl EventType {
         EventType::DisputeWon,
         EventType::DisputeLost,
         EventType::SubscriptionCharged,
+        EventType::SubscriptionPaymentFailed,
+        EventType::SubscriptionPastDue,
         EventType::PaymentIntentSucceeded,
         EventType::PaymentIntentFailed,
     ];
@@ -76,6 +83,8 @@ impl EventType {
             EventType::DisputeWon => "dispute.won",
             EventType::DisputeLost => "dispute.lost",
             EventType::SubscriptionCharged => "subscription.charged",
+            EventType::SubscriptionPaymentFailed => "subscription.payment_failed",
+            EventType::SubscriptionPastDue => "subscription.past_due",
             EventType::PaymentIntentSucceeded => "payment_intent.succeeded",
             EventType::PaymentIntentFailed => "payment_intent.failed",
         }

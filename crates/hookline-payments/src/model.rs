@@ -188,7 +188,7 @@ pub struct UnknownStatus {
 }
 
 impl UnknownStatus {
-    fn new(kind: &'static str, value: &str) -> UnknownStatus {
+    pub(crate) fn new(kind: &'static str, value: &str) -> UnknownStatus {
         UnknownStatus {
             kind,
             value: value.chars().take(64).collect(),
@@ -255,6 +255,8 @@ macro_rules! text_status {
         }
     };
 }
+
+pub(crate) use text_status;
 
 text_status!(PaymentStatus);
 text_status!(DisputeStatus);

@@ -61,6 +61,7 @@ fn stripe() -> ProviderConfig {
         api_base: None,
         api_token: None,
         idempotency_key_ttl: std::time::Duration::from_secs(86400),
+        dunning_retry: Vec::new(),
     }
 }
 

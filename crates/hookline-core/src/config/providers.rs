@@ -29,6 +29,9 @@ pub struct ProviderConfig {
     /// How long the provider keeps an idempotency key (`idempotency_key_ttl_secs`): the dispatcher stops
     /// retrying a request a margin before its key expires and resolves it by lookup instead (issue 27).
     pub idempotency_key_ttl: std::time::Duration,
+    /// Dunning (`dunning_retry_secs`): how long a billing cycle whose charge was declined waits before its next
+    /// attempt, after the 1st, 2nd, … decline; once every retry declined, the cycle is `past_due` (issue 28).
+    pub dunning_retry: Vec<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -47,6 +50,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("api_base", &self.api_base.as_ref().map(url::Url::as_str))
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
             .field("idempotency_key_ttl", &self.idempotency_key_ttl)
+            .field("dunning_retry", &self.dunning_retry)
             .finish()
     }
 }
@@ -72,12 +76,22 @@ pub(super) struct RawProvider {
     api_base: Option<String>,
     api_token: Option<String>,
     idempotency_key_ttl_secs: Option<u64>,
+    dunning_retry_secs: Option<Vec<u64>>,
 }
 
 /// Shortest `idempotency_key_ttl_secs` accepted: a minute (shorter leaves no room for retries).
 pub const MIN_IDEMPOTENCY_KEY_TTL_SECS: u64 = 60;
 /// Longest `idempotency_key_ttl_secs` accepted: 30 days (no provider keeps keys longer).
 pub const MAX_IDEMPOTENCY_KEY_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// The default dunning schedule: a declined cycle is retried 1, 3 and 5 days after its 1st, 2nd and 3rd
+/// decline (card declines for insufficient funds clear around pay days; Stripe's default smart retries make up to
+/// 4 attempts within a week or more), then it is `past_due`.
+pub const DEFAULT_DUNNING_RETRY_SECS: [u64; 3] = [86_400, 3 * 86_400, 5 * 86_400];
+/// Most retries in a dunning schedule.
+pub const MAX_DUNNING_RETRIES: usize = 10;
+/// Longest wait between two attempts of a cycle: 60 days.
+pub const MAX_DUNNING_RETRY_SECS: u64 = 60 * 86_400;
 
 /// The idempotency-key lifetime a provider documents, by scheme: Stripe and Pagar.me keep a key 24 hours after
 /// its first use; Mercado Pago does not document one, so the same conservative 24 hours (a shorter real lifetime
@@ -181,6 +195,21 @@ pub(super) fn provider(
             ),
         ));
     }
+    let dunning_retry = p
+        .dunning_retry_secs
+        .unwrap_or_else(|| DEFAULT_DUNNING_RETRY_SECS.to_vec());
+    if dunning_retry.len() > MAX_DUNNING_RETRIES
+        || dunning_retry
+            .iter()
+            .any(|s| !(1..=MAX_DUNNING_RETRY_SECS).contains(s))
+    {
+        return Err(ConfigError::invalid(
+            field("dunning_retry_secs"),
+            format!(
+                "at most {MAX_DUNNING_RETRIES} delays, each between 1 and {MAX_DUNNING_RETRY_SECS} seconds (60 days)"
+            ),
+        ));
+    }
     Ok(ProviderConfig {
         name,
         scheme,
@@ -191,6 +220,10 @@ pub(super) fn provider(
         api_base,
         api_token,
         idempotency_key_ttl: std::time::Duration::from_secs(ttl),
+        dunning_retry: dunning_retry
+            .into_iter()
+            .map(std::time::Duration::from_secs)
+            .collect(),
     })
 }
 
@@ -389,5 +422,39 @@ mod tests {
     fn tolerance_on_untimestamped_scheme_is_rejected() {
         let e = err("[providers.gh]\nscheme = \"github\"\nsecrets = [\"x\"]\ntolerance_secs = 300");
         assert!(e.starts_with("providers.gh.tolerance_secs:"), "{e}");
+    }
+
+    #[test]
+    fn dunning_schedules_default_to_one_three_five_days_and_are_bounded() {
+        let c = Config::from_toml_str(
+            "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"s\"]\n\
+             [providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"s\"]\ndunning_retry_secs = [60, 7200]\n\
+             [providers.none]\nscheme = \"stripe\"\nsecrets = [\"s\"]\ndunning_retry_secs = []\n",
+            "t",
+            &[],
+        )
+        .unwrap();
+        let secs = |p: &str| -> Vec<u64> {
+            c.providers[p]
+                .dunning_retry
+                .iter()
+                .map(|d| d.as_secs())
+                .collect()
+        };
+        assert_eq!(secs("st"), vec![86_400, 259_200, 432_000]);
+        assert_eq!(secs("mp"), vec![60, 7200]);
+        assert!(
+            secs("none").is_empty(),
+            "no retry: the first decline is past due"
+        );
+        for bad in ["[0]", "[5184001]", "[1,1,1,1,1,1,1,1,1,1,1]"] {
+            let message = err(&format!(
+                "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"s\"]\ndunning_retry_secs = {bad}\n"
+            ));
+            assert!(
+                message.contains("providers.st.dunning_retry_secs"),
+                "{bad}: {message}"
+            );
+        }
     }
 }

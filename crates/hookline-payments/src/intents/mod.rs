@@ -74,9 +74,23 @@ pub struct Intent {
     pub provider_payment_id: Option<String>,
     /// Refunded so far (minor units).
     pub refunded: i64,
+    /// The subscription whose cycle this charge pays (with `billing_cycle`): billing runs' charges, and a
+    /// merchant's checkout paying a cycle. One live charge per cycle (`payment_intents_live_cycle`).
+    pub subscription_id: Option<i64>,
+    /// The cycle (`YYYY-MM`) it pays.
+    pub billing_cycle: Option<String>,
     /// When it was created.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+}
+
+/// The subscription cycle a charge pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleRef<'a> {
+    /// The subscription.
+    pub subscription_id: i64,
+    /// The cycle, `YYYY-MM` (validated by the caller: the column's CHECK refuses anything else).
+    pub billing_cycle: &'a str,
 }
 
 /// What a new intent charges.
@@ -98,11 +112,14 @@ pub struct NewIntent<'a> {
     pub payment_params: Option<&'a PaymentParams>,
     /// Send the charge now (`true`), or wait for a confirm (`requires_confirmation`).
     pub confirm: bool,
+    /// The subscription cycle it pays, if any (one live charge per cycle).
+    pub cycle: Option<CycleRef<'a>>,
 }
 
 const COLUMNS: &str =
     "id, public_id, provider, amount, currency, customer, description, client, status, order_reference, \
-     payment_params, next_action, failure_code, failure_message, provider_payment_id, refunded, created_at";
+     payment_params, next_action, failure_code, failure_message, provider_payment_id, refunded, subscription_id, \
+     billing_cycle, created_at";
 
 /// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
 pub fn charge_key(intent_id: i64) -> String {
@@ -124,8 +141,15 @@ pub enum CreateError {
         /// The existing intent's public id.
         intent: String,
     },
-    /// The order's live intent changed between the conflict and its read, twice (it failed while a new one was
-    /// created): retry.
+    /// The subscription cycle already has a live (in flight or succeeded) charge: its public id. The defence
+    /// against paying one cycle through two channels (partial UNIQUE index `payment_intents_live_cycle`).
+    #[error("the billing cycle already has a live payment intent, {intent}")]
+    BillingCycleInUse {
+        /// The existing intent's public id.
+        intent: String,
+    },
+    /// The order's (or the cycle's) live intent changed between the conflict and its read, twice (it failed
+    /// while a new one was created): retry.
     #[error("the order's live payment intent changed while it was read; retry")]
     OrderReferenceContended,
     /// The database failed.
@@ -140,10 +164,44 @@ pub async fn create_intent(
     tx: &mut PgConnection,
     new: &NewIntent<'_>,
 ) -> Result<Intent, sqlx::Error> {
-    // Without a client the ON CONFLICT arbiter cannot match: a row always comes back.
-    insert_intent(tx, None, new)
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)
+    // Without a client and a cycle no partial UNIQUE index can match: a row always comes back.
+    insert_intent(
+        tx,
+        None,
+        &NewIntent {
+            cycle: None,
+            ..*new
+        },
+    )
+    .await?
+    .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// Creates an intent of hookline's own paying the subscription cycle `new.cycle` (a billing run's charge) and,
+/// when `new.confirm`, its charge request, in the caller's transaction. `None` when the cycle already has a
+/// live charge (partial UNIQUE index `payment_intents_live_cycle`: a concurrent one waits for the first to
+/// commit): nothing was written.
+pub async fn create_cycle_intent(
+    tx: &mut PgConnection,
+    new: &NewIntent<'_>,
+) -> Result<Option<Intent>, sqlx::Error> {
+    debug_assert!(new.cycle.is_some(), "a cycle intent names its cycle");
+    insert_intent(tx, None, new).await
+}
+
+/// The live (not failed) charge of a subscription cycle, whoever created it.
+pub async fn live_for_cycle(
+    conn: &mut PgConnection,
+    cycle: CycleRef<'_>,
+) -> Result<Option<Intent>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM payment_intents
+          WHERE subscription_id = $1 AND billing_cycle = $2 AND status <> 'failed'"
+    ))
+    .bind(cycle.subscription_id)
+    .bind(cycle.billing_cycle)
+    .fetch_optional(conn)
+    .await
 }
 
 /// Creates an intent owned by the merchant API client `client` (its `[[api.clients]]` name) and, when
@@ -174,12 +232,22 @@ pub async fn create_intent_for_client(
         if let Some(intent) = existing {
             return Err(CreateError::OrderReferenceInUse { intent });
         }
+        if let Some(cycle) = new.cycle {
+            if let Some(live) = live_for_cycle(tx, cycle).await? {
+                return Err(CreateError::BillingCycleInUse {
+                    intent: live.public_id,
+                });
+            }
+        }
     }
     Err(CreateError::OrderReferenceContended)
 }
 
-/// Inserts the intent (and its charge request when confirmed); `None` when `(client, order_reference)` already
-/// has a live intent.
+/// Inserts the intent (and its charge request when confirmed); `None` when `(client, order_reference)` or
+/// `(subscription_id, billing_cycle)` already has a live intent. The conflict target is left out because either
+/// partial UNIQUE index may be the one that conflicts (an INSERT names one arbiter at most); the only other
+/// UNIQUE constraint, the random `public_id`, cannot collide in practice, and a `None` is always explained by
+/// the caller's read of the live intent (else it retries, then reports contention).
 async fn insert_intent(
     tx: &mut PgConnection,
     client: Option<&str>,
@@ -187,10 +255,10 @@ async fn insert_intent(
 ) -> Result<Option<Intent>, sqlx::Error> {
     let intent: Option<Intent> = sqlx::query_as(&format!(
         "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
-                                      order_reference, payment_params, status)
-         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (client, order_reference) WHERE order_reference IS NOT NULL AND status <> 'failed'
-         DO NOTHING
+                                      order_reference, payment_params, status, subscription_id, billing_cycle)
+         VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                 $11)
+         ON CONFLICT DO NOTHING
          RETURNING {COLUMNS}"
     ))
     .bind(new.provider)
@@ -207,6 +275,8 @@ async fn insert_intent(
         IntentStatus::RequiresConfirmation
     }
     .as_str())
+    .bind(new.cycle.map(|c| c.subscription_id))
+    .bind(new.cycle.map(|c| c.billing_cycle))
     .fetch_optional(&mut *tx)
     .await?;
     let Some(intent) = intent else {
@@ -496,7 +566,7 @@ pub async fn complete_from_payments(
 const RETURNED: &str =
     "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, p.status, \
      p.order_reference, p.payment_params, p.next_action, p.failure_code, p.failure_message, \
-     p.provider_payment_id, p.refunded, p.created_at";
+     p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at";
 
 /// An intent after an update, and its status before.
 #[derive(Debug, sqlx::FromRow)]
@@ -516,6 +586,8 @@ struct IntentFact<'a> {
     amount: i64,
     currency: &'a str,
     customer: Option<&'a str>,
+    subscription_id: Option<i64>,
+    billing_cycle: Option<&'a str>,
 }
 
 /// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
@@ -547,9 +619,31 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
             amount: i.amount,
             currency: &i.currency,
             customer: i.customer.as_deref(),
+            subscription_id: i.subscription_id,
+            billing_cycle: i.billing_cycle.as_deref(),
         },
     )
     .await?;
+    // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due).
+    if let (Some(subscription_id), Some(cycle)) = (i.subscription_id, i.billing_cycle.as_deref()) {
+        crate::billing::claims::on_charge_final(
+            conn,
+            &crate::billing::claims::FinalCharge {
+                intent_id: i.id,
+                public_id: &i.public_id,
+                provider: &i.provider,
+                amount: i.amount,
+                currency: &i.currency,
+                provider_payment_id: i.provider_payment_id.as_deref(),
+                subscription_id,
+                billing_cycle: cycle,
+                succeeded: now == IntentStatus::Succeeded,
+                failure_code: i.failure_code.as_deref(),
+                failure_message: i.failure_message.as_deref(),
+            },
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,546 @@
+//! `billing_claims`: one row per `(subscription, cycle)` — the business key of a billing run
+//! (`billing_claims_cycle_key`) — and the cycle's dunning state. This module owns the table's SQL, and decides
+//! what a cycle's final charge means ([`on_charge_final`]): paid, retried later, past due, or waiting for a new
+//! payment method, with the subscription's facts, in the transaction that completes the charge.
+//!
+//! Dunning (issue 28), and why:
+//!
+//! | the cycle's charge | the cycle | the subscription | facts |
+//! |---|---|---|---|
+//! | succeeded (any channel) | `paid` | `active` again if nothing else is parked | `subscription.charged` |
+//! | declined, the method unusable ([`super::declines::method_unusable`]) | `needs_payment_method` | `needs_payment_method` | `subscription.payment_failed` (no next attempt) |
+//! | declined, a retry left in the cycle's schedule | `retry_scheduled` at now + the delay | unchanged | `subscription.payment_failed` (with `next_attempt_at`) |
+//! | declined, no retry left | `past_due` | `past_due` | `subscription.payment_failed`, `subscription.past_due` |
+//! | the gateway down, the outcome unknown | `charging` (unchanged) | unchanged | none: the dispatcher retries the SAME key inside its lifetime, then looks it up |
+//!
+//! The schedule is copied from `providers.NAME.dunning_retry_secs` when the cycle is claimed
+//! (`retry_schedule_secs`), so whichever process completes the charge (the worker from a webhook, the dispatcher
+//! from the gateway's answer) decides the next attempt without the configuration.
+//!
+//! Locks: the subscription row first, then the claim (the billing run takes them in the same order), so a run and
+//! a completing charge never wait on each other in a circle.
+
+use hookline_core::domain_events::{self, EventType, RecordError};
+use serde::Serialize;
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use super::declines::method_unusable;
+use super::subscriptions::{self, SubscriptionStatus};
+use crate::model::UnknownStatus;
+
+/// Where a claimed cycle stands (the column's CHECK lists the same values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStatus {
+    /// A charge is in flight (or needs an operator: the dispatcher's own states say which).
+    Charging,
+    /// The last charge was declined; the next attempt is due at `next_attempt_at`.
+    RetryScheduled,
+    /// Paid (by this run's charge or through another channel).
+    Paid,
+    /// Every attempt declined.
+    PastDue,
+    /// The gateway called the payment method unusable.
+    NeedsPaymentMethod,
+    /// The subscription was canceled while the cycle was unpaid.
+    Canceled,
+}
+
+impl ClaimStatus {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimStatus::Charging => "charging",
+            ClaimStatus::RetryScheduled => "retry_scheduled",
+            ClaimStatus::Paid => "paid",
+            ClaimStatus::PastDue => "past_due",
+            ClaimStatus::NeedsPaymentMethod => "needs_payment_method",
+            ClaimStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Parses the database spelling; anything else is refused.
+    pub fn parse(s: &str) -> Result<ClaimStatus, UnknownStatus> {
+        Ok(match s {
+            "charging" => ClaimStatus::Charging,
+            "retry_scheduled" => ClaimStatus::RetryScheduled,
+            "paid" => ClaimStatus::Paid,
+            "past_due" => ClaimStatus::PastDue,
+            "needs_payment_method" => ClaimStatus::NeedsPaymentMethod,
+            "canceled" => ClaimStatus::Canceled,
+            _ => return Err(UnknownStatus::new("billing cycle", s)),
+        })
+    }
+}
+
+crate::model::text_status!(ClaimStatus);
+
+/// A claimed cycle.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct Claim {
+    /// The subscription.
+    pub subscription_id: i64,
+    /// `YYYY-MM`.
+    pub billing_cycle: String,
+    /// The internal id of its latest charge.
+    #[serde(skip)]
+    pub intent_id: i64,
+    /// The latest charge's public id.
+    pub intent: String,
+    /// Where it stands.
+    pub status: ClaimStatus,
+    /// Charges made for it (by billing runs).
+    pub attempts: i32,
+    /// When the next attempt is due (`retry_scheduled`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub next_attempt_at: Option<OffsetDateTime>,
+    /// Seconds to wait after the 1st, 2nd, … decline.
+    pub retry_schedule_secs: Vec<i32>,
+    /// The last decline's code.
+    pub last_failure_code: Option<String>,
+    /// The last decline's message.
+    pub last_failure_message: Option<String>,
+    /// When the cycle was first claimed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub claimed_at: OffsetDateTime,
+    /// When it last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+const COLUMNS: &str =
+    "b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent, b.status, \
+                       b.attempts, b.next_attempt_at, b.retry_schedule_secs, b.last_failure_code, \
+                       b.last_failure_message, b.claimed_at, b.updated_at";
+
+/// The claim of a cycle, locked (`FOR UPDATE`) until the caller's transaction ends.
+pub async fn lock(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+) -> Result<Option<Claim>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = $1 AND b.billing_cycle = $2
+            FOR UPDATE OF b"
+    ))
+    .bind(subscription_id)
+    .bind(cycle)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The claim of a cycle, if any.
+pub async fn get(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+) -> Result<Option<Claim>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = $1 AND b.billing_cycle = $2"
+    ))
+    .bind(subscription_id)
+    .bind(cycle)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Claims a new cycle for its first charge `intent_id`, with the provider's retry schedule. `false` when the
+/// cycle was claimed already (`billing_claims_cycle_key` decides; a concurrent claim waits for the first).
+pub async fn insert(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+    intent_id: i64,
+    status: ClaimStatus,
+    retry_schedule_secs: &[i32],
+) -> Result<bool, sqlx::Error> {
+    let claimed: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status, retry_schedule_secs)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT ON CONSTRAINT billing_claims_cycle_key DO NOTHING
+         RETURNING subscription_id",
+    )
+    .bind(subscription_id)
+    .bind(cycle)
+    .bind(intent_id)
+    .bind(status.as_str())
+    .bind(retry_schedule_secs)
+    .fetch_optional(conn)
+    .await?;
+    Ok(claimed.is_some())
+}
+
+/// Records the next attempt of a claimed cycle (a retry): its new charge, one more attempt.
+pub async fn start_attempt(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+    intent_id: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE billing_claims
+            SET intent_id = $3, status = 'charging', attempts = attempts + 1, next_attempt_at = NULL,
+                updated_at = now()
+          WHERE subscription_id = $1 AND billing_cycle = $2",
+    )
+    .bind(subscription_id)
+    .bind(cycle)
+    .bind(intent_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The cycle is being paid (or was paid) through another channel, by `intent_id`: the claim follows it
+/// (created if the cycle had none), without counting an attempt.
+pub async fn follow_other_channel(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+    intent_id: i64,
+    paid: bool,
+) -> Result<(), sqlx::Error> {
+    let status = if paid {
+        ClaimStatus::Paid
+    } else {
+        ClaimStatus::Charging
+    };
+    sqlx::query(
+        "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT ON CONSTRAINT billing_claims_cycle_key
+         DO UPDATE SET intent_id = EXCLUDED.intent_id, status = EXCLUDED.status, next_attempt_at = NULL,
+                       updated_at = now()",
+    )
+    .bind(subscription_id)
+    .bind(cycle)
+    .bind(intent_id)
+    .bind(status.as_str())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The cycles whose next attempt is due at `now`, oldest due first: `(subscription_id, billing_cycle)`.
+pub async fn due(
+    conn: &mut PgConnection,
+    now: OffsetDateTime,
+    limit: i64,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT subscription_id, billing_cycle FROM billing_claims
+          WHERE status = 'retry_scheduled' AND next_attempt_at <= $1
+          ORDER BY next_attempt_at, subscription_id LIMIT $2",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// The claims in `statuses`, by subscription and cycle.
+pub async fn with_status(
+    conn: &mut PgConnection,
+    statuses: &[ClaimStatus],
+) -> Result<Vec<Claim>, sqlx::Error> {
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.status = ANY($1) ORDER BY b.subscription_id, b.billing_cycle"
+    ))
+    .bind(&statuses)
+    .fetch_all(conn)
+    .await
+}
+
+/// A canceled subscription's unpaid cycles stop: scheduled retries and parked cycles become `canceled` (a
+/// charge in flight is left to finish: the gateway may already have it).
+pub async fn cancel_open(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE billing_claims SET status = 'canceled', next_attempt_at = NULL, updated_at = now()
+          WHERE subscription_id = $1 AND status IN ('retry_scheduled', 'past_due', 'needs_payment_method')",
+    )
+    .bind(subscription_id)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// A subscription got a new payment method: its parked cycles are due again now (one attempt each; a decline
+/// is judged again — unusable: waiting for a method; otherwise past due, the schedule being spent).
+pub async fn retry_parked_now(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE billing_claims SET status = 'retry_scheduled', next_attempt_at = now(), updated_at = now()
+          WHERE subscription_id = $1 AND status IN ('past_due', 'needs_payment_method')",
+    )
+    .bind(subscription_id)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// What the dunning does after the `attempts`-th charge of a cycle was declined with `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterDecline {
+    /// Try again after this many seconds.
+    RetryIn(i32),
+    /// No retry left: past due.
+    PastDue,
+    /// The method cannot be charged: wait for a new one.
+    NeedsPaymentMethod,
+}
+
+/// The dunning rule (see the module documentation): `attempts` counts every charge of the cycle so far,
+/// including the declined one; `schedule[n]` is the wait after the (n+1)-th decline.
+pub fn after_decline(attempts: i32, schedule: &[i32], code: Option<&str>) -> AfterDecline {
+    if code.is_some_and(method_unusable) {
+        return AfterDecline::NeedsPaymentMethod;
+    }
+    let index = usize::try_from(attempts.max(1) - 1).unwrap_or(usize::MAX);
+    match schedule.get(index) {
+        Some(&secs) => AfterDecline::RetryIn(secs.max(1)),
+        None => AfterDecline::PastDue,
+    }
+}
+
+/// A subscription cycle's charge that just reached a final status (the intent's completion calls this in its
+/// transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct FinalCharge<'a> {
+    /// The intent's internal id.
+    pub intent_id: i64,
+    /// Its public id.
+    pub public_id: &'a str,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// Minor units.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: &'a str,
+    /// The gateway's payment id.
+    pub provider_payment_id: Option<&'a str>,
+    /// The subscription.
+    pub subscription_id: i64,
+    /// The cycle.
+    pub billing_cycle: &'a str,
+    /// Succeeded (else failed).
+    pub succeeded: bool,
+    /// The decline's code.
+    pub failure_code: Option<&'a str>,
+    /// The decline's message.
+    pub failure_message: Option<&'a str>,
+}
+
+/// `subscription.charged`.
+#[derive(Debug, Serialize)]
+struct ChargedFact<'a> {
+    billed_by: &'static str,
+    subscription_id: String,
+    billing_cycle: &'a str,
+    provider: &'a str,
+    amount: i64,
+    currency: &'a str,
+    intent_id: &'a str,
+    provider_payment_id: Option<&'a str>,
+    attempt: i32,
+}
+
+/// `subscription.payment_failed`.
+#[derive(Debug, Serialize)]
+struct PaymentFailedFact<'a> {
+    subscription_id: String,
+    billing_cycle: &'a str,
+    provider: &'a str,
+    amount: i64,
+    currency: &'a str,
+    intent_id: &'a str,
+    attempt: i32,
+    failure_code: Option<&'a str>,
+    failure_message: Option<&'a str>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    next_attempt_at: Option<OffsetDateTime>,
+    subscription_status: SubscriptionStatus,
+}
+
+/// `subscription.past_due`.
+#[derive(Debug, Serialize)]
+struct PastDueFact<'a> {
+    subscription_id: String,
+    billing_cycle: &'a str,
+    provider: &'a str,
+    amount: i64,
+    currency: &'a str,
+    attempts: i32,
+    failure_code: Option<&'a str>,
+    failure_message: Option<&'a str>,
+}
+
+/// The subject of a hookline subscription's facts: distinct from the `sub_…` subjects of Stripe's own
+/// subscriptions (`invoice.paid` also yields `subscription.charged`).
+fn subject(subscription_id: i64, cycle: &str) -> String {
+    format!("hookline/{subscription_id}/{cycle}")
+}
+
+/// The dunning decision for a cycle's charge that reached a final status (see the module documentation), with
+/// its facts, in the caller's transaction. A failed charge that is not the cycle's current one (a merchant's
+/// own checkout for the cycle, declined) decides nothing: the cycle keeps its own schedule.
+pub async fn on_charge_final(
+    conn: &mut PgConnection,
+    charge: &FinalCharge<'_>,
+) -> Result<(), RecordError> {
+    // The subscription first, then the claim: the billing run's order.
+    let Some(sub) = subscriptions::lock(conn, charge.subscription_id).await? else {
+        return Ok(());
+    };
+    let cycle = charge.billing_cycle;
+    if charge.succeeded {
+        follow_other_channel(conn, sub.id, cycle, charge.intent_id, true).await?;
+        let attempts = lock(conn, sub.id, cycle).await?.map_or(1, |c| c.attempts);
+        subscriptions::reactivate_if_clear(conn, sub.id).await?;
+        domain_events::record(
+            conn,
+            EventType::SubscriptionCharged,
+            &subject(sub.id, cycle),
+            &ChargedFact {
+                billed_by: "hookline",
+                subscription_id: sub.id.to_string(),
+                billing_cycle: cycle,
+                provider: charge.provider,
+                amount: charge.amount,
+                currency: charge.currency,
+                intent_id: charge.public_id,
+                provider_payment_id: charge.provider_payment_id,
+                attempt: attempts,
+            },
+        )
+        .await?;
+        return Ok(());
+    }
+    let Some(claim) = lock(conn, sub.id, cycle).await? else {
+        return Ok(());
+    };
+    if claim.intent_id != charge.intent_id || claim.status != ClaimStatus::Charging {
+        return Ok(());
+    }
+    let schedule = claim.retry_schedule_secs.as_slice();
+    let decision = if sub.status == SubscriptionStatus::Canceled {
+        None
+    } else {
+        Some(after_decline(claim.attempts, schedule, charge.failure_code))
+    };
+    let (status, next_attempt_at, sub_status) = match decision {
+        None => (ClaimStatus::Canceled, None, SubscriptionStatus::Canceled),
+        Some(AfterDecline::RetryIn(secs)) => (
+            ClaimStatus::RetryScheduled,
+            Some(OffsetDateTime::now_utc() + time::Duration::seconds(i64::from(secs))),
+            sub.status,
+        ),
+        Some(AfterDecline::PastDue) => (ClaimStatus::PastDue, None, SubscriptionStatus::PastDue),
+        Some(AfterDecline::NeedsPaymentMethod) => (
+            ClaimStatus::NeedsPaymentMethod,
+            None,
+            SubscriptionStatus::NeedsPaymentMethod,
+        ),
+    };
+    let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
+    sqlx::query(
+        "UPDATE billing_claims
+            SET status = $3, next_attempt_at = $4, last_failure_code = $5, last_failure_message = $6,
+                updated_at = now()
+          WHERE subscription_id = $1 AND billing_cycle = $2",
+    )
+    .bind(sub.id)
+    .bind(cycle)
+    .bind(status.as_str())
+    .bind(next_attempt_at)
+    .bind(cut(charge.failure_code, 200))
+    .bind(cut(charge.failure_message, 1000))
+    .execute(&mut *conn)
+    .await?;
+    if sub_status != sub.status {
+        let reason = format!(
+            "cycle {cycle}: {}",
+            charge
+                .failure_message
+                .or(charge.failure_code)
+                .unwrap_or("declined")
+        );
+        subscriptions::set_status(conn, sub.id, sub_status, Some(&reason)).await?;
+    }
+    let subject_id = subject(sub.id, cycle);
+    domain_events::record(
+        conn,
+        EventType::SubscriptionPaymentFailed,
+        &format!("{subject_id}/{}", charge.public_id),
+        &PaymentFailedFact {
+            subscription_id: sub.id.to_string(),
+            billing_cycle: cycle,
+            provider: charge.provider,
+            amount: charge.amount,
+            currency: charge.currency,
+            intent_id: charge.public_id,
+            attempt: claim.attempts,
+            failure_code: charge.failure_code,
+            failure_message: charge.failure_message,
+            next_attempt_at,
+            subscription_status: sub_status,
+        },
+    )
+    .await?;
+    if status == ClaimStatus::PastDue {
+        domain_events::record(
+            conn,
+            EventType::SubscriptionPastDue,
+            &subject_id,
+            &PastDueFact {
+                subscription_id: sub.id.to_string(),
+                billing_cycle: cycle,
+                provider: charge.provider,
+                amount: charge.amount,
+                currency: charge.currency,
+                attempts: claim.attempts,
+                failure_code: charge.failure_code,
+                failure_message: charge.failure_message,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declines_are_retried_on_the_schedule_then_past_due() {
+        let schedule = [86_400, 259_200];
+        let soft = Some("insufficient_funds");
+        assert_eq!(
+            after_decline(1, &schedule, soft),
+            AfterDecline::RetryIn(86_400)
+        );
+        assert_eq!(
+            after_decline(2, &schedule, soft),
+            AfterDecline::RetryIn(259_200)
+        );
+        assert_eq!(after_decline(3, &schedule, soft), AfterDecline::PastDue);
+        assert_eq!(after_decline(1, &[], None), AfterDecline::PastDue);
+        assert_eq!(
+            after_decline(1, &schedule, Some("expired_card")),
+            AfterDecline::NeedsPaymentMethod
+        );
+        assert_eq!(
+            after_decline(0, &schedule, soft),
+            AfterDecline::RetryIn(86_400)
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! Billing through hookline (issue 28): subscriptions charged off-session every cycle with the payment method
+//! saved at their provider, **one charge per (subscription, cycle)** however often the run runs, and dunning for
+//! the cycles that decline.
+//!
+//! - [`subscriptions`]: the `subscriptions` table (what is billed, with what, how often, its status);
+//! - [`period`]: which cycle a subscription is billed for, when its period starts (pure);
+//! - [`run`]: the billing run — one transaction per subscription and cycle;
+//! - [`claims`]: the `billing_claims` table — the business key and the cycle's dunning, decided when its charge
+//!   completes;
+//! - [`declines`]: which declines mean the payment method is unusable (pure);
+//! - [`status`]: what is behind (`hookline billing status`, the console).
+//!
+//! Three defences, each in the database: `billing_claims_cycle_key` (one claim per cycle: fifteen runs charge
+//! once), `payment_intents_live_cycle` (at most one live charge per cycle whichever channel — billing run or
+//! merchant API — creates it, so a cycle paid through a checkout is never charged again and a retry never runs
+//! beside its predecessor), and the intent's idempotency key at the gateway (a resend after a crash replays).
+
+pub mod claims;
+pub mod declines;
+pub mod period;
+pub mod run;
+pub mod status;
+pub mod subscriptions;
+
+pub use period::{valid_cycle, Cycle, Interval};
+pub use run::{bill, run, would_bill, Billed, ProviderBilling, RunSummary};
+pub use status::{status, BillingStatus};
+pub use subscriptions::{
+    add, cancel, charge_params, get, list, update_payment_method, valid_saved_method,
+    NewSubscription, Subscription, SubscriptionStatus,
+};

@@ -1,0 +1,444 @@
+//! `subscriptions`: what the merchant bills through hookline every cycle. This module owns the table's SQL.
+//!
+//! A subscription is charged off-session with the method saved at its provider (issue 28): `customer` is the
+//! customer AT THE PROVIDER and `payment_method` the saved method ([`charge_params`]). Stripe: `cus_…` + `pm_…`,
+//! sent as `{payment_method, customer, off_session: true}`. Mercado Pago: the customer and the saved card's id,
+//! charged as a merchant-initiated payment ("Pagamentos automáticos", card on file): the dispatcher mints the card
+//! token from the card id itself ([`crate::params::MercadoPagoParams`]).
+//!
+//! Its status follows its cycles ([`super::claims`]): `active`; `past_due` when every attempt of a cycle was
+//! declined; `needs_payment_method` when the gateway called the method unusable. Both park it: the run charges
+//! no new cycle until [`update_payment_method`] gives it a method again. `canceled` ends it (immediately, or at
+//! the end of the running period with `cancel_at_period_end`).
+
+use hookline_signature::Scheme;
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use super::period::Interval;
+use crate::model::UnknownStatus;
+use crate::params::{PaymentParams, StripeParams, STRIPE_CUSTOMER_PREFIXES};
+
+/// Where a subscription stands (the column's CHECK lists the same values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionStatus {
+    /// Charged every cycle.
+    Active,
+    /// Every attempt of a cycle was declined: parked until its payment method is updated.
+    PastDue,
+    /// The gateway called its payment method unusable: parked until it is updated.
+    NeedsPaymentMethod,
+    /// Ended: never charged again.
+    Canceled,
+}
+
+impl SubscriptionStatus {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionStatus::Active => "active",
+            SubscriptionStatus::PastDue => "past_due",
+            SubscriptionStatus::NeedsPaymentMethod => "needs_payment_method",
+            SubscriptionStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Parses the database spelling; anything else is refused.
+    pub fn parse(s: &str) -> Result<SubscriptionStatus, UnknownStatus> {
+        Ok(match s {
+            "active" => SubscriptionStatus::Active,
+            "past_due" => SubscriptionStatus::PastDue,
+            "needs_payment_method" => SubscriptionStatus::NeedsPaymentMethod,
+            "canceled" => SubscriptionStatus::Canceled,
+            _ => return Err(UnknownStatus::new("subscription", s)),
+        })
+    }
+
+    /// Parked: no new cycle is charged until the payment method is updated.
+    pub fn is_parked(self) -> bool {
+        matches!(
+            self,
+            SubscriptionStatus::PastDue | SubscriptionStatus::NeedsPaymentMethod
+        )
+    }
+}
+
+crate::model::text_status!(SubscriptionStatus);
+
+/// A subscription.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct Subscription {
+    /// Its id.
+    pub id: i64,
+    /// Configured provider name.
+    pub provider: String,
+    /// The customer at the provider (Stripe `cus_…`, Mercado Pago's customer id); a merchant's reference in
+    /// subscriptions of older versions.
+    pub customer: String,
+    /// The payment method saved at the provider (Stripe `pm_…`, Mercado Pago's card id); `None` in
+    /// subscriptions of older versions (their charges need attention).
+    pub payment_method: Option<String>,
+    /// Minor units charged per cycle.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: String,
+    /// `month` or `year`.
+    #[sqlx(try_from = "String")]
+    pub interval: Interval,
+    /// Periods start on its day (yearly: its month and day) at its time of day, UTC ([`super::period`]).
+    #[serde(with = "time::serde::rfc3339")]
+    pub anchor: OffsetDateTime,
+    /// Where it stands.
+    pub status: SubscriptionStatus,
+    /// Why it is past due or needs a payment method (the last decline).
+    pub status_reason: Option<String>,
+    /// Canceled when its running period ends: no new cycle is charged.
+    pub cancel_at_period_end: bool,
+    /// When it was created.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it was canceled.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub canceled_at: Option<OffsetDateTime>,
+}
+
+impl TryFrom<String> for Interval {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+const COLUMNS: &str =
+    "id, provider, customer, payment_method, amount, currency, interval, anchor, status, \
+                       status_reason, cancel_at_period_end, created_at, canceled_at";
+
+/// What a new subscription charges, and with what.
+#[derive(Debug, Clone)]
+pub struct NewSubscription<'a> {
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// The customer at the provider ([`valid_saved_method`]).
+    pub customer: &'a str,
+    /// The payment method saved at the provider.
+    pub payment_method: &'a str,
+    /// Minor units charged per cycle.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: &'a str,
+    /// How often.
+    pub interval: Interval,
+    /// Where its periods start.
+    pub anchor: OffsetDateTime,
+}
+
+/// Whether `customer` and `payment_method` are shaped like what `scheme` saves: Stripe `cus_…` and a
+/// PaymentMethod (`pm_…`, or an older `card_…`/`src_…`); Mercado Pago a customer id (letters, digits, `-`, at
+/// most 64) and a card id (digits, at most 32). Returns which flag is wrong and why.
+pub fn valid_saved_method(
+    scheme: Scheme,
+    customer: &str,
+    payment_method: &str,
+) -> Result<(), (&'static str, &'static str)> {
+    match scheme {
+        Scheme::Stripe => {
+            if !crate::params::is_stripe_id(customer, STRIPE_CUSTOMER_PREFIXES) {
+                return Err(("--customer", "a Stripe customer id (cus_…)"));
+            }
+            if !crate::params::is_stripe_id(
+                payment_method,
+                crate::params::STRIPE_PAYMENT_METHOD_PREFIXES,
+            ) {
+                return Err(("--payment-method", "a Stripe PaymentMethod id (pm_…)"));
+            }
+            Ok(())
+        }
+        Scheme::MercadoPago => {
+            let id = |s: &str, max: usize, ok: fn(u8) -> bool| {
+                !s.is_empty() && s.len() <= max && s.bytes().all(ok)
+            };
+            if !id(customer, 64, |b| b.is_ascii_alphanumeric() || b == b'-') {
+                return Err((
+                    "--customer",
+                    "a Mercado Pago customer id (letters, digits and -, at most 64)",
+                ));
+            }
+            if !id(payment_method, 32, |b| b.is_ascii_digit()) {
+                return Err((
+                    "--payment-method",
+                    "a Mercado Pago card id (digits, at most 32)",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(("--provider", "a stripe or mercadopago provider")),
+    }
+}
+
+/// What the gateway needs to charge `sub` off-session (see the module documentation): Stripe
+/// `{payment_method, customer, off_session: true}` (whatever is missing stays missing, and the dispatcher
+/// names it); `None` for Mercado Pago (a saved card needs a fresh token the merchant cannot make alone) and
+/// for any other scheme.
+pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams> {
+    match scheme {
+        Scheme::Stripe => Some(PaymentParams::Stripe(StripeParams {
+            payment_method: sub.payment_method.clone(),
+            // An older subscription's customer is the merchant's reference, not a Stripe customer: not sent.
+            customer: crate::params::is_stripe_id(&sub.customer, STRIPE_CUSTOMER_PREFIXES)
+                .then(|| sub.customer.clone()),
+            off_session: true,
+            return_url: None,
+        })),
+        _ => None,
+    }
+}
+
+/// Creates an active subscription; returns its id.
+pub async fn add(conn: &mut PgConnection, new: &NewSubscription<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO subscriptions (provider, customer, payment_method, amount, currency, interval, anchor)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         RETURNING id",
+    )
+    .bind(new.provider)
+    .bind(new.customer)
+    .bind(new.payment_method)
+    .bind(new.amount)
+    .bind(new.currency)
+    .bind(new.interval.as_str())
+    .bind(new.anchor)
+    .fetch_one(conn)
+    .await
+}
+
+/// Every subscription, oldest first.
+pub async fn list(conn: &mut PgConnection) -> Result<Vec<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM subscriptions ORDER BY id"))
+        .fetch_all(conn)
+        .await
+}
+
+/// The ids of the subscriptions a run looks at (not canceled), oldest first.
+pub async fn billable_ids(conn: &mut PgConnection) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM subscriptions WHERE status <> 'canceled' ORDER BY id")
+        .fetch_all(conn)
+        .await
+}
+
+/// The subscriptions in `statuses`, oldest first.
+pub async fn with_status(
+    conn: &mut PgConnection,
+    statuses: &[SubscriptionStatus],
+) -> Result<Vec<Subscription>, sqlx::Error> {
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE status = ANY($1) ORDER BY id"
+    ))
+    .bind(&statuses)
+    .fetch_all(conn)
+    .await
+}
+
+/// One subscription.
+pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// One subscription, locked (`FOR UPDATE`) until the caller's transaction ends: what a run decides for it (charge,
+/// cancel at period end, park) is decided by one run at a time.
+pub async fn lock(conn: &mut PgConnection, id: i64) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Cancels a subscription: now (later cycles are not charged and scheduled retries stop; claims already made
+/// stay), or, with `at_period_end`, when its running period ends (the run cancels it instead of charging the
+/// next cycle). Returns `None` when it does not exist, `Some(false)` when it was already canceled (or already
+/// set to cancel at period end).
+pub async fn cancel(
+    conn: &mut PgConnection,
+    id: i64,
+    at_period_end: bool,
+) -> Result<Option<bool>, sqlx::Error> {
+    let changed = if at_period_end {
+        sqlx::query(
+            "UPDATE subscriptions SET cancel_at_period_end = true, updated_at = now()
+              WHERE id = $1 AND status <> 'canceled' AND NOT cancel_at_period_end",
+        )
+    } else {
+        sqlx::query(
+            "UPDATE subscriptions SET status = 'canceled', canceled_at = now(), updated_at = now()
+              WHERE id = $1 AND status <> 'canceled'",
+        )
+    }
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if changed > 0 {
+        if !at_period_end {
+            super::claims::cancel_open(conn, id).await?;
+        }
+        return Ok(Some(true));
+    }
+    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM subscriptions WHERE id = $1")
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(exists.map(|_| false))
+}
+
+/// Moves a subscription to `status` with `reason` (the run's and the dunning's decisions), in the caller's
+/// transaction. A canceled subscription stays canceled.
+pub async fn set_status(
+    conn: &mut PgConnection,
+    id: i64,
+    status: SubscriptionStatus,
+    reason: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE subscriptions
+            SET status = $2, status_reason = $3, updated_at = now(),
+                canceled_at = CASE WHEN $2 = 'canceled' THEN now() ELSE canceled_at END
+          WHERE id = $1 AND status <> 'canceled'",
+    )
+    .bind(id)
+    .bind(status.as_str())
+    .bind(reason.map(|r| r.chars().take(1000).collect::<String>()))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A parked subscription whose cycles are all settled again (a past-due cycle paid through another channel) is
+/// `active` again, in the caller's transaction.
+pub async fn reactivate_if_clear(conn: &mut PgConnection, id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE subscriptions SET status = 'active', status_reason = NULL, updated_at = now()
+          WHERE id = $1 AND status IN ('past_due', 'needs_payment_method')
+            AND NOT EXISTS (SELECT 1 FROM billing_claims
+                             WHERE subscription_id = $1 AND status IN ('past_due', 'needs_payment_method'))",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Gives a subscription a new saved payment method: it is `active` again, and its parked cycles (past due, or
+/// waiting for a method) are retried by the next run. Returns the subscription, `None` when it does not exist
+/// or is canceled.
+pub async fn update_payment_method(
+    conn: &mut PgConnection,
+    id: i64,
+    payment_method: &str,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    let updated: Option<Subscription> = sqlx::query_as(&format!(
+        "UPDATE subscriptions
+            SET payment_method = $2, status = 'active', status_reason = NULL, updated_at = now()
+          WHERE id = $1 AND status <> 'canceled'
+         RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(payment_method)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if updated.is_some() {
+        super::claims::retry_parked_now(conn, id).await?;
+    }
+    Ok(updated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(customer: &str, payment_method: Option<&str>) -> Subscription {
+        Subscription {
+            id: 1,
+            provider: "st".into(),
+            customer: customer.into(),
+            payment_method: payment_method.map(str::to_owned),
+            amount: 1000,
+            currency: "brl".into(),
+            interval: Interval::Month,
+            anchor: OffsetDateTime::UNIX_EPOCH,
+            status: SubscriptionStatus::Active,
+            status_reason: None,
+            cancel_at_period_end: false,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            canceled_at: None,
+        }
+    }
+
+    #[test]
+    fn stripe_subscriptions_are_charged_off_session_with_their_saved_method() {
+        let params = charge_params(Scheme::Stripe, &sub("cus_1", Some("pm_card_visa")));
+        assert_eq!(
+            params,
+            Some(PaymentParams::Stripe(StripeParams {
+                payment_method: Some("pm_card_visa".into()),
+                customer: Some("cus_1".into()),
+                off_session: true,
+                return_url: None,
+            }))
+        );
+        assert_eq!(params.and_then(|p| p.missing_for_confirm()), None);
+        // An older subscription: a merchant's reference, no saved method. Nothing invented; the dispatcher
+        // names what is missing.
+        let old = charge_params(Scheme::Stripe, &sub("cliente@example.com", None));
+        assert_eq!(
+            old.as_ref().and_then(PaymentParams::missing_for_confirm),
+            Some("stripe.payment_method")
+        );
+        let no_customer = charge_params(Scheme::Stripe, &sub("cliente", Some("pm_1")));
+        assert_eq!(
+            no_customer
+                .as_ref()
+                .and_then(PaymentParams::missing_for_confirm),
+            Some("stripe.customer")
+        );
+        // Mercado Pago: a saved card needs a fresh token (card id + security code), not expressible here.
+        assert_eq!(
+            charge_params(Scheme::MercadoPago, &sub("123-abc", Some("1518023392627"))),
+            None
+        );
+    }
+
+    #[test]
+    fn saved_methods_are_shaped_like_the_providers_ids() {
+        assert!(valid_saved_method(Scheme::Stripe, "cus_NffrFeUfNV2Hib", "pm_card_visa").is_ok());
+        assert_eq!(
+            valid_saved_method(Scheme::Stripe, "cliente@example.com", "pm_1").map_err(|e| e.0),
+            Err("--customer")
+        );
+        assert_eq!(
+            valid_saved_method(Scheme::Stripe, "cus_1", "cus_2").map_err(|e| e.0),
+            Err("--payment-method")
+        );
+        assert!(valid_saved_method(
+            Scheme::MercadoPago,
+            "247711297-jxOV430go9fx2e",
+            "1518023392627"
+        )
+        .is_ok());
+        assert_eq!(
+            valid_saved_method(Scheme::MercadoPago, "a b", "1").map_err(|e| e.0),
+            Err("--customer")
+        );
+        assert_eq!(
+            valid_saved_method(Scheme::MercadoPago, "c-1", "pm_1").map_err(|e| e.0),
+            Err("--payment-method")
+        );
+        assert!(valid_saved_method(Scheme::Github, "cus_1", "pm_1").is_err());
+    }
+}
