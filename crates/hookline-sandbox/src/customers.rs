@@ -23,7 +23,7 @@ fn scheme(req: &HttpRequest, shared: &Shared) -> Scheme {
 
 async fn create(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) -> HttpResponse {
     match scheme(&req, &shared) {
-        Scheme::MercadoPago => mercadopago::customers::create(req, body, shared).await,
+        Scheme::MercadoPago => mercadopago::create_customer(req, body, shared).await,
         Scheme::Stripe => stripe::create_customer(req, body, shared).await,
     }
 }

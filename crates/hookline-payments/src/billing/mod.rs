@@ -8,6 +8,7 @@
 //! - [`claims`]: the `billing_claims` table — the business key and the cycle's dunning, decided when its charge
 //!   completes;
 //! - [`declines`]: which declines mean the payment method is unusable (pure);
+//! - [`manage`]: cancel a subscription, give it a new payment method (both tables);
 //! - [`status`]: what is behind (`hookline billing status`, the console).
 //!
 //! Three defences, each in the database: `billing_claims_cycle_key` (one claim per cycle: fifteen runs charge
@@ -17,15 +18,17 @@
 
 pub mod claims;
 pub mod declines;
+pub mod manage;
 pub mod period;
 pub mod run;
 pub mod status;
 pub mod subscriptions;
 
+pub use manage::{cancel, update_payment_method};
 pub use period::{valid_cycle, Cycle, Interval};
 pub use run::{bill, run, would_bill, Billed, ProviderBilling, RunSummary};
 pub use status::{status, BillingStatus};
 pub use subscriptions::{
-    add, cancel, charge_params, get, list, update_payment_method, valid_saved_method,
-    NewSubscription, Subscription, SubscriptionStatus,
+    add, charge_params, get, list, valid_saved_method, NewSubscription, Subscription,
+    SubscriptionStatus,
 };

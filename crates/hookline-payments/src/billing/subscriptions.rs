@@ -260,11 +260,10 @@ pub async fn lock(conn: &mut PgConnection, id: i64) -> Result<Option<Subscriptio
     .await
 }
 
-/// Cancels a subscription: now (later cycles are not charged and scheduled retries stop; claims already made
-/// stay), or, with `at_period_end`, when its running period ends (the run cancels it instead of charging the
-/// next cycle). Returns `None` when it does not exist, `Some(false)` when it was already canceled (or already
-/// set to cancel at period end).
-pub async fn cancel(
+/// Marks a subscription canceled now (`None`: it does not exist; `Some(false)`: it already was), or, with
+/// `at_period_end`, to be canceled when its running period ends (`Some(false)`: already so, or canceled). The
+/// table's half of [`super::manage::cancel`].
+pub async fn mark_canceled(
     conn: &mut PgConnection,
     id: i64,
     at_period_end: bool,
@@ -285,9 +284,6 @@ pub async fn cancel(
     .await?
     .rows_affected();
     if changed > 0 {
-        if !at_period_end {
-            super::claims::cancel_open(conn, id).await?;
-        }
         return Ok(Some(true));
     }
     let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM subscriptions WHERE id = $1")
@@ -295,6 +291,25 @@ pub async fn cancel(
         .fetch_optional(conn)
         .await?;
     Ok(exists.map(|_| false))
+}
+
+/// Sets a subscription's saved payment method and makes it `active` again; `None` when it does not exist or
+/// is canceled. The table's half of [`super::manage::update_payment_method`].
+pub async fn set_payment_method(
+    conn: &mut PgConnection,
+    id: i64,
+    payment_method: &str,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE subscriptions
+            SET payment_method = $2, status = 'active', status_reason = NULL, updated_at = now()
+          WHERE id = $1 AND status <> 'canceled'
+         RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(payment_method)
+    .fetch_optional(conn)
+    .await
 }
 
 /// Moves a subscription to `status` with `reason` (the run's and the dunning's decisions), in the caller's
@@ -332,30 +347,6 @@ pub async fn reactivate_if_clear(conn: &mut PgConnection, id: i64) -> Result<(),
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// Gives a subscription a new saved payment method: it is `active` again, and its parked cycles (past due, or
-/// waiting for a method) are retried by the next run. Returns the subscription, `None` when it does not exist
-/// or is canceled.
-pub async fn update_payment_method(
-    conn: &mut PgConnection,
-    id: i64,
-    payment_method: &str,
-) -> Result<Option<Subscription>, sqlx::Error> {
-    let updated: Option<Subscription> = sqlx::query_as(&format!(
-        "UPDATE subscriptions
-            SET payment_method = $2, status = 'active', status_reason = NULL, updated_at = now()
-          WHERE id = $1 AND status <> 'canceled'
-         RETURNING {COLUMNS}"
-    ))
-    .bind(id)
-    .bind(payment_method)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if updated.is_some() {
-        super::claims::retry_parked_now(conn, id).await?;
-    }
-    Ok(updated)
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use serde_json::{json, Value};
 
 use super::book::{brand, MpCard, MpCustomer};
 use super::errors;
-use super::ops::Request;
 use crate::clock;
 use crate::reply::Reply;
 use crate::state::{Shared, State};
@@ -47,7 +46,7 @@ fn text(body: &Value, name: &str, max: usize, code: u32) -> Result<Option<String
 /// `POST /v1/customers`: `email` required (400 cause 106 otherwise), `first_name`, `last_name`,
 /// `description`, `metadata` (an object); the other documented fields (phone, identification, address) are
 /// taken and not kept.
-fn validate_customer(bytes: &[u8]) -> Result<NewCustomer, Reply> {
+pub(crate) fn validate_customer(bytes: &[u8]) -> Result<NewCustomer, Reply> {
     let body: Value = serde_json::from_slice(bytes)
         .ok()
         .filter(Value::is_object)
@@ -165,18 +164,6 @@ pub(crate) fn save_card(state: &mut State, p: usize, customer_id: &str, token: &
     Reply::json(201, &body)
 }
 
-/// `POST /v1/customers` (Mercado Pago's).
-pub(crate) async fn create(
-    req: HttpRequest,
-    body: web::Bytes,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    super::mutate(req, shared, |_| {
-        validate_customer(&body).map(Request::CreateCustomer)
-    })
-    .await
-}
-
 /// `GET /v1/customers/{id}` (Mercado Pago's), and `GET /v1/customers/search?email=`.
 pub(crate) async fn get(req: HttpRequest, id: String, shared: web::Data<Shared>) -> HttpResponse {
     let query = req.query_string().to_owned();
@@ -233,34 +220,22 @@ fn search(state: &State, p: usize, query: &str) -> Reply {
     )
 }
 
-/// `POST /v1/customers/{id}/cards` `{"token"}`.
-pub(crate) async fn create_card(
-    req: HttpRequest,
-    id: web::Path<String>,
-    body: web::Bytes,
-    shared: web::Data<Shared>,
-) -> HttpResponse {
-    let customer_id = id.into_inner();
-    super::mutate(req, shared, move |_| {
-        let body: Value = serde_json::from_slice(&body)
-            .ok()
-            .filter(Value::is_object)
-            .ok_or_else(|| errors::bad_request(json!(118), "the body must be a Json Object."))?;
-        let token = body
-            .get("token")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|t| !t.is_empty() && t.len() <= 64)
-            .ok_or_else(|| errors::bad_request(json!(119), "the card is required."))?;
-        if customer_id.len() > 64 {
-            return Err(customer_not_found());
-        }
-        Ok(Request::SaveCard {
-            customer_id: customer_id.clone(),
-            token: token.to_owned(),
-        })
-    })
-    .await
+/// The body of `POST /v1/customers/{id}/cards` `{"token"}`: the customer's id and the token to save.
+pub(crate) fn validate_card(customer_id: String, body: &[u8]) -> Result<(String, String), Reply> {
+    let body: Value = serde_json::from_slice(body)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| errors::bad_request(json!(118), "the body must be a Json Object."))?;
+    let token = body
+        .get("token")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && t.len() <= 64)
+        .ok_or_else(|| errors::bad_request(json!(119), "the card is required."))?;
+    if customer_id.len() > 64 {
+        return Err(customer_not_found());
+    }
+    Ok((customer_id, token.to_owned()))
 }
 
 /// `GET /v1/customers/{id}/cards`: the customer's cards, oldest first.

@@ -41,7 +41,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         // the cards are Mercado Pago's alone.
         .service(
             web::resource("/v1/customers/{id}/cards")
-                .route(web::post().to(customers::create_card))
+                .route(web::post().to(create_card))
                 .route(web::get().to(customers::list_cards)),
         )
         .service(
@@ -82,6 +82,33 @@ fn answer(run: Run) -> HttpResponse {
         Run::InFlight => errors::in_flight().into_response(),
         Run::Mismatch => errors::key_already_used().into_response(),
     }
+}
+
+/// `POST /v1/customers` (Mercado Pago's; the crate's `customers` module routes `/v1/customers` by provider).
+pub(crate) async fn create_customer(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    mutate(req, shared, |_| {
+        customers::validate_customer(&body).map(ops::Request::CreateCustomer)
+    })
+    .await
+}
+
+/// `POST /v1/customers/{id}/cards` `{"token"}`.
+async fn create_card(
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let customer_id = id.into_inner();
+    mutate(req, shared, move |_| {
+        customers::validate_card(customer_id, &body)
+            .map(|(customer_id, token)| ops::Request::SaveCard { customer_id, token })
+    })
+    .await
 }
 
 /// A mutating request: authenticate, let `validate` turn it into a request (an error answer executes nothing and

@@ -9,8 +9,9 @@ use url::Url;
 use super::book::{
     self, payment_method_json, test_card, CardBehaviour, Charge, PaymentIntent, TestCard,
 };
+use super::emit::{emit, now_unix};
 use super::errors::{self, StripeError};
-use super::ops::{emit, now_unix, At, Confirmation};
+use super::request::{At, Confirmation};
 use crate::reply::Reply;
 use crate::state::State;
 

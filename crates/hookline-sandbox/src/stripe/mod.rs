@@ -3,10 +3,12 @@
 
 pub(crate) mod book;
 pub(crate) mod confirm;
+mod emit;
 pub(crate) mod errors;
 pub(crate) mod form;
 mod list;
 pub(crate) mod ops;
+mod request;
 mod validate;
 
 use std::sync::Arc;

@@ -3,102 +3,20 @@
 //! concurrent requests are serialised and a refund can never exceed what was captured). Confirming a payment
 //! intent — payment methods, off-session rules, outcomes, charges — is [`super::confirm`].
 
-use std::collections::BTreeMap;
-use std::time::Instant;
-
 use serde_json::Value;
 use url::Url;
 
-use super::book::{
-    money, test_card, Customer, Dispute, Event, PaymentIntent, PaymentMethod, Refund,
-};
+use super::book::{money, test_card, Customer, Dispute, PaymentIntent, PaymentMethod, Refund};
 use super::confirm::{
     check_off_session, check_owner, confirm, no_such_payment_method, resolve_method,
 };
 use super::errors::{self, StripeError};
-use crate::clock;
 use crate::reply::Reply;
 use crate::state::State;
-use crate::webhooks::{self, NewDelivery};
 
+use super::emit::{emit, now_unix};
+pub(crate) use super::request::*;
 pub(crate) use super::validate::*;
-
-/// The request being executed: its `Request-Id` and `Idempotency-Key`, echoed in the events it creates.
-pub(crate) struct Ctx {
-    pub(crate) request_id: String,
-    pub(crate) idempotency_key: Option<String>,
-}
-
-/// Where an operation executes: provider `p`, the edge its webhooks go to, and the request it executes for
-/// (`None`: a change made through the control API).
-#[derive(Clone, Copy)]
-pub(super) struct At<'a> {
-    pub(super) edge_url: &'a Url,
-    pub(super) p: usize,
-    pub(super) ctx: Option<&'a Ctx>,
-}
-
-impl At<'_> {
-    /// The idempotency key the objects it creates are counted under.
-    pub(super) fn key(&self) -> Option<&str> {
-        self.ctx.and_then(|c| c.idempotency_key.as_deref())
-    }
-}
-
-pub(crate) struct NewIntent {
-    pub(crate) amount: i64,
-    pub(crate) currency: String,
-    pub(crate) customer: Option<String>,
-    pub(crate) description: Option<String>,
-    pub(crate) metadata: BTreeMap<String, String>,
-    pub(crate) confirm: bool,
-    pub(crate) payment_method: Option<String>,
-    pub(crate) off_session: bool,
-    pub(crate) return_url: Option<String>,
-}
-
-/// The confirmation parameters of `POST /v1/payment_intents/{id}/confirm` (and of a creation with
-/// `confirm=true`).
-pub(crate) struct Confirmation {
-    pub(crate) payment_method: Option<String>,
-    pub(crate) off_session: bool,
-    pub(crate) return_url: Option<String>,
-}
-
-pub(crate) struct NewCustomer {
-    pub(crate) email: Option<String>,
-    pub(crate) name: Option<String>,
-    pub(crate) description: Option<String>,
-    pub(crate) metadata: BTreeMap<String, String>,
-    pub(crate) payment_method: Option<String>,
-}
-
-pub(crate) enum RefundTarget {
-    Intent(String),
-    Charge(String),
-}
-
-pub(crate) struct NewRefund {
-    pub(crate) target: RefundTarget,
-    pub(crate) amount: Option<i64>,
-    pub(crate) reason: Option<String>,
-    pub(crate) metadata: BTreeMap<String, String>,
-}
-
-/// A validated request, ready to execute.
-pub(crate) enum Request {
-    CreateIntent(NewIntent),
-    ConfirmIntent {
-        id: String,
-        confirmation: Confirmation,
-    },
-    CreateRefund(NewRefund),
-    CreateCustomer(NewCustomer),
-    AttachPaymentMethod {
-        id: String,
-        customer: String,
-    },
-}
 
 /// Executes a validated request. Everything returned here has begun executing: it is saved under the key.
 pub(crate) fn execute(
@@ -125,36 +43,6 @@ pub(crate) fn execute(
         }
     };
     result.unwrap_or_else(|e| e.reply())
-}
-
-pub(super) fn now_unix() -> i64 {
-    clock::now().unix_timestamp()
-}
-
-/// Records an event and queues its webhook.
-pub(super) fn emit(state: &mut State, at: At<'_>, kind: &str, object: Value, resource_id: &str) {
-    let At { edge_url, p, ctx } = at;
-    let event = Event {
-        id: state.rng.id("evt", 24),
-        kind: kind.to_owned(),
-        created: now_unix(),
-        object,
-        request_id: ctx.map(|c| c.request_id.clone()),
-        idempotency_key: ctx.and_then(|c| c.idempotency_key.clone()),
-        delivered: false,
-    };
-    let body = serde_json::to_string_pretty(&event.json()).unwrap_or_default();
-    let new = NewDelivery {
-        provider: p,
-        event_id: event.id.clone(),
-        event_type: event.kind.clone(),
-        resource_id: resource_id.to_owned(),
-        body,
-        request_id: None,
-        data_id: None,
-    };
-    state.providers[p].stripe.push_event(event);
-    webhooks::enqueue(state, edge_url, new, Instant::now());
 }
 
 fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply, StripeError> {

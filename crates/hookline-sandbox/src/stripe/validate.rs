@@ -6,7 +6,7 @@ use super::book::money;
 use super::confirm::off_session_without_customer;
 use super::errors::{self, StripeError};
 use super::form::Form;
-use super::ops::*;
+use super::request::*;
 use url::Url;
 
 const MIN_AMOUNT: i64 = 50;
