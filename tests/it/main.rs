@@ -20,6 +20,7 @@
 
 mod cluster;
 mod console;
+mod console_billing;
 mod console_input;
 mod console_login;
 mod disruptive;

@@ -12,6 +12,7 @@
 //! It reuses what the CLI uses rather than re-implementing it:
 //!
 //! * the overview is [`hookline_ops::status::report`], the figures of `hookline status`;
+//! * the Billing page is [`hookline_payments::billing::status`], what `hookline billing status` prints;
 //! * replays and dead-letter redrives go through [`hookline_ops::replay`], the engine of `hookline replay` and
 //!   `hookline dlq redrive`, and are audited in the same `replay_runs` rows (operator `console:NAME`);
 //! * signatures are re-verified with [`hookline_signature::Verifier`], as the edge and `hookline verify` do;
@@ -24,7 +25,8 @@
 //!
 //! Authentication and CSRF: [`auth`]. Stable element ids for tools and browser tests: `#login`, `#events`,
 //! `#event-detail`, `#replay`, `#replay-reason`, `#audit` (plus `#overview`, `#dead-letters`, `#payments`,
-//! `#balances`, `#intents`, `#signature`).
+//! `#balances`, `#intents`, `#signature`, `#billing-summary`, `#past-due`, `#needs-payment-method`, `#in-retry`,
+//! `#charging`, `#unpaid-cycles`, `#billing-attention`).
 
 mod auth;
 mod pages;
@@ -185,6 +187,16 @@ struct Snapshot {
     result: Result<Arc<hookline_ops::status::Report>, String>,
     /// The edge's `/metrics` text (for its acknowledgement percentiles), or why it could not be read.
     edge_metrics: Result<String, String>,
+    /// How many subscriptions are behind (the overview's line linking to the Billing page), or why it could not
+    /// be read.
+    billing: Result<BillingBehind, String>,
+}
+
+/// Subscriptions parked by the dunning, counted for the overview.
+#[derive(Debug, Clone, Copy, Default)]
+struct BillingBehind {
+    past_due: usize,
+    needs_payment_method: usize,
 }
 
 /// Where the console reads the edge's `/metrics`: `http://{edge.listen}/metrics`, an edge listening on every
@@ -263,14 +275,44 @@ impl ConsoleState {
                     "cannot read the figures from the database (see the console's log)".to_string()
                 });
         let edge_metrics = self.read_edge_metrics().await;
+        let billing = self.read_billing_behind().await.map_err(|e| {
+            tracing::warn!(error.cause_chain = ?format!("{e:#}"), "console overview: cannot read the billing status");
+            "cannot read the billing status from the database (see the console's log)".to_string()
+        });
         let snapshot = Arc::new(Snapshot {
             at: Instant::now(),
             read_at: time::OffsetDateTime::now_utc(),
             result,
             edge_metrics,
+            billing,
         });
         *self.overview.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
         snapshot
+    }
+
+    /// The subscriptions past due or waiting for a payment method. Only the parked subscriptions are read (not
+    /// every open cycle, as the Billing page does): the overview needs whether anything is behind, and it is
+    /// refreshed every few seconds while a browser shows it.
+    async fn read_billing_behind(&self) -> anyhow::Result<BillingBehind> {
+        use hookline_payments::billing::{subscriptions, SubscriptionStatus};
+        let mut conn = self.pool.acquire().await.context("acquire a connection")?;
+        let parked = subscriptions::with_status(
+            &mut conn,
+            &[
+                SubscriptionStatus::PastDue,
+                SubscriptionStatus::NeedsPaymentMethod,
+            ],
+        )
+        .await
+        .context("read the parked subscriptions")?;
+        let past_due = parked
+            .iter()
+            .filter(|s| s.status == SubscriptionStatus::PastDue)
+            .count();
+        Ok(BillingBehind {
+            past_due,
+            needs_payment_method: parked.len() - past_due,
+        })
     }
 
     /// The edge's `/metrics` text, or a short reason shown on the overview (the edge is another process).
@@ -364,6 +406,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/payments", web::get().to(pages::payments))
         .route("/audit", web::get().to(pages::audit))
         .route("/intents", web::get().to(pages::intents))
+        .route("/billing", web::get().to(pages::billing))
         .route("/deliveries", web::get().to(pages::deliveries))
         .route("/deliveries/redeliver", web::post().to(pages::redeliver))
         .default_service(web::to(pages::not_found));

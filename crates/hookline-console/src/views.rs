@@ -81,6 +81,7 @@ pub fn page(title: &str, session: Option<&Session>, body: Markup) -> Markup {
                         a href="/dead-letters" { "Dead letters" }
                         a href="/payments" { "Payments" }
                         a href="/intents" { "Outbound" }
+                        a href="/billing" { "Billing" }
                         a href="/deliveries" { "Deliveries" }
                         a href="/audit" { "Audit" }
                         span.who {

@@ -21,16 +21,29 @@ fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
             "> 5 s".to_string()
         }
     };
+    // Subscriptions behind are the console's own attention line (`hookline status` is the pipeline's health
+    // check and does not read billing), linking to the page that lists them.
+    let billing = match &snap.billing {
+        Ok(b) if b.past_due + b.needs_payment_method > 0 => Some(html! {
+            div #billing-attention {
+                "ATTENTION: " (b.past_due) " subscription(s) past due, " (b.needs_payment_method)
+                " waiting for a payment method: see " a href="/billing" { "Billing" }
+            }
+        }),
+        Ok(_) => None,
+        Err(e) => Some(html! { div.bad #billing-error { (e) } }),
+    };
     html! {
         p.muted { "Figures read from PostgreSQL and RabbitMQ at " (ts(snap.read_at)) " (" (age) " s ago); refreshed every 5 s." }
         @match &snap.result {
-            Err(e) => { p.bad #overview-error { (e) } }
+            Err(e) => { p.bad #overview-error { (e) } @if let Some(b) = &billing { (b) } }
             Ok(r) => {
-                @if r.attention.is_empty() {
+                @if r.attention.is_empty() && billing.is_none() {
                     p.ok #status { "status: OK" }
                 } @else {
                     div.attention #status {
                         @for a in &r.attention { div { "ATTENTION: " (a) } }
+                        @if let Some(b) = &billing { (b) }
                     }
                 }
                 table #providers {

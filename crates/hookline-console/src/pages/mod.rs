@@ -21,11 +21,13 @@ use crate::{html as html_response, secure, ConsoleError, ConsoleState, MAX_REASO
 
 type State = web::Data<ConsoleState>;
 
+mod billing;
 mod event_pages;
 mod login;
 mod replays;
 mod tables;
 
+pub use billing::billing;
 use event_pages::event_id_from;
 pub use event_pages::{event_body, event_detail, events, overview, overview_figures};
 pub use login::{login, login_form, logout};

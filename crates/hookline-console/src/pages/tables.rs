@@ -68,8 +68,13 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
             table #intents {
                 tr { th { "intent" } th { "provider" } th { "amount" } th { "status" } th { "gateway id" } th { "refunded" } th { "created" } th { "requests (kind: status, attempts, last answer)" } }
                 @for i in &rows {
-                    tr {
-                        td { (i.public_id) } td { (i.provider) } td.num { (money(i.amount)) " " (i.currency) } td { (i.status) }
+                    tr #{ "intent-" (i.public_id) } {
+                        td {
+                            (i.public_id)
+                            @if let (Some(sub), Some(cycle)) = (i.subscription_id, &i.billing_cycle) {
+                                br; span.muted { "subscription " (sub) ", cycle " (cycle) }
+                            }
+                        } td { (i.provider) } td.num { (money(i.amount)) " " (i.currency) } td { (i.status) }
                         td { (i.provider_payment_id.as_deref().unwrap_or("-")) } td.num { (money(i.refunded)) } td { (ts(i.created_at)) }
                         td {
                             @for r in requests.iter().filter(|r| r.intent_id == i.id) {
