@@ -160,7 +160,7 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
     }
 
     // What the database says (the page must show this, not something else).
-    let status = billing::status(&mut pool.acquire().await.expect("connection"))
+    let status = billing::status(&mut pool.acquire().await.expect("connection"), 1000)
         .await
         .expect("billing status");
     let ids = |subs: &[billing::Subscription]| subs.iter().map(|s| s.id).collect::<Vec<_>>();
@@ -175,6 +175,18 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
     let next_attempt = retry.next_attempt_at.expect("a next attempt");
     assert_eq!(status.charging.len(), SHOWN + 1);
     assert_eq!(status.unpaid_cycles.len(), 2);
+    assert_eq!(
+        (status.totals.charging, status.totals.unpaid_cycles),
+        (SHOWN as i64 + 1, 2)
+    );
+    // A bounded read: the lists are cut, the totals stay whole.
+    let cut = billing::status(&mut pool.acquire().await.expect("connection"), 3)
+        .await
+        .expect("billing status");
+    assert_eq!(
+        (cut.charging.len(), cut.totals.charging),
+        (3, SHOWN as i64 + 1)
+    );
 
     let csrf = http.login().await;
     assert!(!csrf.is_empty());

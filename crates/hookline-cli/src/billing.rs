@@ -404,11 +404,14 @@ fn print_summary(summary: &RunSummary, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Rows per list of `hookline billing status` (the totals are always whole).
+const STATUS_ROWS: i64 = 10_000;
+
 /// `hookline billing status`: always exit 0 (it is a list; `hookline status` is the health check).
 async fn status(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
     let mut conn = pool.acquire().await?;
-    let status = billing::status(&mut conn).await?;
+    let status = billing::status(&mut conn, STATUS_ROWS).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -426,11 +429,12 @@ fn print_status(s: &BillingStatus) {
         .unwrap_or_else(|| "-".into())
     };
     println!(
-        "past due: {}, needs payment method: {}, cycles in retry: {}, charging: {}",
-        s.past_due.len(),
-        s.needs_payment_method.len(),
-        s.in_retry.len(),
-        s.charging.len()
+        "past due: {}, needs payment method: {}, cycles in retry: {}, charging: {}, unpaid cycles: {}",
+        s.totals.past_due,
+        s.totals.needs_payment_method,
+        s.totals.in_retry,
+        s.totals.charging,
+        s.totals.unpaid_cycles
     );
     for sub in s.past_due.iter().chain(&s.needs_payment_method) {
         println!(

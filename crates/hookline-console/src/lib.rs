@@ -294,24 +294,14 @@ impl ConsoleState {
     /// every open cycle, as the Billing page does): the overview needs whether anything is behind, and it is
     /// refreshed every few seconds while a browser shows it.
     async fn read_billing_behind(&self) -> anyhow::Result<BillingBehind> {
-        use hookline_payments::billing::{subscriptions, SubscriptionStatus};
         let mut conn = self.pool.acquire().await.context("acquire a connection")?;
-        let parked = subscriptions::with_status(
-            &mut conn,
-            &[
-                SubscriptionStatus::PastDue,
-                SubscriptionStatus::NeedsPaymentMethod,
-            ],
-        )
-        .await
-        .context("read the parked subscriptions")?;
-        let past_due = parked
-            .iter()
-            .filter(|s| s.status == SubscriptionStatus::PastDue)
-            .count();
+        let totals = hookline_payments::billing::totals(&mut conn)
+            .await
+            .context("count the parked subscriptions")?;
         Ok(BillingBehind {
-            past_due,
-            needs_payment_method: parked.len() - past_due,
+            past_due: usize::try_from(totals.past_due).unwrap_or(usize::MAX),
+            needs_payment_method: usize::try_from(totals.needs_payment_method)
+                .unwrap_or(usize::MAX),
         })
     }
 

@@ -6,8 +6,8 @@ use hookline_payments::billing::{self, claims::Claim, Subscription};
 
 use super::*;
 
-/// Rows shown per list of the Billing page. The lists come whole from `billing::status`; a large one is cut
-/// here and its heading says how many there are in all (`hookline billing status --json` prints every row).
+/// Rows shown per list of the Billing page: `billing::status` reads at most this many per list (and the totals
+/// in full); a heading says how many there are in all (`hookline billing status --json` prints more).
 const BILLING_ROWS: usize = PAGE_ROWS as usize;
 
 /// `GET /billing`: subscriptions past due or waiting for a payment method, cycles in retry (next attempt,
@@ -17,7 +17,7 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
     let s = session(&req, &state)?;
     let status = {
         let mut conn = state.pool.acquire().await.context("acquire a connection")?;
-        billing::status(&mut conn)
+        billing::status(&mut conn, BILLING_ROWS as i64)
             .await
             .context("read the billing status")?
     };
@@ -28,47 +28,47 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
         html! {
             h1 { "Billing" }
             p #billing-summary {
-                (status.past_due.len()) " past due, "
-                (status.needs_payment_method.len()) " waiting for a payment method, "
-                (status.in_retry.len()) " cycle(s) in retry, "
-                (status.charging.len()) " charging, "
-                (status.unpaid_cycles.len()) " unpaid."
+                (status.totals.past_due) " past due, "
+                (status.totals.needs_payment_method) " waiting for a payment method, "
+                (status.totals.in_retry) " cycle(s) in retry, "
+                (status.totals.charging) " charging, "
+                (status.totals.unpaid_cycles) " unpaid."
             }
             p.muted {
                 "A subscription past due or waiting for a payment method is charged again once it has a new one: "
                 code { "hookline subscriptions update ID --payment-method ID" }
                 " (its unpaid cycles are retried by the next " code { "hookline billing run" } ")."
             }
-            h2 { "Subscriptions past due" (count(status.past_due.len())) }
-            (subscriptions("past-due", &status.past_due, "No subscription is past due."))
-            h2 { "Subscriptions waiting for a payment method" (count(status.needs_payment_method.len())) }
-            (subscriptions("needs-payment-method", &status.needs_payment_method, "No subscription is waiting for a payment method."))
-            h2 { "Cycles in retry" (count(status.in_retry.len())) }
-            (in_retry(&status.in_retry, now))
-            h2 { "Cycles charging" (count(status.charging.len())) }
-            (charging(&status.charging, now))
-            h2 { "Unpaid cycles" (count(status.unpaid_cycles.len())) }
-            (unpaid(&status.unpaid_cycles))
+            h2 { "Subscriptions past due" (count(status.totals.past_due)) }
+            (subscriptions("past-due", &status.past_due, status.totals.past_due, "No subscription is past due."))
+            h2 { "Subscriptions waiting for a payment method" (count(status.totals.needs_payment_method)) }
+            (subscriptions("needs-payment-method", &status.needs_payment_method, status.totals.needs_payment_method, "No subscription is waiting for a payment method."))
+            h2 { "Cycles in retry" (count(status.totals.in_retry)) }
+            (in_retry(&status.in_retry, status.totals.in_retry, now))
+            h2 { "Cycles charging" (count(status.totals.charging)) }
+            (charging(&status.charging, status.totals.charging, now))
+            h2 { "Unpaid cycles" (count(status.totals.unpaid_cycles)) }
+            (unpaid(&status.unpaid_cycles, status.totals.unpaid_cycles))
         },
     )))
 }
 
 /// A heading's count.
-fn count(n: usize) -> String {
+fn count(n: i64) -> String {
     format!(" ({n})")
 }
 
 /// What is said under a list cut to [`BILLING_ROWS`].
-fn cut_note(total: usize) -> Markup {
+fn cut_note(total: i64) -> Markup {
     html! {
-        @if total > BILLING_ROWS {
+        @if total > BILLING_ROWS as i64 {
             p.muted.cut { "Showing the first " (BILLING_ROWS) " of " (total) "; "
                 code { "hookline billing status --json" } " lists every one." }
         }
     }
 }
 
-fn subscriptions(id: &str, rows: &[Subscription], empty: &str) -> Markup {
+fn subscriptions(id: &str, rows: &[Subscription], total: i64, empty: &str) -> Markup {
     html! {
         @if rows.is_empty() {
             p.muted { (empty) }
@@ -86,7 +86,7 @@ fn subscriptions(id: &str, rows: &[Subscription], empty: &str) -> Markup {
                     }
                 }
             }
-            (cut_note(rows.len()))
+            (cut_note(total))
         }
     }
 }
@@ -111,7 +111,7 @@ fn failure(c: &Claim) -> Markup {
     }
 }
 
-fn in_retry(rows: &[Claim], now: OffsetDateTime) -> Markup {
+fn in_retry(rows: &[Claim], total: i64, now: OffsetDateTime) -> Markup {
     html! {
         @if rows.is_empty() {
             p.muted { "No cycle is waiting for a retry." }
@@ -130,12 +130,12 @@ fn in_retry(rows: &[Claim], now: OffsetDateTime) -> Markup {
                     }
                 }
             }
-            (cut_note(rows.len()))
+            (cut_note(total))
         }
     }
 }
 
-fn charging(rows: &[Claim], now: OffsetDateTime) -> Markup {
+fn charging(rows: &[Claim], total: i64, now: OffsetDateTime) -> Markup {
     html! {
         @if rows.is_empty() {
             p.muted { "No cycle has a charge in flight." }
@@ -150,13 +150,13 @@ fn charging(rows: &[Claim], now: OffsetDateTime) -> Markup {
                     }
                 }
             }
-            (cut_note(rows.len()))
+            (cut_note(total))
             p.muted { "The dispatcher retries the gateway with the same key and looks up an unknown outcome; the Outbound page shows each charge's requests." }
         }
     }
 }
 
-fn unpaid(rows: &[Claim]) -> Markup {
+fn unpaid(rows: &[Claim], total: i64) -> Markup {
     html! {
         @if rows.is_empty() {
             p.muted { "No cycle is past due or waiting for a payment method." }
@@ -173,7 +173,7 @@ fn unpaid(rows: &[Claim]) -> Markup {
                     }
                 }
             }
-            (cut_note(rows.len()))
+            (cut_note(total))
         }
     }
 }

@@ -240,17 +240,28 @@ pub async fn due(
     .await
 }
 
-/// The claims in `statuses`, by subscription and cycle.
+/// The first `limit` claims in `status`, by subscription and cycle.
 pub async fn with_status(
     conn: &mut PgConnection,
-    statuses: &[ClaimStatus],
+    status: ClaimStatus,
+    limit: i64,
 ) -> Result<Vec<Claim>, sqlx::Error> {
-    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.status = ANY($1) ORDER BY b.subscription_id, b.billing_cycle"
+          WHERE b.status = $1 ORDER BY b.subscription_id, b.billing_cycle LIMIT $2"
     ))
-    .bind(&statuses)
+    .bind(status.as_str())
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// How many claims are in each status other than `paid` (the open ones; the index `billing_claims_open_idx`
+/// and the due index cover most of them, a scan of the charging ones is bounded by what is in flight).
+pub async fn count_open(conn: &mut PgConnection) -> Result<Vec<(ClaimStatus, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, count(*) FROM billing_claims WHERE status NOT IN ('paid', 'canceled') GROUP BY status",
+    )
     .fetch_all(conn)
     .await
 }

@@ -27,7 +27,7 @@ pub mod subscriptions;
 pub use manage::{cancel, update_payment_method};
 pub use period::{valid_cycle, Cycle, Interval};
 pub use run::{bill, run, would_bill, Billed, ProviderBilling, RunSummary};
-pub use status::{status, BillingStatus};
+pub use status::{status, totals, BillingStatus, Totals};
 pub use subscriptions::{
     add, charge_params, get, list, valid_saved_method, NewSubscription, Subscription,
     SubscriptionStatus,

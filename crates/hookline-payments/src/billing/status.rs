@@ -1,5 +1,6 @@
 //! `hookline billing status` and the console's Billing page: which subscriptions are behind, and which cycles
-//! are being retried — read from the database, never from a process's memory.
+//! are being retried — read from the database, never from a process's memory. Each list is bounded (the caller
+//! says how many rows); the totals are counted in full.
 
 use serde::Serialize;
 use sqlx::PgConnection;
@@ -7,9 +8,26 @@ use sqlx::PgConnection;
 use super::claims::{self, Claim, ClaimStatus};
 use super::subscriptions::{self, Subscription, SubscriptionStatus};
 
+/// How many of each there are in all (the lists may be cut).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Subscriptions past due.
+    pub past_due: i64,
+    /// Subscriptions waiting for a payment method.
+    pub needs_payment_method: i64,
+    /// Cycles waiting for their next attempt.
+    pub in_retry: i64,
+    /// Cycles with a charge in flight.
+    pub charging: i64,
+    /// Cycles past due or waiting for a payment method.
+    pub unpaid_cycles: i64,
+}
+
 /// Where billing stands.
 #[derive(Debug, Clone, Serialize)]
 pub struct BillingStatus {
+    /// The counts, in full.
+    pub totals: Totals,
     /// Subscriptions whose cycle declined every attempt (parked until the method is updated).
     pub past_due: Vec<Subscription>,
     /// Subscriptions whose payment method the gateway called unusable (parked until it is updated).
@@ -26,46 +44,55 @@ pub struct BillingStatus {
 impl BillingStatus {
     /// Whether any subscription is behind.
     pub fn anything_behind(&self) -> bool {
-        !(self.past_due.is_empty() && self.needs_payment_method.is_empty())
+        self.totals.past_due + self.totals.needs_payment_method > 0
     }
 }
 
-/// Reads it.
-pub async fn status(conn: &mut PgConnection) -> Result<BillingStatus, sqlx::Error> {
-    let parked = subscriptions::with_status(
-        conn,
-        &[
-            SubscriptionStatus::PastDue,
-            SubscriptionStatus::NeedsPaymentMethod,
-        ],
-    )
-    .await?;
-    let (past_due, needs_payment_method) = parked
-        .into_iter()
-        .partition(|s| s.status == SubscriptionStatus::PastDue);
-    let open = claims::with_status(
-        conn,
-        &[
-            ClaimStatus::RetryScheduled,
-            ClaimStatus::Charging,
-            ClaimStatus::PastDue,
-            ClaimStatus::NeedsPaymentMethod,
-        ],
-    )
-    .await?;
-    let mut status = BillingStatus {
-        past_due,
-        needs_payment_method,
-        in_retry: Vec::new(),
-        charging: Vec::new(),
-        unpaid_cycles: Vec::new(),
-    };
-    for claim in open {
-        match claim.status {
-            ClaimStatus::RetryScheduled => status.in_retry.push(claim),
-            ClaimStatus::Charging => status.charging.push(claim),
-            _ => status.unpaid_cycles.push(claim),
+/// The totals alone (the console's overview asks every few seconds).
+pub async fn totals(conn: &mut PgConnection) -> Result<Totals, sqlx::Error> {
+    let mut totals = Totals::default();
+    for (status, n) in subscriptions::count_by_status(conn).await? {
+        match status {
+            SubscriptionStatus::PastDue => totals.past_due = n,
+            SubscriptionStatus::NeedsPaymentMethod => totals.needs_payment_method = n,
+            SubscriptionStatus::Active | SubscriptionStatus::Canceled => {}
         }
     }
-    Ok(status)
+    for (status, n) in claims::count_open(conn).await? {
+        match status {
+            ClaimStatus::RetryScheduled => totals.in_retry = n,
+            ClaimStatus::Charging => totals.charging = n,
+            ClaimStatus::PastDue | ClaimStatus::NeedsPaymentMethod => totals.unpaid_cycles += n,
+            ClaimStatus::Paid | ClaimStatus::Canceled => {}
+        }
+    }
+    Ok(totals)
+}
+
+/// Reads it, each list cut to its first `limit` rows.
+pub async fn status(conn: &mut PgConnection, limit: i64) -> Result<BillingStatus, sqlx::Error> {
+    let totals = totals(conn).await?;
+    let past_due = subscriptions::with_status(conn, &[SubscriptionStatus::PastDue], limit).await?;
+    let needs_payment_method =
+        subscriptions::with_status(conn, &[SubscriptionStatus::NeedsPaymentMethod], limit).await?;
+    let in_retry = claims::with_status(conn, ClaimStatus::RetryScheduled, limit).await?;
+    let charging = claims::with_status(conn, ClaimStatus::Charging, limit).await?;
+    let mut unpaid_cycles = claims::with_status(conn, ClaimStatus::PastDue, limit).await?;
+    let rest = usize::try_from(limit)
+        .unwrap_or(0)
+        .saturating_sub(unpaid_cycles.len());
+    unpaid_cycles.extend(
+        claims::with_status(conn, ClaimStatus::NeedsPaymentMethod, limit)
+            .await?
+            .into_iter()
+            .take(rest),
+    );
+    Ok(BillingStatus {
+        totals,
+        past_due,
+        needs_payment_method,
+        in_retry,
+        charging,
+        unpaid_cycles,
+    })
 }

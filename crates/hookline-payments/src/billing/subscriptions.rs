@@ -225,18 +225,29 @@ pub async fn billable_ids(conn: &mut PgConnection) -> Result<Vec<i64>, sqlx::Err
         .await
 }
 
-/// The subscriptions in `statuses`, oldest first.
+/// The first `limit` subscriptions in `statuses`, oldest first.
 pub async fn with_status(
     conn: &mut PgConnection,
     statuses: &[SubscriptionStatus],
+    limit: i64,
 ) -> Result<Vec<Subscription>, sqlx::Error> {
     let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
     sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM subscriptions WHERE status = ANY($1) ORDER BY id"
+        "SELECT {COLUMNS} FROM subscriptions WHERE status = ANY($1) ORDER BY id LIMIT $2"
     ))
     .bind(&statuses)
+    .bind(limit)
     .fetch_all(conn)
     .await
+}
+
+/// How many subscriptions are in each status.
+pub async fn count_by_status(
+    conn: &mut PgConnection,
+) -> Result<Vec<(SubscriptionStatus, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT status, count(*) FROM subscriptions GROUP BY status")
+        .fetch_all(conn)
+        .await
 }
 
 /// One subscription.
