@@ -18,6 +18,8 @@
 //!   `Command`); fail points are only ever set in child processes (`FAILPOINTS` on the command), never in this
 //!   process; every test builds its own tokio runtime (`#[tokio::test]`), databases and RabbitMQ names.
 
+mod billing_checkout;
+mod billing_dunning;
 mod cluster;
 mod console;
 mod console_billing;

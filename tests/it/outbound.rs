@@ -172,30 +172,12 @@ async fn intent(p: &TestPipeline, id: i64) -> Intent {
 /// A customer created at the Stripe sandbox with `pm_card_visa` attached, as a merchant's checkout saves a card
 /// for later off-session charges: `(cus_…, pm_…)`.
 async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (String, String) {
-    let http = reqwest::Client::new();
-    let post = |path: String, form: Vec<(&'static str, String)>| {
-        let req = http
-            .post(sandbox.url(&path))
-            .bearer_auth(hookline_tests::sandboxed::STRIPE_KEY)
-            .form(&form);
-        async move {
-            let res = req.send().await.expect("the sandbox answers");
-            assert!(res.status().is_success(), "{path}: {}", res.status());
-            res.json::<serde_json::Value>().await.expect("json")
-        }
-    };
-    let customer = post("/v1/customers".into(), vec![("name", name.to_owned())]).await;
-    let customer = customer["id"].as_str().expect("a customer id").to_owned();
-    let method = post(
-        "/v1/payment_methods/pm_card_visa/attach".into(),
-        vec![("customer", customer.clone())],
+    hookline_tests::sandboxed::stripe_saved_card(
+        sandbox,
+        hookline_tests::sandboxed::STRIPE_KEY,
+        name,
     )
-    .await;
-    let method = method["id"]
-        .as_str()
-        .expect("a payment method id")
-        .to_owned();
-    (customer, method)
+    .await
 }
 
 /// Waits until the provider's webhook completed intent `i` (charged as `payment` at `provider`), then asserts it

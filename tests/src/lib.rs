@@ -398,6 +398,7 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
         .into_bytes()
 }
 
+pub mod billing;
 pub mod console;
 pub mod faults;
 pub mod pipeline;

@@ -59,3 +59,50 @@ pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, Ru
     let sandbox = Sandbox::start(settings).await.expect("sandbox");
     (p, sandbox)
 }
+
+/// A customer created at the Stripe sandbox with `pm_card_visa` attached, as a merchant's checkout saves a card
+/// for later off-session charges: `(cus_…, pm_…)`. `key` is the provider's `api_token`.
+pub async fn stripe_saved_card(
+    sandbox: &RunningSandbox,
+    key: &str,
+    name: &str,
+) -> (String, String) {
+    let customer = stripe_post(sandbox, key, "/v1/customers", &[("name", name)]).await;
+    let customer = customer["id"].as_str().expect("a customer id").to_owned();
+    let method = stripe_attach_card(sandbox, key, &customer).await;
+    (customer, method)
+}
+
+/// Another card (`pm_card_visa`) saved for `customer` at the Stripe sandbox, as a customer replacing a card that
+/// stopped working: its new `pm_…`.
+pub async fn stripe_attach_card(sandbox: &RunningSandbox, key: &str, customer: &str) -> String {
+    let method = stripe_post(
+        sandbox,
+        key,
+        "/v1/payment_methods/pm_card_visa/attach",
+        &[("customer", customer)],
+    )
+    .await;
+    method["id"]
+        .as_str()
+        .expect("a payment method id")
+        .to_owned()
+}
+
+/// A form POST to the Stripe sandbox that must succeed; its JSON answer.
+async fn stripe_post(
+    sandbox: &RunningSandbox,
+    key: &str,
+    path: &str,
+    form: &[(&str, &str)],
+) -> serde_json::Value {
+    let res = reqwest::Client::new()
+        .post(sandbox.url(path))
+        .bearer_auth(key)
+        .form(form)
+        .send()
+        .await
+        .expect("the sandbox answers");
+    assert!(res.status().is_success(), "{path}: {}", res.status());
+    res.json().await.expect("json")
+}

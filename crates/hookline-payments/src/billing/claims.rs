@@ -194,13 +194,19 @@ pub async fn start_attempt(
 }
 
 /// The cycle is being paid (or was paid) through another channel, by `intent_id`: the claim follows it
-/// (created if the cycle had none), without counting an attempt.
+/// (created if the cycle had none, with the provider's `retry_schedule_secs`), without counting an attempt.
+///
+/// A claim created here while the other channel's charge is in flight becomes that charge's cycle: if it is
+/// declined, [`on_charge_final`] decides the cycle's dunning from this schedule — without it (an empty schedule)
+/// a declined checkout would make the cycle and the subscription `past_due` at once, with no billing attempt. An
+/// existing claim keeps the schedule it was claimed with.
 pub async fn follow_other_channel(
     conn: &mut PgConnection,
     subscription_id: i64,
     cycle: &str,
     intent_id: i64,
     paid: bool,
+    retry_schedule_secs: &[i32],
 ) -> Result<(), sqlx::Error> {
     let status = if paid {
         ClaimStatus::Paid
@@ -208,8 +214,8 @@ pub async fn follow_other_channel(
         ClaimStatus::Charging
     };
     sqlx::query(
-        "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status)
-         VALUES ($1, $2, $3, $4)
+        "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status, retry_schedule_secs)
+         VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT ON CONSTRAINT billing_claims_cycle_key
          DO UPDATE SET intent_id = EXCLUDED.intent_id, status = EXCLUDED.status, next_attempt_at = NULL,
                        updated_at = now()",
@@ -218,6 +224,7 @@ pub async fn follow_other_channel(
     .bind(cycle)
     .bind(intent_id)
     .bind(status.as_str())
+    .bind(retry_schedule_secs)
     .execute(conn)
     .await?;
     Ok(())
@@ -413,7 +420,8 @@ pub async fn on_charge_final(
     };
     let cycle = charge.billing_cycle;
     if charge.succeeded {
-        follow_other_channel(conn, sub.id, cycle, charge.intent_id, true).await?;
+        // Paid: no schedule is ever read again (an existing claim keeps its own).
+        follow_other_channel(conn, sub.id, cycle, charge.intent_id, true, &[]).await?;
         let attempts = lock(conn, sub.id, cycle).await?.map_or(1, |c| c.attempts);
         subscriptions::reactivate_if_clear(conn, sub.id).await?;
         domain_events::record(

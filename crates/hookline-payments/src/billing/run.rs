@@ -166,7 +166,7 @@ pub async fn bill(
     };
     // Look again at the moment of charging: a charge of this cycle made through another channel is followed.
     if let Some(live) = intents::live_for_cycle(&mut tx, cycle_ref).await? {
-        return follow(tx, &sub, &cycle_text, &live).await;
+        return follow(tx, &sub, &cycle_text, &live, &provider).await;
     }
     let attempt = claim.as_ref().map_or(1, |c| c.attempts + 1);
     let description = format!("subscription {} {cycle_text} (attempt {attempt})", sub.id);
@@ -186,7 +186,7 @@ pub async fn bill(
         // Another channel's charge of the cycle committed between the read above and the insert: the index
         // decided. Follow it (it is visible now that its transaction committed).
         return match intents::live_for_cycle(&mut tx, cycle_ref).await? {
-            Some(live) => follow(tx, &sub, &cycle_text, &live).await,
+            Some(live) => follow(tx, &sub, &cycle_text, &live, &provider).await,
             None => Ok(Billed::AlreadyClaimed(ClaimStatus::Charging)),
         };
     };
@@ -215,15 +215,25 @@ pub async fn bill(
     })
 }
 
-/// The cycle has a live charge made elsewhere: the claim follows it; nothing is charged.
+/// The cycle has a live charge made elsewhere: the claim follows it (with the provider's schedule, should that
+/// charge be declined); nothing is charged.
 async fn follow(
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     sub: &Subscription,
     cycle: &str,
     live: &intents::Intent,
+    provider: &ProviderBilling,
 ) -> Result<Billed, sqlx::Error> {
     let paid = live.status == crate::model::IntentStatus::Succeeded;
-    claims::follow_other_channel(&mut tx, sub.id, cycle, live.id, paid).await?;
+    claims::follow_other_channel(
+        &mut tx,
+        sub.id,
+        cycle,
+        live.id,
+        paid,
+        &provider.retry_schedule_secs,
+    )
+    .await?;
     tx.commit().await?;
     Ok(Billed::PaidElsewhere(live.public_id.clone()))
 }
