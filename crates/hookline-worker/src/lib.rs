@@ -65,6 +65,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         (worker.pool().clone(), config.clone()),
         |(pool, config), cancel| reconcile::run_periodic(pool, config, cancel),
     );
+    // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
+    // must match the configuration before the consumer or the dispatcher records the first fact, or a
+    // destination declared in this start would miss it.
+    if config.delivery.enabled {
+        sync_destinations_before_start(worker.pool(), &config, &cancel).await;
+    }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
     let dispatcher = config.dispatcher.enabled.then(|| {
@@ -115,4 +121,34 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         server.stop(true).await;
     }
     result
+}
+
+/// Writes `[[destinations]]` to the database before anything records a fact; the database may not be up yet
+/// (the worker starts anyway and waits for it, as its consumer does): retried with backoff until it succeeds or
+/// the process is asked to stop.
+async fn sync_destinations_before_start(
+    pool: &sqlx::PgPool,
+    config: &Config,
+    cancel: &tokio_util::sync::CancellationToken,
+) {
+    let mut attempt = 0;
+    loop {
+        match hookline_delivery::deliver::sync_destinations(pool, &config.destinations).await {
+            Ok(()) => return,
+            Err(e) => {
+                attempt += 1;
+                let wait = hookline_core::retry::jittered_backoff(
+                    std::time::Duration::from_millis(200),
+                    std::time::Duration::from_secs(10),
+                    attempt,
+                    attempt as u64,
+                );
+                tracing::warn!(error.message = %e, attempt, "cannot write [[destinations]] yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = cancel.cancelled() => return,
+                }
+            }
+        }
+    }
 }

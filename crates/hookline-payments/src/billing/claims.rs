@@ -518,7 +518,8 @@ pub async fn on_charge_final(
         domain_events::record(
             conn,
             EventType::SubscriptionPastDue,
-            &subject_id,
+            // Per attempt count: a cycle past due again after its method was updated is a new fact.
+            &format!("{subject_id}/{}", claim.attempts),
             &PastDueFact {
                 subscription_id: sub.id.to_string(),
                 billing_cycle: cycle,

@@ -50,7 +50,7 @@ impl std::str::FromStr for Interval {
 }
 
 /// A billing cycle: the year and month its period starts in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cycle {
     /// Year (1–9999).
     pub year: i32,

@@ -332,29 +332,47 @@ pub async fn run(
     now: OffsetDateTime,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<RunSummary, sqlx::Error> {
-    let (ids, due) = {
+    let (periods, due) = {
         let mut conn = pool.acquire().await?;
-        let ids = subscriptions::billable_ids(&mut conn).await?;
+        let periods = subscriptions::billable_periods(&mut conn).await?;
         let due = claims::due(&mut conn, now, MAX_RETRIES_PER_RUN).await?;
-        (ids, due)
+        (periods, due)
     };
     let mut summary = RunSummary {
         cycle: cycle.map(|c| c.to_string()),
         dry_run,
         ..RunSummary::default()
     };
-    // Retries of the cycle billed in the first pass were handled there.
-    let due: Vec<(i64, Cycle)> = due
+    // First pass: each subscription's cycle — the one named, else its running period's (the same rule `bill`
+    // applies; anchor and interval never change).
+    let first: Vec<(i64, Option<Cycle>)> = periods
+        .iter()
+        .map(|(id, anchor, interval)| {
+            (
+                *id,
+                cycle.or_else(|| period::current_cycle(*anchor, *interval, now)),
+            )
+        })
+        .collect();
+    // Second pass: due retries, except those of a cycle the first pass billed (counted once, billed once).
+    let billed: std::collections::HashSet<(i64, Cycle)> = first
+        .iter()
+        .filter_map(|(id, c)| c.map(|c| (*id, c)))
+        .collect();
+    let due: Vec<(i64, Option<Cycle>)> = due
         .into_iter()
         .filter_map(|(id, c)| Cycle::parse(&c).map(|c| (id, c)))
-        .filter(|(id, c)| cycle != Some(*c) || !ids.contains(id))
+        .filter(|pair| !billed.contains(pair))
+        .map(|(id, c)| (id, Some(c)))
         .collect();
-    let total = (ids.len() + due.len()) as u64;
-    let work = ids
-        .iter()
-        .map(|id| (*id, cycle))
-        .chain(due.iter().map(|(id, c)| (*id, Some(*c))));
-    for (i, (id, cycle)) in work.enumerate() {
+    let total = (first.len() + due.len()) as u64;
+    for (i, (id, cycle)) in first.into_iter().chain(due).enumerate() {
+        // A subscription with no running period yet (anchored in the future) is not due.
+        if cycle.is_none() {
+            summary.count(id, Ok(Billed::NotDue));
+            progress(i as u64 + 1, total);
+            continue;
+        }
         let billed = if dry_run {
             let mut conn = pool.acquire().await?;
             would_bill(&mut conn, id, cycle, provider_of, now).await

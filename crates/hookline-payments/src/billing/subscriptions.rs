@@ -218,11 +218,24 @@ pub async fn list(conn: &mut PgConnection) -> Result<Vec<Subscription>, sqlx::Er
         .await
 }
 
-/// The ids of the subscriptions a run looks at (not canceled), oldest first.
-pub async fn billable_ids(conn: &mut PgConnection) -> Result<Vec<i64>, sqlx::Error> {
-    sqlx::query_scalar("SELECT id FROM subscriptions WHERE status <> 'canceled' ORDER BY id")
-        .fetch_all(conn)
-        .await
+/// The subscriptions a run looks at (not canceled), oldest first: id, anchor and interval (what their cycle
+/// is computed from).
+pub async fn billable_periods(
+    conn: &mut PgConnection,
+) -> Result<Vec<(i64, OffsetDateTime, Interval)>, sqlx::Error> {
+    let rows: Vec<(i64, OffsetDateTime, String)> = sqlx::query_as(
+        "SELECT id, anchor, interval FROM subscriptions WHERE status <> 'canceled' ORDER BY id",
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|(id, anchor, interval)| {
+            let interval = interval
+                .parse()
+                .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+            Ok((id, anchor, interval))
+        })
+        .collect()
 }
 
 /// The first `limit` subscriptions in `statuses`, oldest first.

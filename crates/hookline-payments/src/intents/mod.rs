@@ -586,7 +586,8 @@ struct IntentFact<'a> {
     amount: i64,
     currency: &'a str,
     customer: Option<&'a str>,
-    subscription_id: Option<i64>,
+    /// A string, as in the `subscription.*` facts (where Stripe's own `sub_…` ids also appear).
+    subscription_id: Option<String>,
     billing_cycle: Option<&'a str>,
 }
 
@@ -619,7 +620,7 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
             amount: i.amount,
             currency: &i.currency,
             customer: i.customer.as_deref(),
-            subscription_id: i.subscription_id,
+            subscription_id: i.subscription_id.map(|id| id.to_string()),
             billing_cycle: i.billing_cycle.as_deref(),
         },
     )
