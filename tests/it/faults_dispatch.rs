@@ -35,6 +35,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
             scheme: Scheme::Stripe,
             webhook_secret: b"whsec_kill".to_vec(),
             api_token: Some("sk_test_kill".into()),
+            webhook_basic_auth: None,
         }],
     );
     settings.webhook_backoff = Duration::from_millis(100);

@@ -1175,6 +1175,7 @@ impl Gatewayed {
                 scheme: Scheme::Stripe,
                 webhook_secret: b"whsec_refused".to_vec(),
                 api_token: Some("sk_test_refused".into()),
+                webhook_basic_auth: None,
             }],
         );
         settings.webhook_backoff = Duration::from_millis(100);

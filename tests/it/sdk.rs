@@ -30,12 +30,14 @@ async fn sandbox(seed: u64) -> RunningSandbox {
                 scheme: Scheme::Stripe,
                 webhook_secret: b"whsec_sdk".to_vec(),
                 api_token: Some(STRIPE_KEY.into()),
+                webhook_basic_auth: None,
             },
             SandboxProvider {
                 name: "mercadopago".into(),
                 scheme: Scheme::MercadoPago,
                 webhook_secret: b"mp_sdk".to_vec(),
                 api_token: Some(MP_TOKEN.into()),
+                webhook_basic_auth: None,
             },
         ],
     );
@@ -219,12 +221,14 @@ impl Live {
                     scheme: Scheme::MercadoPago,
                     webhook_secret: b"mp_sdk_secret".to_vec(),
                     api_token: Some(LIVE_MP_TOKEN.into()),
+                    webhook_basic_auth: None,
                 },
                 SandboxProvider {
                     name: "st".into(),
                     scheme: Scheme::Stripe,
                     webhook_secret: b"whsec_sdk_live".to_vec(),
                     api_token: Some(LIVE_STRIPE_KEY.into()),
+                    webhook_basic_auth: None,
                 },
             ],
         );

@@ -43,12 +43,14 @@ pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, Ru
                 scheme: Scheme::MercadoPago,
                 webhook_secret: b"mp_sandbox_secret".to_vec(),
                 api_token: Some(MP_TOKEN.into()),
+                webhook_basic_auth: None,
             },
             SandboxProvider {
                 name: "st".into(),
                 scheme: Scheme::Stripe,
                 webhook_secret: b"whsec_sandbox".to_vec(),
                 api_token: Some(STRIPE_KEY.into()),
+                webhook_basic_auth: None,
             },
         ],
     );

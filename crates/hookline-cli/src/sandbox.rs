@@ -53,6 +53,7 @@ fn settings(
                 scheme,
                 webhook_secret: secret.expose_secret().as_bytes().to_vec(),
                 api_token: p.api_token.as_ref().map(|t| t.expose_secret().to_owned()),
+                webhook_basic_auth: None,
             })
         })
         .collect();

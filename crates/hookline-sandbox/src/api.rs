@@ -1,10 +1,9 @@
-//! The execution protocol shared by both providers' mutating endpoints: idempotency key check, then the
+//! The execution protocol shared by every provider's mutating endpoints: idempotency key check, then the
 //! operation in its own task — so a client that disconnects (or times out) cannot cancel an operation half-way,
 //! exactly as with a real provider — after the configured API latency, under the state lock.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::json;
 
@@ -38,8 +37,10 @@ where
 {
     if let Some(key) = key {
         let mut state = shared.lock();
+        // The sandbox clock: a test that moves it a day ahead sees the key expire.
+        let now = state.clock.instant();
         let book = &mut state.providers[p];
-        let begin = book.idempotency.begin(key, fingerprint, Instant::now());
+        let begin = book.idempotency.begin(key, fingerprint, now);
         let stats = book.key_stats(key);
         stats.requests += 1;
         match begin {

@@ -1,5 +1,7 @@
 //! Which configured provider a request is for, from its path family and its API key.
 //!
+//! Pagar.me v5 lives under `/core/v5/…` (it authenticates its own way: `pagarme::authenticate`).
+//!
 //! Stripe and Mercado Pago both live under `/v1/…` without colliding: `/v1/payments…` and `/v1/card_tokens…` are
 //! Mercado Pago, every other `/v1/…` path is Stripe. Several providers of one scheme (or both schemes at once) are told apart by the
 //! `Authorization` header: `Bearer <api_token>` (both providers) or HTTP Basic with the key as user name
@@ -15,6 +17,9 @@ use crate::state::State;
 /// The provider family a path belongs to (`None`: not an API path). `/v1/customers` and `/v1/customers/{id}`
 /// are both providers' ([`scheme_of`] tells them apart); this answers Stripe for them.
 pub(crate) fn family(path: &str) -> Option<Scheme> {
+    if path == "/core/v5" || path.starts_with("/core/v5/") {
+        return Some(Scheme::PagarmeV5);
+    }
     let rest = path.strip_prefix("/v1/")?;
     let mut segments = rest.split('/');
     let first = segments.next().unwrap_or("");
@@ -163,6 +168,9 @@ mod tests {
         assert!(is_shared("/v1/customers") && is_shared("/v1/customers/cus_1"));
         assert!(!is_shared("/v1/customers/") && !is_shared("/v1/customers/1/cards"));
         assert_eq!(family("/_sandbox/faults"), None);
+        assert_eq!(family("/core/v5/orders"), Some(Scheme::PagarmeV5));
+        assert_eq!(family("/core/v5/charges/ch_1"), Some(Scheme::PagarmeV5));
+        assert!(!is_shared("/core/v5/customers"));
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("authorization"),

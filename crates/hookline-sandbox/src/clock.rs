@@ -1,11 +1,67 @@
-//! Wall-clock helpers and the date formats the providers use.
+//! Wall-clock helpers, the date formats the providers use, and [`SandboxClock`]: the sandbox's own clock, which
+//! the control API can move forward so that a test sees a day pass (an idempotency key expire) in no time.
+
+use std::time::Instant;
 
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{Date, Duration, OffsetDateTime, UtcOffset};
 
+/// Furthest the sandbox clock can be moved ahead of the real one: a year and a month, more than any key window
+/// or expiry a test needs, and far from any `Instant` overflow.
+pub(crate) const MAX_CLOCK_OFFSET: std::time::Duration =
+    std::time::Duration::from_secs(400 * 86_400);
+
 pub(crate) fn now() -> OffsetDateTime {
     OffsetDateTime::now_utc()
+}
+
+/// The sandbox's clock: the real one plus an offset that only grows (`POST /_sandbox/clock`). It decides when
+/// idempotency keys expire (every provider) and dates Pagar.me's objects; deliveries and retries keep real time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SandboxClock {
+    offset: std::time::Duration,
+}
+
+impl SandboxClock {
+    /// How far ahead of the real clock the sandbox is.
+    pub(crate) fn offset(&self) -> std::time::Duration {
+        self.offset
+    }
+
+    /// Now, as a monotonic instant (what key windows are measured with).
+    pub(crate) fn instant(&self) -> Instant {
+        Instant::now() + self.offset
+    }
+
+    /// Now, as a date.
+    pub(crate) fn now(&self) -> OffsetDateTime {
+        now() + self.offset
+    }
+
+    /// Moves the clock `by` ahead; refused (nothing changed) past [`MAX_CLOCK_OFFSET`] in total.
+    pub(crate) fn advance(&mut self, by: std::time::Duration) -> Result<(), String> {
+        match self.offset.checked_add(by) {
+            Some(offset) if offset <= MAX_CLOCK_OFFSET => {
+                self.offset = offset;
+                Ok(())
+            }
+            _ => Err(format!(
+                "the sandbox clock can be at most {} days ahead (it is {} s ahead)",
+                MAX_CLOCK_OFFSET.as_secs() / 86_400,
+                self.offset.as_secs()
+            )),
+        }
+    }
+}
+
+/// Pagar.me's API dates: UTC, seconds, `Z` (`2024-01-15T10:20:30Z`).
+pub(crate) fn pagarme_date(t: OffsetDateTime) -> String {
+    t.to_offset(UtcOffset::UTC)
+        .format(format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second]Z"
+        ))
+        .unwrap_or_default()
 }
 
 pub(crate) fn unix_ms(t: OffsetDateTime) -> i64 {
@@ -79,5 +135,19 @@ mod tests {
         assert!(parse_mp_search_date("2023-11-14", t).is_some());
         assert!(parse_mp_search_date("2023-11-14T18:13:20.000-0400", t).is_some());
         assert!(parse_mp_search_date("yesterday", t).is_none());
+    }
+
+    #[test]
+    fn the_sandbox_clock_only_moves_ahead_within_its_bound() {
+        let mut clock = SandboxClock::default();
+        let before = clock.now();
+        clock
+            .advance(std::time::Duration::from_secs(86_400))
+            .unwrap();
+        assert!(clock.now() - before >= Duration::days(1));
+        assert!(clock.advance(MAX_CLOCK_OFFSET).is_err());
+        assert_eq!(clock.offset().as_secs(), 86_400);
+        let t = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        assert_eq!(pagarme_date(t), "2023-11-14T22:13:20Z");
     }
 }

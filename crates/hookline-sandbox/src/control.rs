@@ -2,83 +2,26 @@
 //! [`SandboxControl`]: count charges at the gateway, arm faults, shape webhook deliveries, inspect delivery
 //! attempts, force outcomes, trigger chargebacks, reset. Unauthenticated: keep the sandbox on a loopback address.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::clock;
 use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
 use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
+use crate::pagarme;
+use crate::report::{self, ChargesReport};
 use crate::scripts::{self, PaymentMethodScript};
 use crate::settings::Scheme;
-use crate::state::{KeyStats, Outcome, RequestRecord, Shared, State};
+use crate::state::{Outcome, RequestRecord, Shared, State};
 use crate::stripe;
 use crate::webhooks;
-
-/// What one provider's gateway holds.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProviderReport {
-    /// The hookline provider name.
-    pub name: String,
-    /// `stripe` or `mercadopago`.
-    pub scheme: String,
-    /// Charges at the gateway: Stripe `ch_…` objects (failed ones included), Mercado Pago payments.
-    pub charges: usize,
-    /// Of those, the ones that captured money (Stripe `succeeded`; Mercado Pago ever approved).
-    pub captured_charges: usize,
-    /// Stripe payment intents (0 for Mercado Pago).
-    pub payment_intents: usize,
-    /// Refunds created.
-    pub refunds: usize,
-    /// Sum of refunds, minor units (cents).
-    pub refunded_amount: i64,
-    /// Stripe events created (Mercado Pago: notifications queued).
-    pub events: usize,
-    /// Idempotency keys currently remembered.
-    pub idempotency_keys: usize,
-    /// Per idempotency key: requests, executions, replays, conflicts and what was created.
-    pub keys: BTreeMap<String, KeyStats>,
-    /// Per saved payment method (Stripe `pm_…` attached to a customer, Mercado Pago card id): the charges of it
-    /// executed at the gateway (Stripe `ch_…` objects, failed ones included; Mercado Pago payments made with a
-    /// token of the card). Methods never charged are absent.
-    pub payment_method_charges: BTreeMap<String, u32>,
-}
-
-/// Charges and payments at the gateway, per provider and per idempotency key.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChargesReport {
-    /// Sum of every provider's `charges`.
-    pub total_charges: usize,
-    /// One report per configured provider.
-    pub providers: Vec<ProviderReport>,
-}
-
-impl ChargesReport {
-    /// The report of provider `name`.
-    pub fn provider(&self, name: &str) -> Option<&ProviderReport> {
-        self.providers.iter().find(|p| p.name == name)
-    }
-
-    /// The counters of one idempotency key of one provider.
-    pub fn key(&self, provider: &str, key: &str) -> Option<&KeyStats> {
-        self.provider(provider)?.keys.get(key)
-    }
-
-    /// How many charges of saved payment method `id` (Stripe `pm_…`, Mercado Pago card id) provider
-    /// `provider` executed (0 for an unknown provider or method).
-    pub fn payment_method_charges(&self, provider: &str, id: &str) -> u32 {
-        self.provider(provider)
-            .and_then(|p| p.payment_method_charges.get(id))
-            .copied()
-            .unwrap_or(0)
-    }
-}
 
 /// In-process access to the control state (what `/_sandbox/…` serves), for assertions in tests.
 #[derive(Clone)]
@@ -106,75 +49,7 @@ impl SandboxControl {
 
     /// Charges and payments at the gateway, in total, per provider and per idempotency key.
     pub fn charges(&self) -> ChargesReport {
-        let state = self.shared.lock();
-        let providers: Vec<ProviderReport> = state
-            .providers
-            .iter()
-            .map(|p| {
-                let name = p.config.name.clone();
-                let events = state
-                    .deliveries
-                    .values()
-                    .filter(|d| d.provider == name && d.copy == 0)
-                    .count();
-                let mut payment_method_charges: BTreeMap<String, u32> = BTreeMap::new();
-                let charged: Vec<&str> = match p.config.scheme {
-                    Scheme::Stripe => p
-                        .stripe
-                        .charges
-                        .values()
-                        .map(|c| c.payment_method.as_str())
-                        .filter(|pm| p.stripe.payment_methods.contains_key(*pm))
-                        .collect(),
-                    Scheme::MercadoPago => {
-                        p.mp.payments
-                            .values()
-                            .filter_map(|m| m.card_id.as_deref())
-                            .collect()
-                    }
-                };
-                for method in charged {
-                    *payment_method_charges.entry(method.to_owned()).or_default() += 1;
-                }
-                match p.config.scheme {
-                    Scheme::Stripe => ProviderReport {
-                        name,
-                        scheme: "stripe".into(),
-                        charges: p.stripe.charges.len(),
-                        captured_charges: p.stripe.charges.values().filter(|c| c.succeeded).count(),
-                        payment_intents: p.stripe.intents.len(),
-                        refunds: p.stripe.refunds.len(),
-                        refunded_amount: p.stripe.refunds.values().map(|r| r.amount).sum(),
-                        events: p.stripe.events.len(),
-                        idempotency_keys: p.idempotency.len(),
-                        keys: p.keys.clone(),
-                        payment_method_charges,
-                    },
-                    Scheme::MercadoPago => ProviderReport {
-                        name,
-                        scheme: "mercadopago".into(),
-                        charges: p.mp.payments.len(),
-                        captured_charges: p
-                            .mp
-                            .payments
-                            .values()
-                            .filter(|m| m.date_approved.is_some())
-                            .count(),
-                        payment_intents: 0,
-                        refunds: p.mp.payments.values().map(|m| m.refunds.len()).sum(),
-                        refunded_amount: p.mp.payments.values().map(|m| m.refunded).sum(),
-                        events,
-                        idempotency_keys: p.idempotency.len(),
-                        keys: p.keys.clone(),
-                        payment_method_charges,
-                    },
-                }
-            })
-            .collect();
-        ChargesReport {
-            total_charges: providers.iter().map(|p| p.charges).sum(),
-            providers,
-        }
+        report::charges(&self.shared.lock())
     }
 
     /// Arms a fault; returns its id.
@@ -263,6 +138,9 @@ impl SandboxControl {
                 outcome.status.as_str(),
                 "approved" | "pending" | "in_process" | "rejected"
             ),
+            Scheme::PagarmeV5 => {
+                matches!(outcome.status.as_str(), "paid" | "failed" | "processing")
+            }
         };
         let queued = state.providers[p].outcomes.len();
         if count as usize + queued > MAX_COUNT as usize {
@@ -280,7 +158,7 @@ impl SandboxControl {
         }
         if !valid {
             return Err(format!(
-                "status '{}' is not an outcome of a new charge (Stripe: succeeded, declined; Mercado Pago: approved, pending, in_process, rejected)",
+                "status '{}' is not an outcome of a new charge (Stripe: succeeded, declined; Mercado Pago: approved, pending, in_process, rejected; Pagar.me: paid, failed, processing)",
                 outcome.status
             ));
         }
@@ -292,7 +170,9 @@ impl SandboxControl {
 
     /// A chargeback: Stripe opens a dispute on the payment intent's (or charge's) charge — closed at once when
     /// `status` is `won` or `lost`; Mercado Pago marks the payment `charged_back` (`status` is then its
-    /// `status_detail`, default `settled`). Returns the dispute or payment as JSON.
+    /// `status_detail`, default `settled`); Pagar.me marks the charge (`ch_…`, or its order `or_…`) `chargedback`
+    /// (`opened`, the default, or `lost`; `charge.chargedback`) or returns a chargedback one to `paid` (`won`;
+    /// `charge.paid`). Returns the dispute, payment or charge as JSON.
     pub fn chargeback(
         &self,
         provider: &str,
@@ -309,13 +189,17 @@ impl SandboxControl {
             Scheme::MercadoPago => {
                 mercadopago::ops::chargeback(&mut state, edge, p, payment, status)
             }
+            Scheme::PagarmeV5 => pagarme::settle::chargeback(&mut state, edge, p, payment, status),
         };
         drop(state);
         self.shared.wake.notify_one();
         result
     }
 
-    /// Mercado Pago: moves payment `id` to `status` (e.g. a pending Pix paid: `approved`) and notifies.
+    /// Mercado Pago: moves payment `id` to `status` (e.g. a pending Pix paid: `approved`) and notifies. Pagar.me:
+    /// moves a `pending` or `processing` charge (`ch_…`, or its order `or_…`) to `paid`, `failed` (`status_detail`:
+    /// a decline, default `not_authorized`), `canceled`, `underpaid` or `overpaid` (Pix and boleto;
+    /// `status_detail`: the paid amount in cents) and sends its webhooks. Returns the payment or charge.
     pub fn set_payment_status(
         &self,
         provider: &str,
@@ -327,11 +211,18 @@ impl SandboxControl {
         let p = state
             .provider_index(provider)
             .ok_or_else(|| format!("no provider named '{provider}'"))?;
-        if state.providers[p].config.scheme != Scheme::MercadoPago {
-            return Err(format!("'{provider}' is not a Mercado Pago provider"));
-        }
         let edge = &self.shared.edge_url;
-        let result = mercadopago::ops::set_status(&mut state, edge, p, id, status, status_detail);
+        let result = match state.providers[p].config.scheme {
+            Scheme::MercadoPago => {
+                mercadopago::ops::set_status(&mut state, edge, p, id, status, status_detail)
+            }
+            Scheme::PagarmeV5 => {
+                pagarme::settle::set_status(&mut state, edge, p, id, status, status_detail)
+            }
+            Scheme::Stripe => Err(format!(
+                "'{provider}' is a Stripe provider: its payment intents change through the API"
+            )),
+        };
         drop(state);
         self.shared.wake.notify_one();
         result
@@ -361,31 +252,34 @@ impl SandboxControl {
         result
     }
 
-    /// Mercado Pago: a pending Pix payment is paid (`approved`, `accredited`) or expires unpaid (`cancelled`,
-    /// `expired`); the `payment.updated` notification follows. Refused for anything but a pending Pix. Returns
-    /// the payment.
+    /// A pending Pix is paid or expires unpaid. Mercado Pago: `approved`/`accredited` or `cancelled`/`expired`,
+    /// then `payment.updated`. Pagar.me (a `ch_…` or its order's `or_…`): charge and order `paid`
+    /// (`charge.paid`, `order.paid`) or `failed` (`charge.payment_failed`, `order.payment_failed`). Refused for
+    /// anything but a pending Pix. Returns the payment or charge.
     pub fn settle_pix(&self, provider: &str, id: &str, paid: bool) -> Result<Value, String> {
         let mut state = self.shared.lock();
         let p = state
             .provider_index(provider)
             .ok_or_else(|| format!("no provider named '{provider}'"))?;
-        if state.providers[p].config.scheme != Scheme::MercadoPago {
-            return Err(format!("'{provider}' is not a Mercado Pago provider"));
-        }
         let edge = &self.shared.edge_url;
-        let result = mercadopago::ops::settle_pix(&mut state, edge, p, id, paid);
+        let result = match state.providers[p].config.scheme {
+            Scheme::MercadoPago => mercadopago::ops::settle_pix(&mut state, edge, p, id, paid),
+            Scheme::PagarmeV5 => pagarme::settle::settle_pix(&mut state, edge, p, id, paid),
+            Scheme::Stripe => Err(format!("'{provider}' is a Stripe provider: no Pix")),
+        };
         drop(state);
         self.shared.wake.notify_one();
         result
     }
 
     /// Scripts the charges of saved payment method `id` of `provider` (Stripe: a `pm_…` attached to a customer;
-    /// Mercado Pago: a card saved to a customer): from now on, its Nth executed charge — an idempotent replay
+    /// Mercado Pago and Pagar.me: a card saved to a customer): from now on, its Nth executed charge — an idempotent replay
     /// is not one — gets `outcomes[N-1]`, and after the list the card's own behaviour. An outcome is `succeed`
     /// or a decline of the provider: a Stripe decline code (`insufficient_funds`, `generic_decline`,
     /// `expired_card`, `authentication_required`, …; a 402 `card_error` with Stripe's code and message) or a
     /// Mercado Pago rejection `status_detail` (`cc_rejected_insufficient_amount`, `cc_rejected_other_reason`,
-    /// `cc_rejected_card_disabled`, …; a `rejected` payment). A script outweighs a forced outcome
+    /// `cc_rejected_card_disabled`, …; a `rejected` payment) or a Pagar.me decline (`not_authorized`,
+    /// `insufficient_funds`, `expired_card`, `with_error`, …; a `failed` charge). A script outweighs a forced outcome
     /// ([`SandboxControl::push_outcome`]). Setting a script again replaces it and counts uses from 0; an empty
     /// list clears it. Refused: an unknown provider or method, an unknown outcome, more than
     /// [`scripts::MAX_SCRIPT_OUTCOMES`] outcomes.
@@ -415,6 +309,18 @@ impl SandboxControl {
         Ok(state.providers[p].scripts.get(id))
     }
 
+    /// Moves the sandbox clock `by` ahead (at most 400 days ahead in total): idempotency keys of every provider
+    /// expire on it (a key first used more than `idempotency_window` ago is forgotten) and Pagar.me's objects and
+    /// tokens are dated by it. Webhook deliveries and retries keep real time.
+    pub fn advance_clock(&self, by: Duration) -> Result<(), String> {
+        self.shared.lock().clock.advance(by)
+    }
+
+    /// How far ahead of the real clock the sandbox clock is.
+    pub fn clock_offset(&self) -> Duration {
+        self.shared.lock().clock.offset()
+    }
+
     /// The API requests seen (at most the last 10,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.lock().requests.iter().cloned().collect()
@@ -437,12 +343,13 @@ fn saved_method(state: &State, name: &str, id: &str) -> Result<usize, String> {
     let saved = match book.config.scheme {
         Scheme::Stripe => book.stripe.payment_methods.contains_key(id),
         Scheme::MercadoPago => book.mp.cards.contains_key(id),
+        Scheme::PagarmeV5 => book.pagarme.cards.contains_key(id),
     };
     if saved {
         Ok(p)
     } else {
         Err(format!(
-            "'{id}' is not a saved payment method of '{name}' (Stripe: a pm_… attached to a customer; Mercado Pago: a card saved to a customer)"
+            "'{id}' is not a saved payment method of '{name}' (Stripe: a pm_… attached to a customer; Mercado Pago, Pagar.me: a card saved to a customer)"
         ))
     }
 }
@@ -479,6 +386,11 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             web::resource("/payment_methods/{provider}/{id}/script")
                 .route(web::post().to(set_script))
                 .route(web::get().to(get_script)),
+        )
+        .service(
+            web::resource("/clock")
+                .route(web::get().to(get_clock))
+                .route(web::post().to(advance_clock)),
         )
         .route("/reset", web::post().to(reset));
 }
@@ -753,6 +665,38 @@ async fn get_script(shared: web::Data<Shared>, path: web::Path<(String, String)>
     let (provider, id) = path.into_inner();
     match control(&shared).payment_method_script(&provider, &id) {
         Ok(script) => HttpResponse::Ok().json(script),
+        Err(e) => bad_request(e),
+    }
+}
+
+/// `{"offset_secs", "now"}`: how far ahead the sandbox clock is, and its time.
+fn clock_json(shared: &Shared) -> Value {
+    let state = shared.lock();
+    json!({
+        "offset_secs": state.clock.offset().as_secs(),
+        "now": clock::pagarme_date(state.clock.now()),
+    })
+}
+
+async fn get_clock(shared: web::Data<Shared>) -> HttpResponse {
+    HttpResponse::Ok().json(clock_json(&shared))
+}
+
+/// The body of `POST /_sandbox/clock`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockRequest {
+    advance_secs: u64,
+}
+
+/// `POST /_sandbox/clock` `{"advance_secs": 86401}`: 200 `{"offset_secs", "now"}`, 400 past the bound.
+async fn advance_clock(shared: web::Data<Shared>, body: web::Bytes) -> HttpResponse {
+    let request: ClockRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    match control(&shared).advance_clock(Duration::from_secs(request.advance_secs)) {
+        Ok(()) => HttpResponse::Ok().json(clock_json(&shared)),
         Err(e) => bad_request(e),
     }
 }

@@ -24,7 +24,8 @@ fn scheme(req: &HttpRequest, shared: &Shared) -> Scheme {
 async fn create(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) -> HttpResponse {
     match scheme(&req, &shared) {
         Scheme::MercadoPago => mercadopago::create_customer(req, body, shared).await,
-        Scheme::Stripe => stripe::create_customer(req, body, shared).await,
+        // `/v1/…` is never Pagar.me's (its customers are `/core/v5/customers`).
+        Scheme::Stripe | Scheme::PagarmeV5 => stripe::create_customer(req, body, shared).await,
     }
 }
 
@@ -32,6 +33,6 @@ async fn get(req: HttpRequest, id: web::Path<String>, shared: web::Data<Shared>)
     let id = id.into_inner();
     match scheme(&req, &shared) {
         Scheme::MercadoPago => mercadopago::customers::get(req, id, shared).await,
-        Scheme::Stripe => stripe::get_customer(&req, &id, &shared),
+        Scheme::Stripe | Scheme::PagarmeV5 => stripe::get_customer(&req, &id, &shared),
     }
 }

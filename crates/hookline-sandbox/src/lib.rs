@@ -1,5 +1,5 @@
-//! `hookline-sandbox`: Stripe and Mercado Pago on one machine — a real HTTP server that plays both providers' API
-//! and webhook sides closely enough that code tested against it works against the real thing, plus the faults
+//! `hookline-sandbox`: Stripe, Mercado Pago and Pagar.me (Core API v5) on one machine — a real HTTP server that
+//! plays the providers' API and webhook sides closely enough that code tested against it works against the real thing, plus the faults
 //! the real thing produces only on bad days. It is a test double of **external** systems: nothing in hookline
 //! runs through it in production.
 //!
@@ -12,7 +12,7 @@
 //!
 //! # API
 //!
-//! Both providers are served at their real paths, so a client only needs its base URL changed
+//! Every provider is served at its real paths, so a client only needs its base URL changed
 //! (`providers.NAME.api_base`). `/v1/payments…`, `/v1/card_tokens…` and `/v1/customers/{id}/cards…` are
 //! Mercado Pago, every other `/v1/…` path is Stripe, except `POST /v1/customers` and `GET /v1/customers/{id}`,
 //! which both serve: such a request goes to the provider whose API key it carries (else the only scheme
@@ -71,20 +71,44 @@
 //! The same `X-Idempotency-Key` on the same endpoint replays the first response (whatever the body), 409 while it
 //! still executes; on another endpoint it is refused (400, cause 2032 "X-Idempotency-Key already used").
 //!
+//! **Pagar.me v5** (under `/core/v5`; JSON, amounts in cents; `Authorization: Basic base64("sk_…:")` — the secret
+//! key as user, empty password — else 401 `{"message":"Authorization has been denied for this request."}`;
+//! errors `{"message"}`, invalid requests 422 `{"message":"The request is invalid.","errors":{"order.items[0].amount":[…]}}`):
+//!
+//! | endpoint | what |
+//! |---|---|
+//! | `POST /core/v5/orders` | `code`, `customer` {`name`, `email`, `document`, `document_type`, `type`, `phones`, `metadata`} or `customer_id` (404 `Customer not found.` without either), `items` [{`amount`, `description`, `quantity`, `code`}], one `payments` entry: `credit_card` {`card_id` \| `card_token` \| `card` {`number`, `holder_name`, `exp_month`, `exp_year`, `cvv`}, `installments`, `statement_descriptor`, `operation_type: auth_and_capture`}, `pix` {`expires_in` \| `expires_at`}, `boleto` {`due_at`, `instructions`}; `closed`, `metadata` (strings). 200 `or_…` with its `ch_…` and `last_transaction` `tran_…`: card `paid`/`captured`, or `failed`/`not_authorized` (Pagar.me's test cards `4000000000000010` paid, `4000000000000028` failed, `4000000000000036` `processing`; any other valid number paid), Pix `pending`/`waiting_payment` with `qr_code`, `qr_code_url`, `expires_at`; boleto `pending`/`generated` with `url`, `pdf`, `line`, `barcode`, `due_at`. A token's card is saved to the order's customer |
+//! | `GET /core/v5/orders/{id}`, `GET /core/v5/charges/{id}` | the order (items, customer, charges) or the charge (with its order's summary), or 404 |
+//! | `GET /core/v5/orders`, `GET /core/v5/charges` | `code`, `status`, `customer_id`, `created_since`, `created_until` (charges also `payment_method`, `order_id`), `page` (1…), `size` (10, ≤ 100); newest first; `{"data", "paging": {"total", "previous", "next"}}` |
+//! | `DELETE /core/v5/charges/{id}` | the refund: optional `{"amount"}`; a paid charge refunded in full → `canceled` (`canceled_amount`, transaction `refunded`, order `canceled`), in part → still `paid` with `canceled_amount` (transaction `partial_refunded`); never beyond what is left (412); a pending/processing charge is cancelled whole; 200 with the charge |
+//! | `POST /core/v5/customers`, `GET …/{id}`, `POST /core/v5/customers/{id}/cards` (`{number…}` or `{token}`), `GET …/cards[/{card_id}]` | `cus_…`, `card_…` |
+//! | `POST /core/v5/tokens?appId=pk_…` | `{"type":"card","card":{…}}` → `token_…`, single use, 60 s; the public key is the secret key with `pk_` for `sk_` |
+//!
+//! `Idempotency-Key` (any mutating request): the first answer — a failed order included — is replayed for the same
+//! endpoint whatever the body, for `idempotency_window` (24 h) from the key's first use on the sandbox clock; then
+//! the key is forgotten. A retry while the first executes is 409, a key reused on another endpoint 422.
+//!
 //! # Webhooks
 //!
-//! Every event (Stripe) or payment change (Mercado Pago) is POSTed to `{edge_url}/webhooks/{provider name}`,
-//! signed with the provider's webhook secret through `hookline_signature::sign`:
+//! Every event (Stripe), payment change (Mercado Pago) or order and charge change (Pagar.me) is POSTed to
+//! `{edge_url}/webhooks/{provider name}`, signed with the provider's webhook secret through
+//! `hookline_signature::sign` (Pagar.me: unsigned):
 //!
 //! - Stripe: the event JSON, `Stripe-Signature: t=…,v1=…`;
 //! - Mercado Pago: only the resource id, like real notifications — body `{"id": <notification id>,
 //!   "live_mode": false, "type": "payment", "date_created", "user_id", "api_version": "v1",
 //!   "action": "payment.created"|"payment.updated", "data": {"id": "<payment id>"}}`, query
-//!   `?data.id=<payment id>&type=payment`, `x-signature: ts=<ms>,v1=<hex>` and `x-request-id: <uuid>`.
+//!   `?data.id=<payment id>&type=payment`, `x-signature: ts=<ms>,v1=<hex>` and `x-request-id: <uuid>`;
+//! - Pagar.me: `{"id": "hook_…", "account": {"id": "acc_…", "name"}, "type", "created_at", "data": <the order or
+//!   the charge>}`, types `order.created`, `order.paid`, `order.payment_failed`, `order.canceled`,
+//!   `charge.created`, `charge.paid`, `charge.payment_failed`, `charge.refunded`, `charge.partial_canceled`,
+//!   `charge.updated` (cancelled unpaid), `charge.chargedback`, `charge.underpaid`, `charge.overpaid`; no
+//!   signature, `Authorization: Basic base64(user:password)` with [`SandboxProvider::webhook_basic_auth`] when set.
 //!
 //! Delivery is at least once: anything but a 2xx, or no answer within `webhook_timeout`, is retried with
 //! exponential backoff (`webhook_backoff` doubling up to `webhook_max_backoff`) until `webhook_max_attempts`.
-//! A retry repeats the delivery exactly (same body, same `x-request-id`) with a fresh signature timestamp. Every
+//! A retry repeats the delivery exactly (same body — the same `evt_…` or `hook_…` id —, same `x-request-id`) with
+//! a fresh signature timestamp. Every
 //! attempt is recorded (status or error, latency). The delivery loop runs supervised
 //! (`hookline_core::supervisor`).
 //!
@@ -99,19 +123,21 @@
 //! | `GET`/`PUT /_sandbox/delivery` | [`DeliveryBehaviour`]: `duplicates` (+`duplicate_rate`), `parallel`, `delay_ms`, `shuffle_ms`, `drop_next`, `drop_rate`, `paused` (PUT replaces it; absent fields take defaults) |
 //! | `GET /_sandbox/deliveries?provider=&event_id=&resource_id=&request_id=&state=` | every [`Delivery`] with its attempts |
 //! | `POST /_sandbox/deliveries/{id}/redeliver` | send a delivery again (same body and request id) |
-//! | `POST /_sandbox/outcomes` | `{"provider","status","status_detail","count"}`: outcome of the next charges/payments |
-//! | `POST /_sandbox/chargebacks` | `{"provider","payment","status"}`: Stripe dispute (`won`/`lost` close it), Mercado Pago `charged_back` |
-//! | `POST /_sandbox/payments/{provider}/{id}/status` | Mercado Pago: `{"status":"approved"}` (a Pix paid), `rejected`, `cancelled`, … |
+//! | `POST /_sandbox/outcomes` | `{"provider","status","status_detail","count"}`: outcome of the next charges/payments (Pagar.me: card charges, `paid`, `processing`, `failed` + a decline) |
+//! | `POST /_sandbox/chargebacks` | `{"provider","payment","status"}`: Stripe dispute (`won`/`lost` close it), Mercado Pago `charged_back`, Pagar.me charge `chargedback` (`opened`, `lost`) or back to `paid` (`won`) |
+//! | `POST /_sandbox/payments/{provider}/{id}/status` | Mercado Pago: `{"status":"approved"}` (a Pix paid), `rejected`, `cancelled`, …; Pagar.me (a pending/processing `ch_…` or its `or_…`): `paid`, `failed` (+ decline), `canceled`, `underpaid`/`overpaid` (+ paid amount) |
 //! | `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` | Stripe: `{"outcome":"succeed"\|"fail"}` ends a `requires_action` intent's 3-D Secure ([`SandboxControl::complete_authentication`]) |
-//! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
-//! | `POST`/`GET /_sandbox/payment_methods/{provider}/{id}/script` | `{"outcomes": ["succeed", "insufficient_funds", …]}`: the Nth executed charge (not a replay) of saved method `id` (Stripe `pm_…`, Mercado Pago card id) gets `outcomes[N-1]` — `succeed`, a Stripe decline code or a Mercado Pago `cc_rejected_…` detail (400 for another) — then the card's own behaviour; `GET` shows [`PaymentMethodScript`] `{uses, outcomes}` ([`SandboxControl::script_payment_method`]) |
-//! | `POST /_sandbox/reset` | forget everything (ids never repeat: the generator is not re-seeded) |
+//! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago, Pagar.me: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
+//! | `POST`/`GET /_sandbox/payment_methods/{provider}/{id}/script` | `{"outcomes": ["succeed", "insufficient_funds", …]}`: the Nth executed charge (not a replay) of saved method `id` (Stripe `pm_…`, Mercado Pago card id, Pagar.me `card_…`) gets `outcomes[N-1]` — `succeed`, a Stripe decline code, a Mercado Pago `cc_rejected_…` detail or a Pagar.me decline (`not_authorized`, `insufficient_funds`, `expired_card`, `invalid_card`, `invalid_cvv`, `restricted_card`, `suspected_fraud`, `with_error`) (400 for another) — then the card's own behaviour; `GET` shows [`PaymentMethodScript`] `{uses, outcomes}` ([`SandboxControl::script_payment_method`]) |
+//! | `GET`/`POST /_sandbox/clock` | `{"advance_secs": N}` moves the sandbox clock ahead (≤ 400 days in all): idempotency keys of every provider expire on it, Pagar.me dates by it; `{"offset_secs", "now"}` ([`SandboxControl::advance_clock`]) |
+//! | `POST /_sandbox/reset` | forget everything, the clock back to real time (ids never repeat: the generator is not re-seeded) |
 //!
 //! # Reproducibility
 //!
 //! Every id (`pi_…`, `evt_…`, payment ids, request ids) and every random choice (fault rates, drops, duplicates,
 //! shuffling) comes from one generator seeded with [`SandboxSettings::seed`]: the same seed and the same sequence
-//! of requests give the same ids. Timestamps are the real clock. Beware that restarting with the same seed in
+//! of requests give the same ids. Timestamps are the real clock (Pagar.me's: the sandbox clock, real time plus what
+//! `POST /_sandbox/clock` added). Beware that restarting with the same seed in
 //! front of a persistent edge re-creates the same `evt_…` ids, which the edge will take for duplicates.
 //!
 //! # What is not faithful
@@ -126,6 +152,12 @@
 //!   causes (`E301`, `E302`, `325`, `326`, `221`) likewise, and the causes for a saved card's token or payment
 //!   (`140`, `120`, `2034`, `2002`), a customer's card limit (25) and where `point_of_interaction` is strict
 //!   (unknown fields refused) are plausible, not verified.
+//! - Pagar.me: one payment per order; `auth_and_capture` only (pre-authorisation and later capture are refused, 422);
+//!   no `card` events, checkouts, subscriptions, splits, antifraud. Its 401 message, the declines' acquirer codes
+//!   and messages (only `not_authorized` is the test card's), the 409/422 for a key still executing or reused
+//!   elsewhere, the 412 wording, what a total refund does to the order (`canceled`), an expired Pix (`failed`), an
+//!   unpaid charge's cancellation (`charge.updated`) and the chargeback won/lost convention are the sandbox's
+//!   plausible choices, not verified against Pagar.me. Webhooks are sent without Pagar.me's own retry schedule.
 //! - Stripe's search is eventually consistent (up to a minute); the sandbox's finds an object at once.
 //! - Retry schedules are compressed (Stripe retries over 3 days, Mercado Pago over hours).
 //! - Mercado Pago's answer to a refund beyond the refundable amount, and to a `X-Idempotency-Key` reused with
@@ -139,27 +171,31 @@
 //! them, then the handlers that lock the state. `a ← b, c` reads "`a` is imported by `b` and `c`"; the crate root
 //! imports what it starts and re-exports, and no module imports the root.
 //!
-//! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `customers`, `stripe` (and
+//! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `report`, `customers`, `stripe` (and
 //!   `stripe::ops`, `stripe::confirm`), `mercadopago` (and `mercadopago::ops`, `mercadopago::search`,
-//!   `mercadopago::customers`, `mercadopago::tokens`);
+//!   `mercadopago::customers`, `mercadopago::tokens`), `pagarme` (its handlers);
 //! - `customers` (the `/v1/customers` paths both providers serve) → `auth`, `stripe`, `mercadopago`; imported
 //!   only by the root;
 //! - inside one provider's directory the handler modules import one another (the validated request types live
 //!   in `ops`, the HTTP plumbing in the directory's `mod`, a charge's confirmation in `stripe::confirm`); the
 //!   rule holds between directories and crate-level modules;
-//! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `control`;
-//! - `api`, `auth` ← `stripe`, `mercadopago` (`auth` also ← `fault_injection`);
-//! - `stripe::ops`, `stripe::confirm`, `mercadopago::ops` ← `control` (chargebacks, payment status changes,
-//!   3-D Secure);
-//! - `scripts` (card-use scripts) ← `state`, `control`, `stripe::confirm`, `mercadopago::ops`; it imports
-//!   `stripe::book`, `mercadopago::book` (their outcome vocabularies) and `settings`;
-//! - `stripe::errors`, `mercadopago::errors` ← their provider, `fault_injection`;
+//! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `pagarme::emit`, `control`;
+//! - `api`, `auth` ← `stripe`, `mercadopago`, `pagarme` (`auth` also ← `fault_injection`);
+//! - `stripe::ops`, `stripe::confirm`, `mercadopago::ops`, `pagarme::settle` ← `control` (chargebacks, payment
+//!   status changes, 3-D Secure, Pix); `report` (the charges report) ← `control`;
+//! - inside `pagarme`: `mod` (routes, authentication) → `ops` (orders, refunds), `list`, `cards`, `customers`,
+//!   `validate`; `ops`, `settle` → `lifecycle` (status changes and their webhooks) → `emit` → `render` → `book`;
+//!   `cards`, `customers`, `validate` → `fields`, `errors`;
+//! - `scripts` (card-use scripts) ← `state`, `control`, `stripe::confirm`, `mercadopago::ops`, `pagarme::ops`; it
+//!   imports `stripe::book`, `mercadopago::book`, `pagarme::book` (their outcome vocabularies) and `settings`;
+//! - `stripe::errors`, `mercadopago::errors`, `pagarme::errors` ← their provider, `fault_injection`;
 //! - what the state holds imports no handler: `faults` (fault definitions and the armed list; → `limits`, `rng`),
 //!   `delivery` (deliveries, attempts, behaviour), `idempotency`, `stripe::book`, `mercadopago::book`
-//!   (→ `clock`); the two books sit in their provider's directory but import nothing of it. `state` itself
-//!   imports only those, `settings` and `rng`;
+//!   (→ `clock`), `pagarme::book`; the books sit in their provider's directory but import nothing of it. `state`
+//!   itself imports only those, `clock`, `settings` and `rng`;
 //! - leaves (import nothing of the crate): `settings` (providers and settings; ← `config` too), `limits`,
-//!   `clock`, `rng`, `reply`, `idempotency`, `delivery`, `stripe::book`.
+//!   `clock` (with the movable [`SandboxControl::advance_clock`] clock), `rng`, `reply`, `idempotency`,
+//!   `delivery`, `pix` (Pix codes, ← `mercadopago::ops`, `pagarme::ops`), `stripe::book`, `pagarme::book`.
 
 #![warn(missing_docs)]
 
@@ -175,7 +211,10 @@ mod faults;
 mod idempotency;
 mod limits;
 mod mercadopago;
+mod pagarme;
+mod pix;
 mod reply;
+mod report;
 mod rng;
 mod scripts;
 mod settings;
@@ -193,10 +232,11 @@ use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use tokio_util::sync::CancellationToken;
 
 pub use config::SandboxConfig;
-pub use control::{ChargesReport, ProviderReport, SandboxControl};
+pub use control::SandboxControl;
 pub use delivery::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
 pub use faults::{ArmedFault, FaultAction, FaultSpec};
 pub use limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
+pub use report::{ChargesReport, ProviderReport};
 pub use scripts::{PaymentMethodScript, MAX_SCRIPT_OUTCOMES};
 pub use settings::{SandboxProvider, SandboxSettings, Scheme};
 pub use state::{KeyStats, Outcome, RequestRecord};
@@ -233,6 +273,7 @@ impl Sandbox {
                         .configure(customers::configure)
                         .configure(stripe::configure)
                         .configure(mercadopago::configure)
+                        .configure(pagarme::configure)
                         .default_service(web::to(unrouted)),
                 )
         })
@@ -286,6 +327,7 @@ impl Sandbox {
 async fn unrouted(req: HttpRequest) -> HttpResponse {
     match auth::family(req.path()) {
         Some(Scheme::MercadoPago) => mercadopago::errors::route_not_found().into_response(),
+        Some(Scheme::PagarmeV5) => pagarme::errors::route_not_found().into_response(),
         _ => stripe::errors::unrecognized_url(req.method().as_str(), req.path())
             .reply()
             .into_response(),

@@ -1,5 +1,5 @@
 //! Card-use scripts: what the Nth charge of one saved payment method (a Stripe `pm_…` attached to a customer, a
-//! Mercado Pago card saved to a customer) gives, so that a test can make a given card decline on its Nth use —
+//! Mercado Pago or Pagar.me card saved to a customer) gives, so that a test can make a given card decline on its Nth use —
 //! the way a real card starts failing between two billing cycles. Set through the control API
 //! ([`crate::SandboxControl::script_payment_method`]); consulted by each provider's charge, which counts a use
 //! only when it executes (an idempotent replay is not a use).
@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::mercadopago::book::rejection;
+use crate::pagarme::book::{decline as pagarme_decline, decline_names as pagarme_declines};
 use crate::settings::Scheme;
 use crate::stripe::book::{decline, decline_codes};
 
@@ -59,7 +60,8 @@ impl Scripts {
 /// Checks a script for a provider of `scheme`: at most [`MAX_SCRIPT_OUTCOMES`] outcomes, each [`SUCCEED`] or a
 /// decline the provider reports — Stripe decline codes (`insufficient_funds`, `generic_decline`, `expired_card`,
 /// `authentication_required`, …), Mercado Pago rejection details (`cc_rejected_insufficient_amount`,
-/// `cc_rejected_other_reason`, `cc_rejected_card_disabled`, …).
+/// `cc_rejected_other_reason`, `cc_rejected_card_disabled`, …), Pagar.me declines (`not_authorized`,
+/// `insufficient_funds`, `expired_card`, `with_error`, …).
 pub(crate) fn validate(scheme: Scheme, outcomes: &[String]) -> Result<(), String> {
     if outcomes.len() > MAX_SCRIPT_OUTCOMES {
         return Err(format!(
@@ -72,6 +74,7 @@ pub(crate) fn validate(scheme: Scheme, outcomes: &[String]) -> Result<(), String
             || match scheme {
                 Scheme::Stripe => decline(outcome).is_some(),
                 Scheme::MercadoPago => rejection(outcome).is_some(),
+                Scheme::PagarmeV5 => pagarme_decline(outcome).is_some(),
             };
         if !known {
             let shown: String = outcome.chars().take(64).collect();
@@ -83,6 +86,10 @@ pub(crate) fn validate(scheme: Scheme, outcomes: &[String]) -> Result<(), String
                 Scheme::MercadoPago => format!(
                     "'{SUCCEED}' or a Mercado Pago rejection status_detail ({})",
                     crate::mercadopago::book::REJECTIONS.join(", ")
+                ),
+                Scheme::PagarmeV5 => format!(
+                    "'{SUCCEED}' or a Pagar.me decline ({})",
+                    pagarme_declines().collect::<Vec<_>>().join(", ")
                 ),
             };
             return Err(format!(
@@ -128,6 +135,12 @@ mod tests {
         )
         .is_ok());
         assert!(validate(Scheme::MercadoPago, &s(&["insufficient_funds"])).is_err());
+        assert!(validate(
+            Scheme::PagarmeV5,
+            &s(&["succeed", "insufficient_funds", "not_authorized"])
+        )
+        .is_ok());
+        assert!(validate(Scheme::PagarmeV5, &s(&["cc_rejected_other_reason"])).is_err());
         assert!(validate(
             Scheme::Stripe,
             &vec!["succeed".to_owned(); MAX_SCRIPT_OUTCOMES + 1]

@@ -14,18 +14,23 @@ pub enum Scheme {
     Stripe,
     /// Mercado Pago: payments, refunds, search; `x-signature` notifications.
     MercadoPago,
+    /// Pagar.me Core API v5: orders, charges, customers, cards, tokens; unsigned JSON webhooks (`hook_…`), sent
+    /// with HTTP Basic credentials when the provider has them ([`SandboxProvider::webhook_basic_auth`]).
+    PagarmeV5,
 }
 
 impl Scheme {
-    /// `stripe` or `mercadopago` (hookline's scheme names).
+    /// `stripe`, `mercadopago` or `pagarme-v5` (hookline's scheme names).
     pub fn as_str(&self) -> &'static str {
         match self {
             Scheme::Stripe => "stripe",
             Scheme::MercadoPago => "mercadopago",
+            Scheme::PagarmeV5 => "pagarme-v5",
         }
     }
 
-    /// The sandbox scheme playing a hookline signature scheme, if the sandbox plays it.
+    /// The sandbox scheme playing a hookline signature scheme, if the sandbox plays it. Pagar.me v5 is not mapped
+    /// yet: `hookline_signature` has no scheme for it (its legacy postback scheme is another API).
     pub fn from_signature(scheme: hookline_signature::Scheme) -> Option<Scheme> {
         match scheme {
             hookline_signature::Scheme::Stripe => Some(Scheme::Stripe),
@@ -40,12 +45,49 @@ impl Scheme {
 pub struct SandboxProvider {
     /// The hookline provider name: webhooks go to `{edge_url}/webhooks/{name}`.
     pub name: String,
-    /// Stripe or Mercado Pago.
+    /// Stripe, Mercado Pago or Pagar.me v5.
     pub scheme: Scheme,
-    /// The secret webhooks are signed with (hookline's `providers.NAME.secrets[0]`).
+    /// The secret webhooks are signed with (hookline's `providers.NAME.secrets[0]`). Pagar.me v5 signs nothing:
+    /// unused (and may be empty) for it.
     pub webhook_secret: Vec<u8>,
-    /// The Bearer token the API requires (hookline's `providers.NAME.api_token`); `None`: no authentication.
+    /// The API key the API requires (hookline's `providers.NAME.api_token`): Stripe and Mercado Pago as a Bearer
+    /// token (Stripe also as the Basic user name), Pagar.me's secret key (`sk_test_…`) as the Basic user name with
+    /// an empty password; `None`: no authentication.
     pub api_token: Option<String>,
+    /// Pagar.me v5: the `user:password` its webhooks carry as `Authorization: Basic base64(user:password)` (the
+    /// credentials configured on the webhook in Pagar.me's dashboard; hookline's
+    /// `providers.NAME.webhook_basic_auth[0]`); `None`: no `Authorization` header. Ignored for the other schemes.
+    pub webhook_basic_auth: Option<String>,
+}
+
+impl SandboxProvider {
+    /// A provider without API authentication or webhook credentials; see [`SandboxProvider::with_api_token`] and
+    /// [`SandboxProvider::with_webhook_basic_auth`].
+    pub fn new(
+        name: impl Into<String>,
+        scheme: Scheme,
+        webhook_secret: impl Into<Vec<u8>>,
+    ) -> Self {
+        SandboxProvider {
+            name: name.into(),
+            scheme,
+            webhook_secret: webhook_secret.into(),
+            api_token: None,
+            webhook_basic_auth: None,
+        }
+    }
+
+    /// The same provider requiring `token` as its API key.
+    pub fn with_api_token(mut self, token: impl Into<String>) -> Self {
+        self.api_token = Some(token.into());
+        self
+    }
+
+    /// The same provider sending `user:password` as the webhooks' HTTP Basic credentials (Pagar.me v5).
+    pub fn with_webhook_basic_auth(mut self, credentials: impl Into<String>) -> Self {
+        self.webhook_basic_auth = Some(credentials.into());
+        self
+    }
 }
 
 impl std::fmt::Debug for SandboxProvider {
@@ -55,6 +97,10 @@ impl std::fmt::Debug for SandboxProvider {
             .field("scheme", &self.scheme)
             .field("webhook_secret", &"[redacted]")
             .field("api_token", &self.api_token.as_ref().map(|_| "[redacted]"))
+            .field(
+                "webhook_basic_auth",
+                &self.webhook_basic_auth.as_ref().map(|_| "[redacted]"),
+            )
             .finish()
     }
 }
@@ -135,11 +181,26 @@ impl SandboxSettings {
             if !names.insert(p.name.as_str()) {
                 anyhow::bail!("provider '{}' is configured twice", p.name);
             }
-            if p.webhook_secret.is_empty() {
+            // Pagar.me v5 signs nothing: its webhooks carry Basic credentials instead of a signature.
+            if p.webhook_secret.is_empty() && p.scheme != Scheme::PagarmeV5 {
                 anyhow::bail!("provider '{}' has an empty webhook secret", p.name);
             }
             if p.api_token.as_deref() == Some("") {
                 anyhow::bail!("provider '{}' has an empty api_token", p.name);
+            }
+            if let Some(credentials) = &p.webhook_basic_auth {
+                // `user:password`, as RFC 7617 allows it: a user without a colon, the password anything.
+                let valid = credentials
+                    .split_once(':')
+                    .is_some_and(|(user, _)| !user.is_empty())
+                    && credentials.len() <= 512
+                    && !credentials.chars().any(char::is_control);
+                if !valid {
+                    anyhow::bail!(
+                        "provider '{}': webhook_basic_auth must be 'user:password' (a user without ':', at most 512 bytes)",
+                        p.name
+                    );
+                }
             }
         }
         Ok(())

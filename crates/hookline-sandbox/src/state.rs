@@ -9,13 +9,15 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use url::Url;
 
+use crate::clock::SandboxClock;
 use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
+use crate::pagarme::book::PgBook;
 use crate::rng::SeededRng;
 use crate::scripts::Scripts;
-use crate::settings::{SandboxProvider, SandboxSettings};
+use crate::settings::{SandboxProvider, SandboxSettings, Scheme};
 use crate::stripe::book::StripeBook;
 
 /// Most API requests kept in the request log.
@@ -84,21 +86,23 @@ pub struct KeyStats {
     pub replays: u32,
     /// Requests refused because the first one was still executing (409) or used other parameters (400).
     pub conflicts: u32,
-    /// Charges (Stripe `ch_…`, failed ones included) or payments (Mercado Pago) created under the key.
+    /// Charges (Stripe and Pagar.me `ch_…`, failed ones included) or payments (Mercado Pago) created under the
+    /// key.
     pub charges: u32,
     /// Ids of every object created under the key, in order.
     pub objects: Vec<String>,
 }
 
 /// An outcome forced for the next charge (Stripe: `succeeded`, or `declined` with the decline code as
-/// `status_detail`) or payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
-/// `status_detail`).
+/// `status_detail`), payment (Mercado Pago: `approved`, `pending`, `in_process`, `rejected`, with an optional
+/// `status_detail`) or card charge (Pagar.me: `paid`, `processing`, or `failed` with a decline name such as
+/// `insufficient_funds` as `status_detail`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Outcome {
     /// The status.
     pub status: String,
-    /// Stripe's decline code, or Mercado Pago's `status_detail`.
+    /// Stripe's decline code, Mercado Pago's `status_detail`, or a Pagar.me decline name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_detail: Option<String>,
 }
@@ -116,7 +120,7 @@ pub struct RequestRecord {
     pub query: String,
     /// The status answered (0 when the connection was reset before an answer).
     pub status: u16,
-    /// `Idempotency-Key` (Stripe) or `X-Idempotency-Key` (Mercado Pago), if sent.
+    /// `Idempotency-Key` (Stripe, Pagar.me) or `X-Idempotency-Key` (Mercado Pago), if sent.
     pub idempotency_key: Option<String>,
     /// Whether the answer was a Stripe idempotent replay.
     pub replayed: bool,
@@ -136,6 +140,7 @@ pub(crate) struct ProviderBook {
     pub(crate) scripts: Scripts,
     pub(crate) stripe: StripeBook,
     pub(crate) mp: MpBook,
+    pub(crate) pagarme: PgBook,
 }
 
 impl ProviderBook {
@@ -163,6 +168,8 @@ pub(crate) struct State {
     pub(crate) deliveries: BTreeMap<u64, Delivery>,
     pub(crate) next_delivery_id: u64,
     pub(crate) requests: VecDeque<RequestRecord>,
+    /// The sandbox's clock (key expiry, Pagar.me's dates), movable ahead by the control API.
+    pub(crate) clock: SandboxClock,
     idempotency_window: Duration,
 }
 
@@ -180,6 +187,12 @@ impl State {
                 scripts: Scripts::default(),
                 stripe: StripeBook::default(),
                 mp: MpBook::new(rng.between(100_000_000, 999_999_999)),
+                // Drawn for Pagar.me providers only: the other providers' ids stay what a seed gave them before.
+                pagarme: PgBook::new(if p.scheme == Scheme::PagarmeV5 {
+                    rng.id("acc", 16)
+                } else {
+                    String::new()
+                }),
             })
             .collect();
         State {
@@ -190,12 +203,14 @@ impl State {
             deliveries: BTreeMap::new(),
             next_delivery_id: 1,
             requests: VecDeque::new(),
+            clock: SandboxClock::default(),
             idempotency_window: settings.idempotency_window,
         }
     }
 
-    /// Forgets every object, key, fault, delivery and behaviour. The generator is NOT re-seeded: ids created
-    /// after a reset never repeat ids created before it (the edge would take them for duplicates).
+    /// Forgets every object, key, fault, delivery and behaviour, and sets the clock back to the real one. The
+    /// generator is NOT re-seeded: ids created after a reset never repeat ids created before it (the edge would
+    /// take them for duplicates).
     pub(crate) fn reset(&mut self) {
         for p in &mut self.providers {
             p.idempotency = IdempotencyStore::new(self.idempotency_window);
@@ -204,7 +219,9 @@ impl State {
             p.scripts = Scripts::default();
             p.stripe = StripeBook::default();
             p.mp = MpBook::new(p.mp.user_id);
+            p.pagarme = PgBook::new(p.pagarme.account_id.clone());
         }
+        self.clock = SandboxClock::default();
         self.faults = Faults::default();
         self.behaviour = DeliveryBehaviour::default();
         self.deliveries.clear();

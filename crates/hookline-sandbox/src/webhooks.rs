@@ -1,5 +1,5 @@
 //! Outgoing webhooks: every state change queues a delivery to `{edge_url}/webhooks/{provider}`, signed the way
-//! the provider signs, and a supervised loop sends it at least once: anything but a 2xx (or no answer within
+//! the provider signs (Pagar.me signs nothing: its deliveries carry the webhook's HTTP Basic credentials), and a supervised loop sends it at least once: anything but a 2xx (or no answer within
 //! the timeout) is retried with exponential backoff, up to the configured number of attempts. Every attempt is
 //! recorded (status or error, latency).
 //!
@@ -13,6 +13,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
@@ -144,6 +146,8 @@ struct Job {
     attempt: u32,
     scheme: Scheme,
     secret: Vec<u8>,
+    /// Pagar.me: the webhook's `user:password`, sent as `Authorization: Basic`.
+    basic_auth: Option<String>,
     url: String,
     body: Arc<String>,
     request_id: Option<String>,
@@ -202,6 +206,7 @@ fn take_due(shared: &Shared, now: Instant) -> (Vec<Job>, Option<Instant>) {
             attempt: number,
             scheme: provider.config.scheme,
             secret: provider.config.webhook_secret.clone(),
+            basic_auth: provider.config.webhook_basic_auth.clone(),
             url: d.url.clone(),
             body: Arc::new(d.body.clone()),
             request_id: d.request_id.clone(),
@@ -269,6 +274,19 @@ fn build(shared: &Shared, job: &Job) -> reqwest::RequestBuilder {
                 .header("Accept", "application/json")
                 .header("x-signature", signature)
                 .header("x-request-id", request_id)
+        }
+        // Pagar.me v5: JSON, no signature; the credentials configured on the webhook, if any, as HTTP Basic.
+        Scheme::PagarmeV5 => {
+            let request = request
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json");
+            match &job.basic_auth {
+                Some(credentials) => request.header(
+                    "Authorization",
+                    format!("Basic {}", STANDARD.encode(credentials.as_bytes())),
+                ),
+                None => request,
+            }
         }
     }
 }

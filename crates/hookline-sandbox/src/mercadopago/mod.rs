@@ -7,7 +7,6 @@ pub(crate) mod book;
 pub(crate) mod customers;
 pub(crate) mod errors;
 pub(crate) mod ops;
-mod pix;
 mod poi;
 mod search;
 mod tokens;

@@ -15,10 +15,10 @@ use base64::Engine as _;
 use super::book::{MpPayment, MpRefund, SavedCardRef};
 use super::customers::{self, NewCustomer};
 use super::errors;
-use super::pix::{pix_code, QR_PNG};
 use super::poi;
 use super::tokens::{self, NewToken};
 use crate::clock;
+use crate::pix::{pix_code, QR_PNG};
 use crate::reply::Reply;
 use crate::scripts::SUCCEED;
 use crate::state::State;
@@ -400,7 +400,7 @@ fn pix_point_of_interaction(user_id: u64, id: u64, amount: i64) -> Value {
         "sub_type": null,
         "application_data": {"name": null, "version": null},
         "transaction_data": {
-            "qr_code": pix_code(id, amount),
+            "qr_code": pix_code(&format!("sandbox-{id}"), &format!("mpqr{id}"), amount),
             "qr_code_base64": STANDARD.encode(QR_PNG),
             "ticket_url": format!("https://www.mercadopago.com.br/payments/{id}/ticket?caller_id={user_id}&hash=sandbox"),
             "transaction_id": null,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use base64::Engine as _;
 use hookline_sandbox::{RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme, Url};
 use serde_json::Value;
 
@@ -15,6 +16,11 @@ pub const STRIPE_SECRET: &[u8] = b"whsec_sandbox_test_secret";
 pub const MP_SECRET: &[u8] = b"mp_sandbox_test_secret";
 pub const STRIPE_TOKEN: &str = "sk_test_sandbox_stripe_token";
 pub const MP_TOKEN: &str = "TEST-1234-sandbox-mp-token";
+/// Pagar.me's secret key (its public key is `pk_test_sandbox_pagarme`).
+pub const PG_KEY: &str = "sk_test_sandbox_pagarme";
+pub const PG_PUBLIC_KEY: &str = "pk_test_sandbox_pagarme";
+/// The `user:password` Pagar.me's webhooks carry as HTTP Basic.
+pub const PG_WEBHOOK_AUTH: &str = "hookline:webhook-password";
 
 pub fn stripe(name: &str, token: Option<&str>) -> SandboxProvider {
     SandboxProvider {
@@ -22,6 +28,7 @@ pub fn stripe(name: &str, token: Option<&str>) -> SandboxProvider {
         scheme: Scheme::Stripe,
         webhook_secret: STRIPE_SECRET.to_vec(),
         api_token: token.map(str::to_owned),
+        webhook_basic_auth: None,
     }
 }
 
@@ -31,7 +38,15 @@ pub fn mercadopago(name: &str, token: Option<&str>) -> SandboxProvider {
         scheme: Scheme::MercadoPago,
         webhook_secret: MP_SECRET.to_vec(),
         api_token: token.map(str::to_owned),
+        webhook_basic_auth: None,
     }
+}
+
+/// A Pagar.me v5 provider with the test secret key and webhook credentials.
+pub fn pagarme(name: &str) -> SandboxProvider {
+    SandboxProvider::new(name, Scheme::PagarmeV5, Vec::new())
+        .with_api_token(PG_KEY)
+        .with_webhook_basic_auth(PG_WEBHOOK_AUTH)
 }
 
 /// Settings for a test: a free port, both providers with tokens, webhooks to `edge` (by default a closed port:
@@ -289,7 +304,7 @@ pub struct Received {
     pub provider: String,
     /// The verifier's dedupe key, or why verification failed.
     pub verified: Result<String, String>,
-    /// Stripe: body `id`; Mercado Pago: the notification `id`.
+    /// Stripe: body `id`; Mercado Pago: the notification `id`; Pagar.me: the `hook_…` id.
     pub event_id: String,
     pub request_id: Option<String>,
     pub query: String,
@@ -376,30 +391,49 @@ async fn receive(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_slice()))
         .collect();
-    let (scheme, secret) = if req.headers().contains_key("stripe-signature") {
-        (hookline_signature::Scheme::Stripe, STRIPE_SECRET)
-    } else {
-        (hookline_signature::Scheme::MercadoPago, MP_SECRET)
-    };
-    let secrets: [&[u8]; 1] = [secret];
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let verified = hookline_signature::Verifier {
-        scheme,
-        secrets: &secrets,
-        tolerance_secs: None,
-        now_unix: now,
-    }
-    .verify(&hookline_signature::Request {
-        headers: &header_refs,
-        query: req.query_string(),
-        body: &body,
-    })
-    .map(|v| v.dedupe_key)
-    .map_err(|e| e.to_string());
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let verified = if req.headers().contains_key("stripe-signature")
+        || req.headers().contains_key("x-signature")
+    {
+        let (scheme, secret) = if req.headers().contains_key("stripe-signature") {
+            (hookline_signature::Scheme::Stripe, STRIPE_SECRET)
+        } else {
+            (hookline_signature::Scheme::MercadoPago, MP_SECRET)
+        };
+        let secrets: [&[u8]; 1] = [secret];
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        hookline_signature::Verifier {
+            scheme,
+            secrets: &secrets,
+            tolerance_secs: None,
+            now_unix: now,
+        }
+        .verify(&hookline_signature::Request {
+            headers: &header_refs,
+            query: req.query_string(),
+            body: &body,
+        })
+        .map(|v| v.dedupe_key)
+        .map_err(|e| e.to_string())
+    } else {
+        // Pagar.me signs nothing: the webhook's Basic credentials authenticate it (the hook id is its identity).
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(PG_WEBHOOK_AUTH)
+        );
+        let given = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if given == Some(expected.as_str()) {
+            Ok(json["id"].as_str().unwrap_or_default().to_owned())
+        } else {
+            Err(format!("bad or missing Basic credentials: {given:?}"))
+        }
+    };
     let event_id = match &json["id"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -442,4 +476,131 @@ async fn receive(
             HttpResponse::Ok().finish()
         }
     }
+}
+
+/// A Pagar.me request with the test secret key as HTTP Basic (`sk_test_…:`) and an optional `Idempotency-Key`.
+pub fn pg_request(
+    method: reqwest::Method,
+    sandbox: &RunningSandbox,
+    path: &str,
+    key: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let request = client()
+        .request(method, sandbox.url(path))
+        .basic_auth(PG_KEY, Some(""));
+    match key {
+        Some(key) => request.header("Idempotency-Key", key),
+        None => request,
+    }
+}
+
+/// The status and JSON body of a Pagar.me request.
+pub async fn pg_send(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.expect("request sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// POSTs `body` to a Pagar.me path.
+pub async fn pg_post(
+    sandbox: &RunningSandbox,
+    path: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> (u16, Value) {
+    pg_send(pg_request(reqwest::Method::POST, sandbox, path, key).json(body)).await
+}
+
+/// GETs a Pagar.me path.
+pub async fn pg_get(sandbox: &RunningSandbox, path_and_query: &str) -> (u16, Value) {
+    pg_send(pg_request(
+        reqwest::Method::GET,
+        sandbox,
+        path_and_query,
+        None,
+    ))
+    .await
+}
+
+/// `DELETE /core/v5/charges/{id}` with an optional amount (a refund).
+pub async fn pg_refund(
+    sandbox: &RunningSandbox,
+    charge: &str,
+    amount: Option<i64>,
+    key: Option<&str>,
+) -> (u16, Value) {
+    let request = pg_request(
+        reqwest::Method::DELETE,
+        sandbox,
+        &format!("/core/v5/charges/{charge}"),
+        key,
+    );
+    let request = match amount {
+        Some(amount) => request.json(&serde_json::json!({ "amount": amount })),
+        None => request,
+    };
+    pg_send(request).await
+}
+
+/// A card token (`POST /core/v5/tokens?appId=pk_…`) of card `number`.
+pub async fn pg_token(sandbox: &RunningSandbox, number: &str) -> String {
+    let response = client()
+        .post(sandbox.url(&format!("/core/v5/tokens?appId={PG_PUBLIC_KEY}")))
+        .json(&serde_json::json!({
+            "type": "card",
+            "card": {"number": number, "holder_name": "Tony Stark", "exp_month": 12, "exp_year": 2035, "cvv": "123"},
+        }))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["id"].as_str().expect("a token id").to_owned()
+}
+
+/// An order of one item of `amount` cents with merchant code `code`, paid by `payment`.
+pub fn pg_order(code: &str, amount: i64, payment: Value) -> Value {
+    serde_json::json!({
+        "code": code,
+        "customer": {"name": "Tony Stark", "email": "tony@example.com", "document": "12345678909", "type": "individual"},
+        "items": [{"amount": amount, "description": "Chaveiro do Tesseract", "quantity": 1, "code": "tesseract"}],
+        "payments": [payment],
+        "closed": true,
+        "metadata": {"intent": code},
+    })
+}
+
+/// A credit-card payment with token `token`.
+pub fn pg_card_payment(token: &str) -> Value {
+    serde_json::json!({
+        "payment_method": "credit_card",
+        "credit_card": {"card_token": token, "installments": 1, "statement_descriptor": "HOOKLINE", "operation_type": "auth_and_capture"},
+    })
+}
+
+/// Creates an order paid with a fresh token of card `number` under `key`; the order.
+pub async fn pg_card_order(
+    sandbox: &RunningSandbox,
+    code: &str,
+    amount: i64,
+    number: &str,
+    key: Option<&str>,
+) -> Value {
+    let token = pg_token(sandbox, number).await;
+    let (status, order) = pg_post(
+        sandbox,
+        "/core/v5/orders",
+        &pg_order(code, amount, pg_card_payment(&token)),
+        key,
+    )
+    .await;
+    assert_eq!(status, 200, "{order}");
+    order
+}
+
+/// A sandbox with the default providers and a Pagar.me one named `pagarme`, webhooks to `edge`.
+pub async fn start_pagarme(edge: Option<&Url>) -> RunningSandbox {
+    let mut s = settings(edge);
+    s.providers.push(pagarme("pagarme"));
+    start(s).await
 }

@@ -1,5 +1,6 @@
-//! Pix: the "copia e cola" code and the QR image of a pending Pix payment
-//! (<https://www.mercadopago.com.br/developers/en/docs/checkout-api/integration-configuration/integrate-pix>).
+//! Pix: the "copia e cola" code and the QR image of a pending Pix payment, as Mercado Pago
+//! (<https://www.mercadopago.com.br/developers/en/docs/checkout-api/integration-configuration/integrate-pix>) and
+//! Pagar.me (`last_transaction.qr_code`) hand them out. A leaf module shared by both providers.
 
 /// A 1×1 PNG: what `qr_code_base64` decodes to (a real one is the QR code's image; no client here reads it).
 pub(crate) const QR_PNG: &[u8] = &[
@@ -10,12 +11,12 @@ pub(crate) const QR_PNG: &[u8] = &[
     0xae, 0x42, 0x60, 0x82,
 ];
 
-/// A Pix "copia e cola" code in the EMV layout Brazil's Pix uses (`000201…6304` + CRC), naming the payment and
-/// amount. Not a payable code: nothing outside the sandbox can pay it.
-pub(crate) fn pix_code(id: u64, cents: i64) -> String {
+/// A Pix "copia e cola" code in the EMV layout Brazil's Pix uses (`000201…6304` + CRC), naming the receiving
+/// `key`, the amount and the transaction id `txid`. Not a payable code: nothing outside the sandbox can pay it.
+pub(crate) fn pix_code(key: &str, txid: &str, cents: i64) -> String {
     let amount = format!("{}.{:02}", cents / 100, cents % 100);
     let field = |tag: &str, value: &str| format!("{tag}{:02}{value}", value.len());
-    let account = field("00", "br.gov.bcb.pix") + &field("01", &format!("sandbox-{id}"));
+    let account = field("00", "br.gov.bcb.pix") + &field("01", key);
     let body = field("00", "01")
         + &field("26", &account)
         + &field("52", "0000")
@@ -24,7 +25,7 @@ pub(crate) fn pix_code(id: u64, cents: i64) -> String {
         + &field("58", "BR")
         + &field("59", "SANDBOX")
         + &field("60", "SAO PAULO")
-        + &field("62", &field("05", &format!("mpqr{id}")))
+        + &field("62", &field("05", txid))
         + "6304";
     format!("{body}{:04X}", crc16_ccitt(body.as_bytes()))
 }
@@ -51,7 +52,7 @@ mod tests {
 
     #[test]
     fn pix_codes_end_with_their_checksum() {
-        let code = pix_code(123, 1050);
+        let code = pix_code("sandbox-123", "mpqr123", 1050);
         assert!(code.starts_with("000201"), "{code}");
         assert!(code.contains("540510.50"), "{code}");
         let (body, crc) = code.split_at(code.len() - 4);
