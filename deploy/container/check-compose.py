@@ -224,8 +224,9 @@ def check_config(images):
     # The images' HEALTHCHECKs probe the health listeners of the processes they run by default.
     for stage, key in (("edge", "edge"), ("worker", "worker"), ("hookline", "console")):
         hc = images.get(stage, {}).get("healthcheck")
-        if hc and len(hc["test"]) == 3 and urlsplit(hc["test"][2]).port != listens[key]:
-            problem(f"Containerfile stage {stage}", f"HEALTHCHECK probes {hc['test'][2]}, {key}.listen is port {listens[key]}")
+        if hc and len(hc["test"]) == 3 and (urlsplit(hc["test"][2]).port, urlsplit(hc["test"][2]).path) != (listens[key], "/healthz"):
+            problem(f"Containerfile stage {stage}",
+                    f"HEALTHCHECK probes {hc['test'][2]}, {key}.listen is port {listens[key]} and liveness is /healthz")
     ref_providers = reference.get("providers", {})
     providers = config.get("providers", {})
     strip = lambda p: {k: v for k, v in p.items() if k != "api_base"}  # noqa: E731

@@ -7,7 +7,8 @@
 #   3. `hookline migrate` against the local PostgreSQL, on a scratch database that it creates (hookline_test_…,
 #      dropped at the end): every migration of migrations/ applied, and a second run changes nothing;
 #   4. each service started in its image's chroot (edge, worker, console serve, sandbox) on free loopback ports
-#      against the local PostgreSQL and RabbitMQ (names under test-deploy-…), healthy by the image's own
+#      against the local PostgreSQL and RabbitMQ (names under test-deploy-…; the sandbox with the compose stack's
+#      own configuration, which it validates as every process does), healthy by the image's own
 #      HEALTHCHECK command (its port replaced by the chroot's), then stopped with SIGTERM: exit 0 within the 30 s
 #      grace period that compose.yaml and the systemd units give them.
 # Needs root (chroot), podman, psql, and PostgreSQL/RabbitMQ up (deploy/services.sh).
@@ -169,7 +170,14 @@ service() {
 
 echo "== services in their images' chroots, probed by the images' HEALTHCHECK commands"
 start=$(date +%s)
-service sandbox hookline /usr/local/bin/hookline sandbox --listen "127.0.0.1:$sandbox_port"
+# The sandbox reads the compose stack's configuration (deploy/container/hookline.toml, all of it validated at
+# start-up as by every hookline process); it connects to nothing named in it until asked to send a webhook.
+install -m 0644 deploy/container/hookline.toml "${rootfs[hookline]}/etc/hookline/compose.toml"
+image_cmd hookline RUST_LOG=info HOOKLINE_API_KEY="sk_smoke_$run_id" -- \
+  /usr/local/bin/hookline --config /etc/hookline/compose.toml sandbox --listen "127.0.0.1:$sandbox_port"
+"${CMD[@]}" >"$work/sandbox.log" 2>&1 &
+service_pid[sandbox]=$!
+pids+=("$!")
 service edge hookline-edge /usr/local/bin/hookline-edge
 service worker hookline-worker /usr/local/bin/hookline-worker
 service console hookline /usr/local/bin/hookline console serve
@@ -199,6 +207,9 @@ for check in "${checks[@]}"; do
   echo "  $label: healthy: ${PROBE[*]}"
 done
 echo "  all healthy $(( $(date +%s) - start )) s after start"
+grep -q 'webhooks to http://edge:8080/' "$work/sandbox.log" ||
+  { cat "$work/sandbox.log" >&2; fail "the sandbox did not take the compose configuration's edge_url"; }
+echo "  sandbox: runs on deploy/container/hookline.toml (webhooks to http://edge:8080/)"
 
 # Stopped as `podman stop` / compose / systemd stop them: SIGTERM, then at most the 30 s grace period they give
 # (compose.yaml stop_grace_period, the units' TimeoutStopSec). All at once: a worker still declaring its queues
