@@ -64,6 +64,14 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).
 cargo build --workspace --bins --locked
+
+# Deployment (README "Deploying"): the systemd units (systemd-analyze verify and security exposure), then the
+# container images packaged from the binaries just built and smoke-tested in chroots of their filesystems, with
+# the compose file checked against them. HOOKLINE_SKIP_CONTAINERS=1 skips the images (a machine without podman).
+bash deploy/systemd/check.sh
+if [ "${HOOKLINE_SKIP_CONTAINERS:-0}" != 1 ]; then
+  BIN_DIR=${CARGO_TARGET_DIR:-target}/debug bash deploy/container/check.sh
+fi
 # Tests are I/O bound (real databases and brokers), so run more of them at once than there are cores.
 # The integration tests are one binary (tests/it, `--test it`); its tests that stop or disturb the shared
 # PostgreSQL/RabbitMQ (module `disruptive::`) and the cluster test (`cluster::`) are #[ignore]d, so this run has
