@@ -150,6 +150,7 @@ impl BillingRig {
                 scheme: Scheme::Stripe,
                 webhook_secret: WEBHOOK_SECRET.as_bytes().to_vec(),
                 api_token: Some(STRIPE_KEY.into()),
+                webhook_basic_auth: None,
             }],
         );
         settings.webhook_backoff = Duration::from_millis(100);
