@@ -70,6 +70,8 @@ fn stripe_params(pm: &str) -> PaymentParams {
 fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams {
     PaymentParams::MercadoPago(MercadoPagoParams {
         token,
+        card_id: None,
+        customer_id: None,
         payment_method_id: Some(method.to_owned()),
         installments: (method != "pix").then_some(1),
         issuer_id: None,
