@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::gateway::{self, excerpt, Api, Object, Raw, Verdict};
+use crate::gateway::{self, excerpt, Api, Object, Raw, Verdict, PAYMENT_METHOD_UNUSABLE};
 
 /// Attempts after which a 2xx answer that is not the provider's object needs attention instead of another
 /// retry (with the default backoff, about two minutes after the first).
@@ -26,8 +26,9 @@ pub enum Answer {
         /// `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
         next_action: Option<Value>,
     },
-    /// The gateway declined it (Stripe 402 `card_error` or a PaymentIntent back to `requires_payment_method`
-    /// with its `last_payment_error`; Mercado Pago `rejected`): an outcome, recorded as such.
+    /// The gateway declined it (Stripe 402 `card_error`, a PaymentIntent back to `requires_payment_method`
+    /// with its `last_payment_error`, or a 4xx `invalid_request_error` about `payment_method`/`customer`;
+    /// Mercado Pago `rejected`): an outcome, recorded as such.
     Declined {
         /// HTTP status, when there was an answer.
         status: Option<u16>,
@@ -179,9 +180,17 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             error: format!("{status} (will retry): {}", excerpt(&raw.body, 300)),
         },
         _ => {
-            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome.
+            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome. A
+            // charge whose payment method or customer Stripe refuses (another customer's method, detached,
+            // missing; off-session without a saved method) is one too: no operator can fix the customer's card,
+            // and billing must learn that the method is unusable.
             if expected.api == Api::Stripe {
-                if let Some(d) = gateway::stripe::read_decline(&raw.body) {
+                let method_refused = || {
+                    (!expected.refund && (400..=499).contains(&status))
+                        .then(|| gateway::stripe::read_method_refusal(&raw.body))
+                        .flatten()
+                };
+                if let Some(d) = gateway::stripe::read_decline(&raw.body).or_else(method_refused) {
                     return Answer::Declined {
                         status: Some(status),
                         provider_id: d.id,
@@ -270,6 +279,65 @@ mod tests {
             ),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn a_stripe_refusal_of_the_payment_method_or_customer_is_a_decline() {
+        let refused = |param: &str, code: Option<&str>| {
+            let mut error = serde_json::json!({"type": "invalid_request_error", "param": param,
+                "message": format!("Stripe refuses this {param}.")});
+            if let Some(c) = code {
+                error["code"] = c.into();
+            }
+            serde_json::json!({ "error": error }).to_string()
+        };
+        for (param, code, want) in [
+            (
+                "payment_method",
+                Some("resource_missing"),
+                "resource_missing",
+            ),
+            ("payment_method", None, PAYMENT_METHOD_UNUSABLE),
+            ("customer", Some("resource_missing"), "resource_missing"),
+            ("customer", None, PAYMENT_METHOD_UNUSABLE),
+        ] {
+            let a = classify(
+                &expected(Api::Stripe, false),
+                raw(400, &refused(param, code)),
+            );
+            assert_eq!(
+                a,
+                Answer::Declined {
+                    status: Some(400),
+                    provider_id: None,
+                    code: want.into(),
+                    message: format!("Stripe refuses this {param}.")
+                },
+                "{param} {code:?}"
+            );
+        }
+        // The same answer to a refund, a 5xx, or about another parameter: not a decline of the method.
+        let a = classify(
+            &expected(Api::Stripe, true),
+            raw(400, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+        let a = classify(
+            &expected(Api::Stripe, false),
+            raw(500, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Retry { .. }), "{a:?}");
+        let a = classify(
+            &expected(Api::Stripe, false),
+            raw(400, &refused("amount", Some("parameter_invalid_integer"))),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+        // Mercado Pago has no such error shape: its 400 stays hookline's problem.
+        let a = classify(
+            &expected(Api::MercadoPago, false),
+            raw(400, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
     }
 
     #[test]

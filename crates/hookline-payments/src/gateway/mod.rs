@@ -24,6 +24,12 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Longest gateway object id accepted (Stripe's ids are ~30 characters, Mercado Pago's are numbers).
 pub const MAX_PROVIDER_ID_CHARS: usize = 255;
 
+/// The decline code recorded when the gateway refuses the payment method itself rather than the charge: a
+/// Stripe `invalid_request_error` about `payment_method`/`customer` without a code of its own, a Mercado Pago saved
+/// card its API no longer finds or cannot tokenize. Billing reads it as "the method is unusable"
+/// (`needs_payment_method`, not retried).
+pub const PAYMENT_METHOD_UNUSABLE: &str = "payment_method_unusable";
+
 /// Metric names of API reads (the worker's fetch, lookups, reconciliation).
 pub mod metric {
     /// Counter: API reads by `provider` and `outcome` (ok, not_found, refused, redirect, transient, error).
