@@ -156,6 +156,19 @@ impl ApiClient {
         Ok(req)
     }
 
+    /// A GET of `path` under the API base, with the token, to be sent with [`ApiClient::exchange`] and classified
+    /// by the caller (the dispatcher's saved-card lookup; [`ApiClient::get_json`] classifies for the worker).
+    /// `Err` only when the URL cannot be built or there is no HTTP client.
+    pub(crate) fn get_request(&self, path: &str) -> Result<reqwest::RequestBuilder, PostError> {
+        let url = self.url(path).map_err(PostError::Refused)?;
+        let http = self.http().map_err(PostError::NoClient)?;
+        let mut req = http.get(url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token.expose_secret());
+        }
+        Ok(req)
+    }
+
     /// Sends `req` and reads the answer (bounded). `Err`: no answer, or the answer was cut.
     pub(crate) async fn exchange(req: reqwest::RequestBuilder) -> Result<Raw, String> {
         let mut res = req.send().await.map_err(|e| format!("sending: {e}"))?;
