@@ -12,15 +12,67 @@ use base64::Engine as _;
 use crate::settings::Scheme;
 use crate::state::State;
 
-/// The provider family a path belongs to (`None`: not an API path).
+/// The provider family a path belongs to (`None`: not an API path). `/v1/customers` and `/v1/customers/{id}`
+/// are both providers' ([`scheme_of`] tells them apart); this answers Stripe for them.
 pub(crate) fn family(path: &str) -> Option<Scheme> {
     let rest = path.strip_prefix("/v1/")?;
-    let first = rest.split('/').next().unwrap_or("");
-    if first == "payments" || first == "card_tokens" {
-        Some(Scheme::MercadoPago)
+    let mut segments = rest.split('/');
+    let first = segments.next().unwrap_or("");
+    let mercado_pago = first == "payments"
+        || first == "card_tokens"
+        || (first == "customers" && segments.nth(1) == Some("cards"));
+    Some(if mercado_pago {
+        Scheme::MercadoPago
     } else {
-        Some(Scheme::Stripe)
+        Scheme::Stripe
+    })
+}
+
+/// Whether both providers serve `path`: `/v1/customers` and `/v1/customers/{id}` (Stripe's customers,
+/// Mercado Pago's customers).
+pub(crate) fn is_shared(path: &str) -> bool {
+    path == "/v1/customers"
+        || path
+            .strip_prefix("/v1/customers/")
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// The provider scheme a request is for: its path's [`family`], except on the paths both serve
+/// ([`is_shared`]), told apart by the API key (the provider whose token it is), else by which schemes are
+/// configured (only one), else by the request's shape — a JSON body, or a customer id without Stripe's
+/// `cus_` prefix, is Mercado Pago's.
+pub(crate) fn scheme_of(state: &State, path: &str, headers: &HeaderMap) -> Option<Scheme> {
+    let family = family(path)?;
+    if !is_shared(path) {
+        return Some(family);
     }
+    if let Some(given) = credential(headers) {
+        if let Some(p) = state
+            .providers
+            .iter()
+            .find(|p| p.config.api_token.as_deref() == Some(given.as_str()))
+        {
+            return Some(p.config.scheme);
+        }
+    }
+    let has = |scheme| state.providers.iter().any(|p| p.config.scheme == scheme);
+    match (has(Scheme::Stripe), has(Scheme::MercadoPago)) {
+        (true, false) => return Some(Scheme::Stripe),
+        (false, true) => return Some(Scheme::MercadoPago),
+        _ => {}
+    }
+    let json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.to_ascii_lowercase().contains("json"));
+    let foreign_id = path
+        .strip_prefix("/v1/customers/")
+        .is_some_and(|id| !id.starts_with("cus_"));
+    Some(if json || foreign_id {
+        Scheme::MercadoPago
+    } else {
+        Scheme::Stripe
+    })
 }
 
 /// The API key sent, from `Authorization: Bearer …` or `Authorization: Basic base64(key:)`.
@@ -100,6 +152,16 @@ mod tests {
         assert_eq!(family("/v1/payment_methods/pm_1"), Some(Scheme::Stripe));
         assert_eq!(family("/v1/payment_intents"), Some(Scheme::Stripe));
         assert_eq!(family("/v1/events"), Some(Scheme::Stripe));
+        assert_eq!(
+            family("/v1/customers/1-ab/cards"),
+            Some(Scheme::MercadoPago)
+        );
+        assert_eq!(
+            family("/v1/customers/1-ab/cards/42"),
+            Some(Scheme::MercadoPago)
+        );
+        assert!(is_shared("/v1/customers") && is_shared("/v1/customers/cus_1"));
+        assert!(!is_shared("/v1/customers/") && !is_shared("/v1/customers/1/cards"));
         assert_eq!(family("/_sandbox/faults"), None);
         let mut headers = HeaderMap::new();
         headers.insert(

@@ -15,8 +15,9 @@ use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
 use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
+use crate::scripts::{self, PaymentMethodScript};
 use crate::settings::Scheme;
-use crate::state::{KeyStats, Outcome, RequestRecord, Shared};
+use crate::state::{KeyStats, Outcome, RequestRecord, Shared, State};
 use crate::stripe;
 use crate::webhooks;
 
@@ -43,6 +44,10 @@ pub struct ProviderReport {
     pub idempotency_keys: usize,
     /// Per idempotency key: requests, executions, replays, conflicts and what was created.
     pub keys: BTreeMap<String, KeyStats>,
+    /// Per saved payment method (Stripe `pm_…` attached to a customer, Mercado Pago card id): the charges of it
+    /// executed at the gateway (Stripe `ch_…` objects, failed ones included; Mercado Pago payments made with a
+    /// token of the card). Methods never charged are absent.
+    pub payment_method_charges: BTreeMap<String, u32>,
 }
 
 /// Charges and payments at the gateway, per provider and per idempotency key.
@@ -63,6 +68,15 @@ impl ChargesReport {
     /// The counters of one idempotency key of one provider.
     pub fn key(&self, provider: &str, key: &str) -> Option<&KeyStats> {
         self.provider(provider)?.keys.get(key)
+    }
+
+    /// How many charges of saved payment method `id` (Stripe `pm_…`, Mercado Pago card id) provider
+    /// `provider` executed (0 for an unknown provider or method).
+    pub fn payment_method_charges(&self, provider: &str, id: &str) -> u32 {
+        self.provider(provider)
+            .and_then(|p| p.payment_method_charges.get(id))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -103,6 +117,25 @@ impl SandboxControl {
                     .values()
                     .filter(|d| d.provider == name && d.copy == 0)
                     .count();
+                let mut payment_method_charges: BTreeMap<String, u32> = BTreeMap::new();
+                let charged: Vec<&str> = match p.config.scheme {
+                    Scheme::Stripe => p
+                        .stripe
+                        .charges
+                        .values()
+                        .map(|c| c.payment_method.as_str())
+                        .filter(|pm| p.stripe.payment_methods.contains_key(*pm))
+                        .collect(),
+                    Scheme::MercadoPago => {
+                        p.mp.payments
+                            .values()
+                            .filter_map(|m| m.card_id.as_deref())
+                            .collect()
+                    }
+                };
+                for method in charged {
+                    *payment_method_charges.entry(method.to_owned()).or_default() += 1;
+                }
                 match p.config.scheme {
                     Scheme::Stripe => ProviderReport {
                         name,
@@ -115,6 +148,7 @@ impl SandboxControl {
                         events: p.stripe.events.len(),
                         idempotency_keys: p.idempotency.len(),
                         keys: p.keys.clone(),
+                        payment_method_charges,
                     },
                     Scheme::MercadoPago => ProviderReport {
                         name,
@@ -132,6 +166,7 @@ impl SandboxControl {
                         events,
                         idempotency_keys: p.idempotency.len(),
                         keys: p.keys.clone(),
+                        payment_method_charges,
                     },
                 }
             })
@@ -320,7 +355,7 @@ impl SandboxControl {
             return Err(format!("'{provider}' is not a Stripe provider"));
         }
         let edge = &self.shared.edge_url;
-        let result = stripe::ops::complete_authentication(&mut state, edge, p, intent, succeed);
+        let result = stripe::confirm::complete_authentication(&mut state, edge, p, intent, succeed);
         drop(state);
         self.shared.wake.notify_one();
         result
@@ -344,6 +379,42 @@ impl SandboxControl {
         result
     }
 
+    /// Scripts the charges of saved payment method `id` of `provider` (Stripe: a `pm_…` attached to a customer;
+    /// Mercado Pago: a card saved to a customer): from now on, its Nth executed charge — an idempotent replay
+    /// is not one — gets `outcomes[N-1]`, and after the list the card's own behaviour. An outcome is `succeed`
+    /// or a decline of the provider: a Stripe decline code (`insufficient_funds`, `generic_decline`,
+    /// `expired_card`, `authentication_required`, …; a 402 `card_error` with Stripe's code and message) or a
+    /// Mercado Pago rejection `status_detail` (`cc_rejected_insufficient_amount`, `cc_rejected_other_reason`,
+    /// `cc_rejected_card_disabled`, …; a `rejected` payment). A script outweighs a forced outcome
+    /// ([`SandboxControl::push_outcome`]). Setting a script again replaces it and counts uses from 0; an empty
+    /// list clears it. Refused: an unknown provider or method, an unknown outcome, more than
+    /// [`scripts::MAX_SCRIPT_OUTCOMES`] outcomes.
+    pub fn script_payment_method(
+        &self,
+        provider: &str,
+        id: &str,
+        outcomes: &[&str],
+    ) -> Result<(), String> {
+        let outcomes: Vec<String> = outcomes.iter().map(|o| (*o).to_owned()).collect();
+        let mut state = self.shared.lock();
+        let p = saved_method(&state, provider, id)?;
+        scripts::validate(state.providers[p].config.scheme, &outcomes)?;
+        state.providers[p].scripts.set(id, outcomes);
+        Ok(())
+    }
+
+    /// The script of saved payment method `id` of `provider` and its uses since it was set
+    /// ([`SandboxControl::script_payment_method`]).
+    pub fn payment_method_script(
+        &self,
+        provider: &str,
+        id: &str,
+    ) -> Result<PaymentMethodScript, String> {
+        let state = self.shared.lock();
+        let p = saved_method(&state, provider, id)?;
+        Ok(state.providers[p].scripts.get(id))
+    }
+
     /// The API requests seen (at most the last 10,000), oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.lock().requests.iter().cloned().collect()
@@ -353,6 +424,26 @@ impl SandboxControl {
     /// generator: none repeats an earlier one).
     pub fn reset(&self) {
         self.shared.lock().reset();
+    }
+}
+
+/// The index of provider `name`, if `id` is one of its saved payment methods (Stripe: a `pm_…` minted by
+/// attaching; Mercado Pago: a saved card).
+fn saved_method(state: &State, name: &str, id: &str) -> Result<usize, String> {
+    let p = state
+        .provider_index(name)
+        .ok_or_else(|| format!("no provider named '{name}'"))?;
+    let book = &state.providers[p];
+    let saved = match book.config.scheme {
+        Scheme::Stripe => book.stripe.payment_methods.contains_key(id),
+        Scheme::MercadoPago => book.mp.cards.contains_key(id),
+    };
+    if saved {
+        Ok(p)
+    } else {
+        Err(format!(
+            "'{id}' is not a saved payment method of '{name}' (Stripe: a pm_… attached to a customer; Mercado Pago: a card saved to a customer)"
+        ))
     }
 }
 
@@ -384,6 +475,11 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(authenticate),
         )
         .route("/pix/{provider}/{id}", web::post().to(pix))
+        .service(
+            web::resource("/payment_methods/{provider}/{id}/script")
+                .route(web::post().to(set_script))
+                .route(web::get().to(get_script)),
+        )
         .route("/reset", web::post().to(reset));
 }
 
@@ -618,6 +714,45 @@ async fn pix(
     let (provider, id) = path.into_inner();
     match control(&shared).settle_pix(&provider, &id, paid) {
         Ok(object) => HttpResponse::Ok().json(object),
+        Err(e) => bad_request(e),
+    }
+}
+
+/// The body of `POST /_sandbox/payment_methods/{provider}/{id}/script`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptRequest {
+    outcomes: Vec<String>,
+}
+
+/// `POST /_sandbox/payment_methods/{provider}/{id}/script` `{"outcomes": ["succeed", "insufficient_funds", …]}`:
+/// 200 with the script (`{"uses": 0, "outcomes": […]}`), 400 with why not.
+async fn set_script(
+    shared: web::Data<Shared>,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let request: ScriptRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(e),
+    };
+    let (provider, id) = path.into_inner();
+    let control = control(&shared);
+    let outcomes: Vec<&str> = request.outcomes.iter().map(String::as_str).collect();
+    match control
+        .script_payment_method(&provider, &id, &outcomes)
+        .and_then(|()| control.payment_method_script(&provider, &id))
+    {
+        Ok(script) => HttpResponse::Ok().json(script),
+        Err(e) => bad_request(e),
+    }
+}
+
+/// `GET /_sandbox/payment_methods/{provider}/{id}/script`: `{"uses", "outcomes"}`.
+async fn get_script(shared: web::Data<Shared>, path: web::Path<(String, String)>) -> HttpResponse {
+    let (provider, id) = path.into_inner();
+    match control(&shared).payment_method_script(&provider, &id) {
+        Ok(script) => HttpResponse::Ok().json(script),
         Err(e) => bad_request(e),
     }
 }

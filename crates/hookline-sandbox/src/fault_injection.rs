@@ -72,10 +72,11 @@ fn status_reply(family: Option<Scheme>, status: u16, retry_after: Option<u64>) -
     }
 }
 
-fn decide(state: &mut State, req: &ServiceRequest) -> Option<FaultAction> {
+/// The fault to apply to the request, if one is armed for it, and the scheme whose format its answer takes.
+fn decide(state: &mut State, req: &ServiceRequest) -> Option<(FaultAction, Scheme)> {
     let method = req.method().as_str().to_owned();
     let path = req.path().to_owned();
-    let family = auth::family(&path)?;
+    let family = auth::scheme_of(state, &path, req.headers())?;
     let provider = if state.faults.needs_provider() {
         let credential = auth::credential(req.headers());
         auth::resolve(state, family, credential.as_deref())
@@ -85,7 +86,9 @@ fn decide(state: &mut State, req: &ServiceRequest) -> Option<FaultAction> {
         None
     };
     let State { faults, rng, .. } = state;
-    faults.take(rng, &method, &path, provider.as_deref())
+    faults
+        .take(rng, &method, &path, provider.as_deref())
+        .map(|action| (action, family))
 }
 
 fn record(
@@ -129,7 +132,9 @@ where
         let fut = service.call(req);
         return Box::pin(fut);
     };
-    let action = decide(&mut shared.lock(), &req);
+    let decided = decide(&mut shared.lock(), &req);
+    let family = decided.as_ref().map(|(_, scheme)| *scheme);
+    let action = decided.map(|(action, _)| action);
     match action {
         Some(FaultAction::Reset) => {
             // Logged before the socket closes: a client that sees the close must find the entry.
@@ -142,7 +147,6 @@ where
             status,
             retry_after_secs,
         }) => {
-            let family = auth::family(req.path());
             record(
                 &shared,
                 req.request(),

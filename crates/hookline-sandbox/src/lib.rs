@@ -13,9 +13,12 @@
 //! # API
 //!
 //! Both providers are served at their real paths, so a client only needs its base URL changed
-//! (`providers.NAME.api_base`). They do not collide: `/v1/payments…` and `/v1/card_tokens…` are Mercado Pago,
-//! every other `/v1/…` path is Stripe. When several providers are configured they are told apart by their API key
-//! (`Authorization: Bearer <api_token>`; Stripe also takes HTTP Basic with the key as user name). A provider with
+//! (`providers.NAME.api_base`). `/v1/payments…`, `/v1/card_tokens…` and `/v1/customers/{id}/cards…` are
+//! Mercado Pago, every other `/v1/…` path is Stripe, except `POST /v1/customers` and `GET /v1/customers/{id}`,
+//! which both serve: such a request goes to the provider whose API key it carries (else the only scheme
+//! configured, else by its shape: a JSON body or an id without `cus_` is Mercado Pago's). When several providers
+//! are configured they are told apart by their API key (`Authorization: Bearer <api_token>`; Stripe also takes
+//! HTTP Basic with the key as user name). A provider with
 //! an `api_token` requires it: Stripe answers 401 `{"error":{"type":"invalid_request_error","message":"Invalid API
 //! Key provided: sk_test_****…"}}`, Mercado Pago 401 `{"message":"invalid_token","error":"unauthorized",
 //! "status":401,"cause":[]}`.
@@ -24,8 +27,8 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true` and `customer`), `return_url`; `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
-//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or a forced outcome |
+//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true`, and a `customer` with the payment method attached to it), `return_url`; `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
+//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; another customer's method, or with `off_session=true` a method not attached to the intent's customer (a bare `pm_card_…` is attached to nobody) or no customer, 400 `invalid_request_error` with `param: payment_method`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`, `pm_card_chargeCustomerFail` — attaches, then always declines), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or the saved method's script, or a forced outcome (declines carry Stripe's code and message: `card_declined`, `expired_card`, `incorrect_cvc`, `processing_error`, …) |
 //! | `GET /v1/payment_intents` | list: `limit` (≤ 100), `starting_after`, `ending_before`, `customer`, `created` |
 //! | `GET /v1/payment_intents/search` | `query` (`metadata['k']:'v'`, `status`, `customer`, `currency`, `amount`, `AND`, `-` negation), `limit`, `page`; `search_result` |
 //! | `POST /v1/customers`, `GET /v1/customers/{id}` | minimal customers |
@@ -55,7 +58,10 @@
 //! | endpoint | what |
 //! |---|---|
 //! | `POST /v1/card_tokens` | `card_number`, `expiration_month`, `expiration_year`, `security_code`, `cardholder` (`name`, `identification`); 201 with a 32-hex `id`; single use, 7 days. Mercado Pago's test holder names (`APRO`, `OTHE`, `CONT`, `CALL`, `FUND`, `SECU`, `EXPI`, `FORM`) decide the payment's outcome |
-//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `token` (required for a card brand: 400 cause 3003 without it, 2006 for an unknown or used one), `payer.email` (400 cause 4050 without it), `external_reference`, `installments`, `issuer_id`, `metadata`; 201 with a numeric `id`. A card is `approved` unless its holder name says otherwise; `pix` is `pending`/`pending_waiting_transfer` with `point_of_interaction.transaction_data` (`qr_code`, `qr_code_base64`, `ticket_url`) and `date_of_expiration`; boletos pending; a forced outcome overrides |
+//! | `POST /v1/card_tokens` `{"card_id", "customer_id"?}` | a single-use token of a saved card, no security code needed (automatic payments): 404 for an unknown card, 400 cause 140 when `customer_id` is not the card's |
+//! | `POST /v1/customers`, `GET /v1/customers/{id}`, `GET /v1/customers/search?email=` | `email` required (400 cause 106), one customer per email (400 cause 101); id `{user id}-{15 alphanumerics}` |
+//! | `POST /v1/customers/{id}/cards` `{"token"}`, `GET /v1/customers/{id}/cards[/{card_id}]` | saves the token's card (the token is used up; its holder name keeps deciding the outcome): `id` (digits), `customer_id`, `payment_method.id` (`visa`, `master`, …), `first_six_digits`, `last_four_digits`, … |
+//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `token` (required for a card brand: 400 cause 3003 without it, 2006 for an unknown or used one), `payer.email` (400 cause 4050 without it) or `payer: {"type": "customer", "id"}` (required with a saved card's token: 400 cause 2034 otherwise; 2002 for an unknown customer), `point_of_interaction` (`{"type": "SUBSCRIPTIONS", "transaction_data": {…}}`, checked for shape, echoed), `external_reference`, `installments`, `issuer_id`, `metadata`; 201 with a numeric `id`. A card is `approved` unless its holder name says otherwise; `pix` is `pending`/`pending_waiting_transfer` with `point_of_interaction.transaction_data` (`qr_code`, `qr_code_base64`, `ticket_url`) and `date_of_expiration`; boletos pending; a saved card's script, else a forced outcome, overrides |
 //! | `GET /v1/payments/{id}` | `status` (approved, pending, in_process, rejected, refunded, charged_back, cancelled), `status_detail`, `transaction_amount`, `transaction_amount_refunded`, `currency_id` `BRL`, `date_created`/`date_approved`/`date_last_updated` (`-04:00`, milliseconds), `refunds`, `fee_details` (3.99 %), `external_reference`, … |
 //! | `POST /v1/payments/{id}/refunds` | optional `{"amount": 10.00}` (partial; never beyond what remains, 400 otherwise); `X-Idempotency-Key` honoured; 201 refund; a full refund makes the payment `refunded` |
 //! | `GET /v1/payments/{id}/refunds` | the payment's refunds |
@@ -87,7 +93,7 @@
 //! | endpoint | what |
 //! |---|---|
 //! | `GET /_sandbox/health` | providers, seed, edge URL |
-//! | `GET /_sandbox/charges` | [`ChargesReport`]: charges/payments in total, per provider and per idempotency key (requests, executions, replays, conflicts, objects created) |
+//! | `GET /_sandbox/charges` | [`ChargesReport`]: charges/payments in total, per provider, per idempotency key (requests, executions, replays, conflicts, objects created) and per saved payment method (`payment_method_charges`) |
 //! | `GET /_sandbox/requests` | the API requests seen: method, path, status, idempotency key, replayed, fault, latency |
 //! | `POST /_sandbox/faults`, `GET`, `DELETE` | arm a [`FaultSpec`] (`{"path":"/v1/payment_intents","method":"POST","action":{"kind":"delay","delay_ms":3000},"count":1}`; kinds `delay`, `drop_response`, `status` (+`retry_after_secs`), `reset`; `count` and/or seeded `rate`; optional `provider`), list them with hit counts, clear them |
 //! | `GET`/`PUT /_sandbox/delivery` | [`DeliveryBehaviour`]: `duplicates` (+`duplicate_rate`), `parallel`, `delay_ms`, `shuffle_ms`, `drop_next`, `drop_rate`, `paused` (PUT replaces it; absent fields take defaults) |
@@ -98,6 +104,7 @@
 //! | `POST /_sandbox/payments/{provider}/{id}/status` | Mercado Pago: `{"status":"approved"}` (a Pix paid), `rejected`, `cancelled`, … |
 //! | `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` | Stripe: `{"outcome":"succeed"\|"fail"}` ends a `requires_action` intent's 3-D Secure ([`SandboxControl::complete_authentication`]) |
 //! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
+//! | `POST`/`GET /_sandbox/payment_methods/{provider}/{id}/script` | `{"outcomes": ["succeed", "insufficient_funds", …]}`: the Nth executed charge (not a replay) of saved method `id` (Stripe `pm_…`, Mercado Pago card id) gets `outcomes[N-1]` — `succeed`, a Stripe decline code or a Mercado Pago `cc_rejected_…` detail (400 for another) — then the card's own behaviour; `GET` shows [`PaymentMethodScript`] `{uses, outcomes}` ([`SandboxControl::script_payment_method`]) |
 //! | `POST /_sandbox/reset` | forget everything (ids never repeat: the generator is not re-seeded) |
 //!
 //! # Reproducibility
@@ -110,10 +117,15 @@
 //! # What is not faithful
 //!
 //! - Only the subset above; no captures, cancellations, setup intents, webhook endpoint objects, or Mercado Pago
-//!   orders/preferences/customers. Only automatic capture. Customers and payment methods send no events.
+//!   orders/preferences, customer or card updates and deletions. Only automatic capture. Customers and payment
+//!   methods send no events. Attaching a Stripe decline test card succeeds (Stripe declines attaching most of
+//!   them; `pm_card_chargeCustomerFail` is the one meant to attach and then fail).
 //! - Some error messages are the sandbox's wording where Stripe's exact text is not documented: `off_session`
-//!   without `confirm`/`customer`, a payment method of another customer, re-attaching; the codes and statuses
-//!   follow Stripe. Mercado Pago's card-token error causes (`E301`, `E302`, `325`, `326`, `221`) likewise.
+//!   without `confirm`/`customer`, a payment method of another customer (or, off session, of none), re-attaching;
+//!   the statuses and `param` follow Stripe, and those refusals carry no `code`. Mercado Pago's card-token error
+//!   causes (`E301`, `E302`, `325`, `326`, `221`) likewise, and the causes for a saved card's token or payment
+//!   (`140`, `120`, `2034`, `2002`), a customer's card limit (25) and where `point_of_interaction` is strict
+//!   (unknown fields refused) are plausible, not verified.
 //! - Stripe's search is eventually consistent (up to a minute); the sandbox's finds an object at once.
 //! - Retry schedules are compressed (Stripe retries over 3 days, Mercado Pago over hours).
 //! - Mercado Pago's answer to a refund beyond the refundable amount, and to a `X-Idempotency-Key` reused with
@@ -127,11 +139,20 @@
 //! them, then the handlers that lock the state. `a ← b, c` reads "`a` is imported by `b` and `c`"; the crate root
 //! imports what it starts and re-exports, and no module imports the root.
 //!
-//! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `stripe` (and `stripe::ops`),
-//!   `mercadopago` (and `mercadopago::ops`, `mercadopago::search`);
+//! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `customers`, `stripe` (and
+//!   `stripe::ops`, `stripe::confirm`), `mercadopago` (and `mercadopago::ops`, `mercadopago::search`,
+//!   `mercadopago::customers`, `mercadopago::tokens`);
+//! - `customers` (the `/v1/customers` paths both providers serve) → `auth`, `stripe`, `mercadopago`; imported
+//!   only by the root;
+//! - inside one provider's directory the handler modules import one another (the validated request types live
+//!   in `ops`, the HTTP plumbing in the directory's `mod`, a charge's confirmation in `stripe::confirm`); the
+//!   rule holds between directories and crate-level modules;
 //! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `control`;
 //! - `api`, `auth` ← `stripe`, `mercadopago` (`auth` also ← `fault_injection`);
-//! - `stripe::ops`, `mercadopago::ops` ← `control` (chargebacks, payment status changes);
+//! - `stripe::ops`, `stripe::confirm`, `mercadopago::ops` ← `control` (chargebacks, payment status changes,
+//!   3-D Secure);
+//! - `scripts` (card-use scripts) ← `state`, `control`, `stripe::confirm`, `mercadopago::ops`; it imports
+//!   `stripe::book`, `mercadopago::book` (their outcome vocabularies) and `settings`;
 //! - `stripe::errors`, `mercadopago::errors` ← their provider, `fault_injection`;
 //! - what the state holds imports no handler: `faults` (fault definitions and the armed list; → `limits`, `rng`),
 //!   `delivery` (deliveries, attempts, behaviour), `idempotency`, `stripe::book`, `mercadopago::book`
@@ -147,6 +168,7 @@ mod auth;
 mod clock;
 mod config;
 mod control;
+mod customers;
 mod delivery;
 mod fault_injection;
 mod faults;
@@ -155,6 +177,7 @@ mod limits;
 mod mercadopago;
 mod reply;
 mod rng;
+mod scripts;
 mod settings;
 mod state;
 mod stripe;
@@ -174,6 +197,7 @@ pub use control::{ChargesReport, ProviderReport, SandboxControl};
 pub use delivery::{Attempt, Delivery, DeliveryBehaviour, DeliveryState};
 pub use faults::{ArmedFault, FaultAction, FaultSpec};
 pub use limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
+pub use scripts::{PaymentMethodScript, MAX_SCRIPT_OUTCOMES};
 pub use settings::{SandboxProvider, SandboxSettings, Scheme};
 pub use state::{KeyStats, Outcome, RequestRecord};
 pub use url::Url;
@@ -206,6 +230,7 @@ impl Sandbox {
                 .service(
                     web::scope("")
                         .wrap_fn(fault_injection::middleware)
+                        .configure(customers::configure)
                         .configure(stripe::configure)
                         .configure(mercadopago::configure)
                         .default_service(web::to(unrouted)),

@@ -14,6 +14,7 @@ use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
 use crate::rng::SeededRng;
+use crate::scripts::Scripts;
 use crate::settings::{SandboxProvider, SandboxSettings};
 use crate::stripe::book::StripeBook;
 
@@ -131,6 +132,8 @@ pub(crate) struct ProviderBook {
     pub(crate) keys: BTreeMap<String, KeyStats>,
     /// Outcomes forced by the control API for the next charges/payments.
     pub(crate) outcomes: VecDeque<Outcome>,
+    /// Card-use scripts and use counts of the saved payment methods.
+    pub(crate) scripts: Scripts,
     pub(crate) stripe: StripeBook,
     pub(crate) mp: MpBook,
 }
@@ -174,6 +177,7 @@ impl State {
                 idempotency: IdempotencyStore::new(settings.idempotency_window),
                 keys: BTreeMap::new(),
                 outcomes: VecDeque::new(),
+                scripts: Scripts::default(),
                 stripe: StripeBook::default(),
                 mp: MpBook::new(rng.between(100_000_000, 999_999_999)),
             })
@@ -197,6 +201,7 @@ impl State {
             p.idempotency = IdempotencyStore::new(self.idempotency_window);
             p.keys.clear();
             p.outcomes.clear();
+            p.scripts = Scripts::default();
             p.stripe = StripeBook::default();
             p.mp = MpBook::new(p.mp.user_id);
         }

@@ -99,7 +99,7 @@ async fn confirming_needs_a_known_payment_method_and_off_session_needs_confirm_a
     )
     .await;
     assert_eq!(status, 400);
-    assert_eq!(body["error"]["param"], "customer");
+    assert_eq!(body["error"]["param"], "payment_method");
     // An unknown customer.
     let (status, body) = post_json(
         &sandbox,

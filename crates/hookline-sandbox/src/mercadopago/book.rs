@@ -76,6 +76,8 @@ pub(crate) struct MpPayment {
     pub(crate) point_of_interaction: Option<Value>,
     /// The card of a card payment (from its token).
     pub(crate) card: Option<Value>,
+    /// The saved card charged (a payment with a token of a saved card).
+    pub(crate) card_id: Option<String>,
     pub(crate) issuer_id: Option<String>,
 }
 
@@ -158,6 +160,15 @@ pub(crate) struct CardToken {
     pub(crate) holder_identification: Value,
     pub(crate) date_created: OffsetDateTime,
     pub(crate) used: bool,
+    /// The saved card it is a token of (`POST /v1/card_tokens {"card_id"}`), and that card's customer.
+    pub(crate) saved: Option<SavedCardRef>,
+}
+
+/// The saved card a card token was made from.
+#[derive(Debug, Clone)]
+pub(crate) struct SavedCardRef {
+    pub(crate) card_id: String,
+    pub(crate) customer_id: String,
 }
 
 impl CardToken {
@@ -166,7 +177,7 @@ impl CardToken {
         json!({
             "id": self.id,
             "public_key": null,
-            "card_id": null,
+            "card_id": self.saved.as_ref().map(|s| &s.card_id),
             "luhn_validation": true,
             "status": if self.used { "used" } else { "active" },
             "date_used": null,
@@ -188,7 +199,7 @@ impl CardToken {
     /// The `card` object of a payment made with it.
     pub(crate) fn card_json(&self) -> Value {
         json!({
-            "id": null,
+            "id": self.saved.as_ref().map(|s| &s.card_id),
             "first_six_digits": self.first_six,
             "last_four_digits": self.last_four,
             "expiration_month": self.expiration_month,
@@ -200,10 +211,149 @@ impl CardToken {
     }
 }
 
-/// One Mercado Pago account's payments.
+/// A customer (`POST /v1/customers`): who saved cards belong to.
+pub(crate) struct MpCustomer {
+    /// `{user id}-{15 alphanumerics}`, as Mercado Pago's (`123456789-jxOV430go9fx2e`).
+    pub(crate) id: String,
+    pub(crate) email: String,
+    pub(crate) first_name: Option<String>,
+    pub(crate) last_name: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) metadata: Value,
+    pub(crate) date_created: OffsetDateTime,
+    /// Its cards' ids, in the order saved.
+    pub(crate) cards: Vec<String>,
+}
+
+impl MpCustomer {
+    pub(crate) fn json(&self, cards: &BTreeMap<String, MpCard>) -> Value {
+        let created = mp_date(self.date_created);
+        json!({
+            "id": self.id,
+            "email": self.email,
+            "first_name": self.first_name,
+            "last_name": self.last_name,
+            "phone": {"area_code": null, "number": null},
+            "identification": {"type": null, "number": null},
+            "address": {"id": null, "zip_code": null, "street_name": null, "street_number": null},
+            "description": self.description,
+            "date_created": created,
+            "date_last_updated": created,
+            "date_registered": null,
+            "metadata": self.metadata,
+            "default_card": self.cards.last(),
+            "default_address": null,
+            "cards": self.cards.iter().filter_map(|c| cards.get(c)).map(MpCard::json).collect::<Vec<_>>(),
+            "addresses": [],
+            "live_mode": false,
+        })
+    }
+}
+
+/// A card saved to a customer (`POST /v1/customers/{id}/cards {token}`): the token's card, and with it the
+/// test holder name that decides its payments' outcome (`APRO`, `OTHE`, `FUND`, …).
+pub(crate) struct MpCard {
+    /// Digits, as Mercado Pago's card ids (`9876543210123`).
+    pub(crate) id: String,
+    pub(crate) customer_id: String,
+    /// `visa`, `master`, `amex`, `elo`…, from the card number's first digits.
+    pub(crate) payment_method_id: &'static str,
+    pub(crate) first_six: String,
+    pub(crate) last_four: String,
+    pub(crate) expiration_month: u64,
+    pub(crate) expiration_year: u64,
+    pub(crate) security_code_length: usize,
+    pub(crate) card_number_length: usize,
+    pub(crate) holder_name: String,
+    pub(crate) holder_identification: Value,
+    pub(crate) date_created: OffsetDateTime,
+}
+
+impl MpCard {
+    pub(crate) fn json(&self) -> Value {
+        let created = mp_date(self.date_created);
+        json!({
+            "id": self.id,
+            "customer_id": self.customer_id,
+            "expiration_month": self.expiration_month,
+            "expiration_year": self.expiration_year,
+            "first_six_digits": self.first_six,
+            "last_four_digits": self.last_four,
+            "payment_method": {
+                "id": self.payment_method_id,
+                "name": brand_name(self.payment_method_id),
+                "payment_type_id": "credit_card",
+                "thumbnail": null,
+                "secure_thumbnail": null,
+            },
+            "security_code": {"length": self.security_code_length, "card_location": "back"},
+            "issuer": {"id": 25, "name": brand_name(self.payment_method_id)},
+            "cardholder": {"name": self.holder_name, "identification": self.holder_identification},
+            "date_created": created,
+            "date_last_updated": created,
+            "user_id": self.customer_id.split('-').next(),
+            "live_mode": false,
+        })
+    }
+}
+
+/// The card brand (Mercado Pago `payment_method_id`) of a card number's first digits, as Mercado Pago's test
+/// cards go: Visa `4…`, Amex `34…`/`37…`, Elo `5067…`/`4389…`/`6362…`, Mastercard `5…`/`2…`.
+pub(crate) fn brand(first_six: &str) -> &'static str {
+    let starts = |p: &str| first_six.starts_with(p);
+    if starts("4389") || starts("5067") || starts("6362") || starts("509") {
+        "elo"
+    } else if starts("4") {
+        "visa"
+    } else if starts("34") || starts("37") {
+        "amex"
+    } else if starts("5") || starts("2") {
+        "master"
+    } else {
+        "visa"
+    }
+}
+
+fn brand_name(method: &str) -> &'static str {
+    match method {
+        "master" => "Mastercard",
+        "amex" => "American Express",
+        "elo" => "Elo",
+        _ => "Visa",
+    }
+}
+
+/// The `status_detail`s of a rejected card payment the sandbox can script
+/// (<https://www.mercadopago.com.br/developers/en/docs/checkout-api/response-handling/collection-results>).
+pub(crate) const REJECTIONS: &[&str] = &[
+    "cc_rejected_bad_filled_card_number",
+    "cc_rejected_bad_filled_date",
+    "cc_rejected_bad_filled_other",
+    "cc_rejected_bad_filled_security_code",
+    "cc_rejected_blacklist",
+    "cc_rejected_call_for_authorize",
+    "cc_rejected_card_disabled",
+    "cc_rejected_card_error",
+    "cc_rejected_duplicated_payment",
+    "cc_rejected_high_risk",
+    "cc_rejected_insufficient_amount",
+    "cc_rejected_invalid_installments",
+    "cc_rejected_max_attempts",
+    "cc_rejected_other_reason",
+];
+
+/// `detail` if it is a rejection [`REJECTIONS`] lists.
+pub(crate) fn rejection(detail: &str) -> Option<&'static str> {
+    REJECTIONS.iter().copied().find(|r| *r == detail)
+}
+
+/// One Mercado Pago account's payments, card tokens, customers and saved cards.
 pub(crate) struct MpBook {
     pub(crate) payments: BTreeMap<u64, MpPayment>,
     pub(crate) card_tokens: BTreeMap<String, CardToken>,
+    pub(crate) customers: BTreeMap<String, MpCustomer>,
+    /// Saved cards by card id.
+    pub(crate) cards: BTreeMap<String, MpCard>,
     /// The account's user id (`collector_id`, notifications' `user_id`).
     pub(crate) user_id: u64,
 }
@@ -213,6 +363,8 @@ impl MpBook {
         MpBook {
             payments: BTreeMap::new(),
             card_tokens: BTreeMap::new(),
+            customers: BTreeMap::new(),
+            cards: BTreeMap::new(),
             user_id,
         }
     }

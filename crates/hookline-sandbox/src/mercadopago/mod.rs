@@ -1,11 +1,16 @@
 //! Mercado Pago's payments API subset at its own paths (`/v1/payments`, `/v1/payments/{id}`,
-//! `/v1/payments/{id}/refunds`, `/v1/payments/search`): JSON requests and answers, Mercado Pago's error body, a
-//! required `X-Idempotency-Key` on payment creation (honoured on refunds).
+//! `/v1/payments/{id}/refunds`, `/v1/payments/search`, `/v1/card_tokens`, `/v1/customers…`): JSON requests and
+//! answers, Mercado Pago's error body, a required `X-Idempotency-Key` on payment creation (honoured on refunds
+//! and the other creations).
 
 pub(crate) mod book;
+pub(crate) mod customers;
 pub(crate) mod errors;
 pub(crate) mod ops;
+mod pix;
+mod poi;
 mod search;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -31,7 +36,18 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             web::resource("/v1/payments/{id}/refunds/{refund_id}").route(web::get().to(get_refund)),
         )
         .service(web::resource("/v1/card_tokens").route(web::post().to(create_card_token)))
-        .service(web::resource("/v1/card_tokens/{id}").route(web::get().to(get_card_token)));
+        .service(web::resource("/v1/card_tokens/{id}").route(web::get().to(get_card_token)))
+        // `/v1/customers` and `/v1/customers/{id}` are shared with Stripe (the crate's `customers` module);
+        // the cards are Mercado Pago's alone.
+        .service(
+            web::resource("/v1/customers/{id}/cards")
+                .route(web::post().to(customers::create_card))
+                .route(web::get().to(customers::list_cards)),
+        )
+        .service(
+            web::resource("/v1/customers/{id}/cards/{card_id}")
+                .route(web::get().to(customers::get_card)),
+        );
 }
 
 /// The provider a request is for, or Mercado Pago's 401.
@@ -70,7 +86,7 @@ fn answer(run: Run) -> HttpResponse {
 
 /// A mutating request: authenticate, let `validate` turn it into a request (an error answer executes nothing and
 /// saves nothing), then execute that under the request's `X-Idempotency-Key`, if any.
-async fn mutate(
+pub(super) async fn mutate(
     req: HttpRequest,
     shared: web::Data<Shared>,
     validate: impl FnOnce(Option<&str>) -> Result<ops::Request, Reply>,
@@ -130,14 +146,15 @@ async fn create_refund(
     .await
 }
 
-/// `POST /v1/card_tokens`: no idempotency key needed (a token is a new object each time, and single use).
+/// `POST /v1/card_tokens`: no idempotency key needed (a token is a new object each time, and single use): a
+/// card's number, or a saved card (`card_id`).
 async fn create_card_token(
     req: HttpRequest,
     body: web::Bytes,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
     mutate(req, shared, |_| {
-        ops::validate_card_token(&body).map(ops::Request::CreateCardToken)
+        tokens::validate_token(&body).map(ops::Request::CreateCardToken)
     })
     .await
 }
@@ -195,7 +212,7 @@ async fn get_refund(
     })
 }
 
-fn read(
+pub(super) fn read(
     req: &HttpRequest,
     shared: &Shared,
     answer: impl FnOnce(&State, usize) -> Reply,

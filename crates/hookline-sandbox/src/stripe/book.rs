@@ -86,6 +86,9 @@ pub(crate) struct Charge {
     pub(crate) description: Option<String>,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) decline_code: Option<String>,
+    /// A failed charge's `(failure_code, failure_message)`: the error's code (`card_declined`,
+    /// `expired_card`, `authentication_required`, …) and message.
+    pub(crate) failure: Option<(String, String)>,
     pub(crate) balance_transaction: Option<String>,
     pub(crate) disputed: bool,
 }
@@ -118,8 +121,8 @@ impl Charge {
             "customer": self.customer,
             "description": self.description,
             "disputed": self.disputed,
-            "failure_code": (!self.succeeded).then_some("card_declined"),
-            "failure_message": (!self.succeeded).then_some("Your card was declined."),
+            "failure_code": self.failure.as_ref().map(|(code, _)| code),
+            "failure_message": self.failure.as_ref().map(|(_, message)| message),
             "livemode": false,
             "metadata": self.metadata,
             "outcome": outcome,
@@ -315,8 +318,80 @@ pub(crate) fn test_card(id: &str) -> Option<TestCard> {
         "pm_card_authenticationRequired" | "tok_authenticationRequired" => {
             card("visa", "3184", Authenticates)
         }
+        // Attaches to a customer, then every charge is declined (4000000000000341).
+        "pm_card_chargeCustomerFail" | "tok_chargeCustomerFail" => {
+            card("visa", "0341", Declines("generic_decline"))
+        }
         _ => None,
     }
+}
+
+/// A decline as Stripe reports it: the error's `code`, its `decline_code` and its `message`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decline {
+    pub(crate) code: &'static str,
+    pub(crate) decline_code: &'static str,
+    pub(crate) message: &'static str,
+}
+
+/// Stripe's decline codes the sandbox knows (<https://docs.stripe.com/declines/codes>) and the error code and
+/// message each comes with (<https://docs.stripe.com/testing#declined-payments>): most are `card_declined`;
+/// an expired card, a wrong number or CVC, a processing error and a required authentication have their own code.
+const DECLINES: &[(&str, &str, &str)] = &[
+    ("generic_decline", "card_declined", "Your card was declined."),
+    ("insufficient_funds", "card_declined", "Your card has insufficient funds."),
+    ("lost_card", "card_declined", "Your card has been declined."),
+    ("stolen_card", "card_declined", "Your card has been declined."),
+    ("fraudulent", "card_declined", "Your card was declined."),
+    ("do_not_honor", "card_declined", "Your card was declined."),
+    ("do_not_try_again", "card_declined", "Your card was declined."),
+    ("try_again_later", "card_declined", "Your card was declined."),
+    ("call_issuer", "card_declined", "Your card was declined."),
+    ("pickup_card", "card_declined", "Your card was declined."),
+    ("restricted_card", "card_declined", "Your card was declined."),
+    ("security_violation", "card_declined", "Your card was declined."),
+    ("service_not_allowed", "card_declined", "Your card was declined."),
+    ("transaction_not_allowed", "card_declined", "Your card was declined."),
+    ("not_permitted", "card_declined", "Your card was declined."),
+    ("invalid_account", "card_declined", "Your card was declined."),
+    ("invalid_amount", "card_declined", "Your card was declined."),
+    ("card_not_supported", "card_declined", "Your card does not support this type of purchase."),
+    ("currency_not_supported", "card_declined", "Your card does not support this currency."),
+    ("card_velocity_exceeded", "card_declined", "Your card was declined for making repeated attempts too frequently or exceeding its amount limit."),
+    ("withdrawal_count_limit_exceeded", "card_declined", "Your card was declined."),
+    ("new_account_information_available", "card_declined", "Your card was declined."),
+    ("revocation_of_all_authorizations", "card_declined", "Your card was declined."),
+    ("revocation_of_authorization", "card_declined", "Your card was declined."),
+    ("stop_payment_order", "card_declined", "Your card was declined."),
+    ("issuer_not_available", "card_declined", "Your card was declined."),
+    ("reenter_transaction", "card_declined", "Your card was declined."),
+    ("no_action_taken", "card_declined", "Your card was declined."),
+    ("duplicate_transaction", "card_declined", "Your card was declined."),
+    ("merchant_blacklist", "card_declined", "Your card was declined."),
+    ("approve_with_id", "card_declined", "Your card was declined."),
+    ("testmode_decline", "card_declined", "Your card was declined."),
+    ("expired_card", "expired_card", "Your card has expired."),
+    ("incorrect_cvc", "incorrect_cvc", "Your card's security code is incorrect."),
+    ("incorrect_number", "incorrect_number", "Your card number is incorrect."),
+    ("processing_error", "processing_error", "An error occurred while processing your card. Try again in a little bit."),
+    ("authentication_required", "authentication_required", "Your card was declined. This transaction requires authentication."),
+];
+
+/// The decline Stripe reports for `decline_code`, if the sandbox knows it.
+pub(crate) fn decline(decline_code: &str) -> Option<Decline> {
+    DECLINES
+        .iter()
+        .find(|(d, _, _)| *d == decline_code)
+        .map(|&(decline_code, code, message)| Decline {
+            code,
+            decline_code,
+            message,
+        })
+}
+
+/// The decline codes [`decline`] knows, for error messages.
+pub(crate) fn decline_codes() -> impl Iterator<Item = &'static str> {
+    DECLINES.iter().map(|(d, _, _)| *d)
 }
 
 /// A saved payment method: a test card minted into a `pm_…` of its own when attached to a customer, as Stripe

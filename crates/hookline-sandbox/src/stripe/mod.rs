@@ -2,6 +2,7 @@
 //! `/v1/events`), form-encoded requests, JSON answers, Stripe's error envelope and idempotency semantics.
 
 pub(crate) mod book;
+pub(crate) mod confirm;
 pub(crate) mod errors;
 pub(crate) mod form;
 mod list;
@@ -45,8 +46,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     )
     .route("/v1/refunds/{id}", get_one(Object::Refund))
     .route("/v1/charges/{id}", get_one(Object::Charge))
-    .route("/v1/customers", post_route(ops::validate_customer))
-    .route("/v1/customers/{id}", get_one(Object::Customer))
+    // `/v1/customers` and `/v1/customers/{id}` are shared with Mercado Pago: routed by the crate's
+    // `customers` module to `create_customer` / `get_customer`.
     .route("/v1/payment_methods/{id}", get_one(Object::PaymentMethod))
     .route(
         "/v1/payment_methods/{id}/attach",
@@ -290,6 +291,25 @@ impl Object {
         };
         errors::missing(object, id, param)
     }
+}
+
+/// `POST /v1/customers` (Stripe's).
+pub(crate) async fn create_customer(
+    req: HttpRequest,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    post(req, body, shared, ops::validate_customer).await
+}
+
+/// `GET /v1/customers/{id}` (Stripe's).
+pub(crate) fn get_customer(req: &HttpRequest, id: &str, shared: &Shared) -> HttpResponse {
+    let object = Object::Customer;
+    get(req, shared, |state, p| {
+        object
+            .find(&state.providers[p].stripe, id)
+            .ok_or_else(|| object.missing(id))
+    })
 }
 
 /// The route of `GET /v1/{collection}/{id}` for one kind of object.

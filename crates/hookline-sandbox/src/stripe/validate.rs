@@ -3,6 +3,7 @@
 //! error for it.
 
 use super::book::money;
+use super::confirm::off_session_without_customer;
 use super::errors::{self, StripeError};
 use super::form::Form;
 use super::ops::*;
@@ -96,8 +97,9 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
     let confirmation = confirmation(form)?;
     // Stripe: `off_session` "can only be set to true when `confirm=true`", and a merchant-initiated charge
     // needs the customer the saved payment method is attached to
-    // (https://docs.stripe.com/api/payment_intents/create#create_payment_intent-off_session). The messages are
-    // the sandbox's wording.
+    // (https://docs.stripe.com/api/payment_intents/create#create_payment_intent-off_session): refused naming
+    // `payment_method`, like a method not saved to the customer (`confirm::check_off_session`). The messages
+    // are the sandbox's wording.
     if confirmation.off_session && !confirm {
         return Err(errors::invalid_uncoded(
             "You can only set `off_session` when `confirm` is true.",
@@ -105,11 +107,8 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
         ));
     }
     if confirmation.off_session && customer.is_none() {
-        return Err(errors::invalid(
-            "parameter_missing",
-            "A `customer` is required when `off_session` is true: an off-session payment charges a payment method saved to a customer.",
-            Some("customer"),
-        ));
+        let given = confirmation.payment_method.as_deref().unwrap_or("given");
+        return Err(off_session_without_customer(given));
     }
     Ok(Request::CreateIntent(NewIntent {
         amount,
