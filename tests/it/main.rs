@@ -42,6 +42,7 @@ mod operator_input;
 mod operator_simulate;
 mod order;
 mod outbound;
+mod outbound_saved_cards;
 mod pipeline;
 mod provider_api;
 mod purge;

@@ -466,6 +466,12 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
             "parameter_missing",
             "mercadopago.payer.identification.number",
         ),
+        // A saved card (merchant-initiated) is its two ids, never beside a token.
+        (
+            with("mp", "mercadopago", json!({"card_id": "1562188766852"})),
+            "parameter_missing",
+            "mercadopago.customer_id",
+        ),
         (
             with("st", "mercadopago", mp_card()),
             "provider_object_mismatch",
@@ -482,6 +488,19 @@ async fn what_the_gateway_needs_is_required_when_confirming_and_named_when_missi
         assert_eq!((a.status, a.code().as_str()), (400, *code), "{body}: {a:?}");
         assert_eq!(a.json()["error"]["param"], *param, "{body}: {a:?}");
     }
+    // Present but contradictory: a token beside a saved card (422, as every invalid value).
+    let both = with(
+        "mp",
+        "mercadopago",
+        json!({"card_id": "1562188766852", "customer_id": "123-abc", "token": "t1"}),
+    );
+    let a = api.create("need-both", &both).await;
+    assert_eq!(
+        (a.status, a.code().as_str()),
+        (422, "parameter_invalid"),
+        "{a:?}"
+    );
+    assert_eq!(a.json()["error"]["param"], "mercadopago.token", "{a:?}");
     assert_eq!(api.count("payment_intents").await, 0);
     assert_eq!(api.count("outbound_requests").await, 0);
 

@@ -19,14 +19,14 @@ use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
 use tokio_util::sync::CancellationToken;
 
-const WAIT: Duration = Duration::from_secs(90);
+pub(crate) const WAIT: Duration = Duration::from_secs(90);
 
-async fn start() -> (TestPipeline, RunningSandbox) {
+pub(crate) async fn start() -> (TestPipeline, RunningSandbox) {
     hookline_tests::sandboxed::start(11).await
 }
 
 /// Fast retries (the production schedule is 1 s … 5 min).
-fn fast_settings() -> DispatchSettings {
+pub(crate) fn fast_settings() -> DispatchSettings {
     DispatchSettings {
         idle_interval: Duration::from_millis(50),
         min_backoff: Duration::from_millis(100),
@@ -47,7 +47,7 @@ fn spawn_dispatcher(p: &TestPipeline) -> (CancellationToken, tokio::task::JoinHa
 }
 
 /// Runs `d` in the background until the returned token is cancelled.
-fn spawn(d: Dispatcher) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+pub(crate) fn spawn(d: Dispatcher) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let cancel = CancellationToken::new();
     let token = cancel.clone();
     let task = tokio::spawn(async move {
@@ -70,6 +70,8 @@ fn stripe_params(pm: &str) -> PaymentParams {
 fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams {
     PaymentParams::MercadoPago(MercadoPagoParams {
         token,
+        card_id: None,
+        customer_id: None,
         payment_method_id: Some(method.to_owned()),
         installments: (method != "pix").then_some(1),
         issuer_id: None,
@@ -86,7 +88,7 @@ fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams 
 /// A Mercado Pago card token for a test card whose holder name decides the outcome (`APRO` approved, `OTHE`
 /// rejected), made at the provider's `POST /v1/card_tokens` as a merchant's card form would. A sandbox without
 /// card tokens (main before the h-sandbox branch) answers 404 and accepts any token: then a fixed one.
-async fn mp_card_token(p: &TestPipeline, provider: &str, holder: &str) -> String {
+pub(crate) async fn mp_card_token(p: &TestPipeline, provider: &str, holder: &str) -> String {
     let base = p.config.providers[provider]
         .api_base
         .clone()
@@ -136,7 +138,7 @@ async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: 
     create_intent_with(p, provider, amount, customer, Some(&params)).await
 }
 
-async fn create_intent_with(
+pub(crate) async fn create_intent_with(
     p: &TestPipeline,
     provider: &str,
     amount: i64,
@@ -164,14 +166,14 @@ async fn create_intent_with(
     intent
 }
 
-async fn intent(p: &TestPipeline, id: i64) -> Intent {
+pub(crate) async fn intent(p: &TestPipeline, id: i64) -> Intent {
     let mut conn = p.pool().acquire().await.unwrap();
     intents::get(&mut conn, id).await.unwrap().expect("intent")
 }
 
 /// A customer created at the Stripe sandbox with `pm_card_visa` attached, as a merchant's checkout saves a card
 /// for later off-session charges: `(cus_…, pm_…)`.
-async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (String, String) {
+pub(crate) async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (String, String) {
     hookline_tests::sandboxed::stripe_saved_card(
         sandbox,
         hookline_tests::sandboxed::STRIPE_KEY,
@@ -223,7 +225,7 @@ async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
         .expect(sql)
 }
 
-async fn settle(p: &TestPipeline, what: &str, sql: &str, want: i64) {
+pub(crate) async fn settle(p: &TestPipeline, what: &str, sql: &str, want: i64) {
     wait_for_count(p.pool(), WAIT, what, sql, want).await;
 }
 
@@ -951,7 +953,10 @@ async fn start_with_gateway(api: &str) -> TestPipeline {
 }
 
 /// `(status, attempts, last_status, last_error)` of an intent's charge request.
-async fn charge_request(p: &TestPipeline, intent_id: i64) -> (String, i32, Option<i16>, String) {
+pub(crate) async fn charge_request(
+    p: &TestPipeline,
+    intent_id: i64,
+) -> (String, i32, Option<i16>, String) {
     let (status, attempts, last_status, last_error): (String, i32, Option<i16>, Option<String>) =
         sqlx::query_as(
             "SELECT status, attempts, last_status, last_error FROM outbound_requests
@@ -1329,11 +1334,11 @@ async fn gateway_500_is_retried_with_the_same_key_for_charges_and_refunds() {
 }
 
 /// The key lifetime of the tests below: the sandbox forgets a key after it, and the dispatcher is told so.
-const KEY_TTL: Duration = Duration::from_secs(3);
+pub(crate) const KEY_TTL: Duration = Duration::from_secs(3);
 
 /// The real dispatcher with fast retries and every provider's key lifetime set to [`KEY_TTL`] (the configuration
 /// accepts 60 s at least; the test sets the parsed value, as the configuration would hand it over).
-fn short_key_dispatcher(p: &TestPipeline) -> Dispatcher {
+pub(crate) fn short_key_dispatcher(p: &TestPipeline) -> Dispatcher {
     let providers: Vec<hookline_core::ProviderConfig> = p
         .config
         .providers
@@ -1509,7 +1514,11 @@ async fn sandbox_control(sandbox: &RunningSandbox, path: &str, body: serde_json:
 }
 
 /// The intent's postings of kind `payment` (by its gateway id) and its facts.
-async fn postings_and_facts(p: &TestPipeline, i: &Intent, payment: &str) -> (i64, Vec<String>) {
+pub(crate) async fn postings_and_facts(
+    p: &TestPipeline,
+    i: &Intent,
+    payment: &str,
+) -> (i64, Vec<String>) {
     let postings: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM ledger_transactions WHERE provider = $1 AND kind = 'payment' AND reference = $2",
     )

@@ -8,6 +8,13 @@
 //!
 //! The object is kept as validated JSON ([`ProviderObject`]) until it is stored, because a confirm may supply
 //! only part of it: its fields are laid over the stored ones ([`ProviderObject::merged_over`]).
+//!
+//! Mercado Pago takes two ways to pay by card, never both in one object: a new card's `token` (made by the
+//! merchant's card form), or a card saved at Mercado Pago, `card_id` + `customer_id` — its documented
+//! merchant-initiated charge without the security code ("Pagamentos automáticos" / Card on File,
+//! <https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges>): hookline mints the
+//! card's token itself and pays as the customer, so `payment_method_id` is optional (the card's own) and
+//! `payer` is not sent (the customer is the payer). A confirm sending one way replaces the other stored.
 
 use hookline_payments::params::{self, PaymentParams};
 use hookline_signature::Scheme;
@@ -82,6 +89,17 @@ impl ProviderObject {
                 ))
             }
         };
+        // One way to pay by card: a new card's token replaces a stored saved card, and the other way round.
+        if self.field == MERCADOPAGO {
+            let sent = |k: &str| self.fields.contains_key(k);
+            if sent("token") {
+                base.remove("card_id");
+                base.remove("customer_id");
+            }
+            if sent("card_id") || sent("customer_id") {
+                base.remove("token");
+            }
+        }
         for (k, v) in &self.fields {
             match (base.get_mut(k), v) {
                 (Some(Value::Object(old)), Value::Object(new)) => {
@@ -255,13 +273,15 @@ fn mercadopago(fields: &Map<String, Value>) -> Result<Map<String, Value>, ApiErr
         fields,
         &[
             "token",
+            "card_id",
+            "customer_id",
             "payment_method_id",
             "installments",
             "issuer_id",
             "payer",
         ],
     )?;
-    checked(MERCADOPAGO, fields, |path, k, v| match k {
+    let out = checked(MERCADOPAGO, fields, |path, k, v| match k {
         "token" => ascii(
             path,
             v,
@@ -294,8 +314,57 @@ fn mercadopago(fields: &Map<String, Value>) -> Result<Map<String, Value>, ApiErr
                 "must be an issuer id (letters and digits, at most 32)",
             ),
         },
+        // Mercado Pago's card ids are numeric; its answers carry them as text or as a number.
+        "card_id" => match v {
+            Value::Number(n) if n.as_u64().is_some() => Ok(Value::String(n.to_string())),
+            Value::String(s) if params::is_mercadopago_card_id(s) => Ok(v.clone()),
+            _ => Err(invalid(
+                path,
+                &format!(
+                    "must be a Mercado Pago saved card id (digits, at most {})",
+                    params::MAX_MERCADOPAGO_CARD_ID_BYTES
+                ),
+            )),
+        },
+        "customer_id" => match v.as_str() {
+            Some(s) if params::is_mercadopago_customer_id(s) => Ok(v.clone()),
+            _ => Err(invalid(
+                path,
+                &format!(
+                    "must be a Mercado Pago customer id (letters, digits and -, at most {})",
+                    params::MAX_MERCADOPAGO_CUSTOMER_ID_BYTES
+                ),
+            )),
+        },
         _ => payer(path, v),
-    })
+    })?;
+    saved_card_rules(&out)?;
+    Ok(out)
+}
+
+/// A saved card (`card_id` / `customer_id`) is paid without the merchant's `token` (hookline mints one) and only
+/// with a card method.
+fn saved_card_rules(fields: &Map<String, Value>) -> Result<(), ApiError> {
+    let saved = fields.contains_key("card_id") || fields.contains_key("customer_id");
+    if !saved {
+        return Ok(());
+    }
+    if fields.contains_key("token") {
+        return Err(invalid(
+            "mercadopago.token",
+            "cannot be sent with mercadopago.card_id or mercadopago.customer_id: a new card is paid by its \
+             token, a saved card by card_id + customer_id",
+        ));
+    }
+    if let Some(Value::String(m)) = fields.get("payment_method_id") {
+        if params::MERCADOPAGO_NON_CARD_METHODS.contains(&m.as_str()) {
+            return Err(invalid(
+                "mercadopago.payment_method_id",
+                "must be a card method with a saved card (card_id)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn payer(path: &str, v: &Value) -> Result<Value, ApiError> {
@@ -583,6 +652,54 @@ mod tests {
                 "unknown_field",
                 "mercadopago.payer.identification.x",
             ),
+            (
+                json!({"mercadopago": {"card_id": "12a", "customer_id": "c-1"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.card_id",
+            ),
+            (
+                json!({"mercadopago": {"card_id": "9".repeat(33), "customer_id": "c-1"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.card_id",
+            ),
+            (
+                json!({"mercadopago": {"card_id": -1, "customer_id": "c-1"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.card_id",
+            ),
+            (
+                json!({"mercadopago": {"card_id": "1", "customer_id": "../me"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.customer_id",
+            ),
+            (
+                json!({"mercadopago": {"card_id": "1", "customer_id": "a".repeat(65)}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.customer_id",
+            ),
+            (
+                json!({"mercadopago": {"card_id": "1", "customer_id": "c-1", "token": "t1"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.token",
+            ),
+            (
+                json!({"mercadopago": {"customer_id": "c-1", "token": "t1"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.token",
+            ),
+            (
+                json!({"mercadopago": {"card_id": "1", "customer_id": "c-1", "payment_method_id": "pix"}}),
+                mp,
+                "parameter_invalid",
+                "mercadopago.payment_method_id",
+            ),
         ] {
             assert_eq!(
                 refused(body.clone(), scheme),
@@ -590,6 +707,54 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    #[test]
+    fn a_saved_mercadopago_card_is_card_id_and_customer_id_without_a_token() {
+        let mp = Some(Scheme::MercadoPago);
+        let saved = parse(
+            json!({"mercadopago": {"card_id": 1562188766852u64, "customer_id": "448870796-7ZjwhKGxILixxN"}}),
+            mp,
+        )
+        .unwrap()
+        .unwrap();
+        let params = saved.to_params().unwrap();
+        assert_eq!(params.missing_for_confirm(), None);
+        let PaymentParams::MercadoPago(m) = &params else {
+            panic!("scheme")
+        };
+        assert_eq!(m.card_id.as_deref(), Some("1562188766852"));
+        assert_eq!(m.token, None);
+        // Half a saved card is named by what is missing.
+        let half = parse(json!({"mercadopago": {"card_id": "1"}}), mp)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            half.to_params().unwrap().missing_for_confirm(),
+            Some("mercadopago.customer_id")
+        );
+        // A confirm sending one way to pay replaces the other stored.
+        let new_card = parse(
+            json!({"mercadopago": {"token": "tok_1", "payment_method_id": "visa",
+                   "payer": {"email": "a@b.co"}}}),
+            mp,
+        )
+        .unwrap()
+        .unwrap();
+        let PaymentParams::MercadoPago(m) = new_card.merged_over(Some(&params)).unwrap() else {
+            panic!("scheme")
+        };
+        assert_eq!(
+            (m.token.as_deref(), m.card_id, m.customer_id),
+            (Some("tok_1"), None, None)
+        );
+        let stored_token = new_card.to_params().unwrap();
+        let PaymentParams::MercadoPago(m) = saved.merged_over(Some(&stored_token)).unwrap() else {
+            panic!("scheme")
+        };
+        assert_eq!(m.token, None);
+        assert_eq!(m.card_id.as_deref(), Some("1562188766852"));
+        assert_eq!(m.payment_method_id.as_deref(), Some("visa"));
     }
 
     #[test]

@@ -9,11 +9,18 @@
 //! configuration, an answer it cannot interpret — needs an operator), or `unknown` (retryable failures reached the
 //! key's lifetime: nothing more is sent with that key; after it expired a lookup by hookline's reference decides —
 //! found → `succeeded`/`declined`, not found → `pending` again under the next key generation, see [`sent_key`]).
+//!
+//! A Mercado Pago saved card's charge also keeps the card token minted for its current key generation
+//! (`saved_card`, [`keep_saved_card`]): stored before the payment is sent, sent unchanged on every attempt of
+//! that generation.
 
 use std::time::Duration;
 
+use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use time::OffsetDateTime;
+
+use crate::gateway::mercadopago::MintedCard;
 
 /// What a request does at the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +312,48 @@ pub async fn fail(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The card token minted for key generation `generation` of request `id` (a Mercado Pago saved card), if one
+/// was stored ([`keep_saved_card`]); a token of another generation is never returned.
+pub async fn saved_card<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+    generation: i32,
+) -> Result<Option<MintedCard>, sqlx::Error> {
+    let row: Option<Json<MintedCard>> = sqlx::query_scalar(
+        "SELECT saved_card FROM outbound_requests WHERE id = $1 AND saved_card_generation = $2",
+    )
+    .bind(id)
+    .bind(generation)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|j| j.0))
+}
+
+/// Stores `minted` for key generation `generation` of the pending request `id` — BEFORE the payment is sent —
+/// unless a token is already stored for that generation (a dispatcher whose lease expired mid-mint): the one
+/// stored first is kept and returned, so every attempt of the generation sends the same token. `None`: the
+/// request is no longer pending at that generation (nothing stored; nothing must be sent).
+pub async fn keep_saved_card<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+    generation: i32,
+    minted: &MintedCard,
+) -> Result<Option<MintedCard>, sqlx::Error> {
+    let row: Option<Json<MintedCard>> = sqlx::query_scalar(
+        "UPDATE outbound_requests
+            SET saved_card = CASE WHEN saved_card_generation = $2 THEN saved_card ELSE $3 END,
+                saved_card_generation = $2, updated_at = now()
+          WHERE id = $1 AND key_generation = $2 AND status = 'pending'
+         RETURNING saved_card",
+    )
+    .bind(id)
+    .bind(generation)
+    .bind(Json(minted))
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|j| j.0))
 }
 
 /// The outbox at a glance, for `hookline status` and the console.

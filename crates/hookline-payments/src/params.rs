@@ -22,7 +22,7 @@ pub enum PaymentParams {
     /// Stripe: a PaymentMethod, optionally a Customer, off-session for merchant-initiated charges.
     #[serde(rename = "stripe")]
     Stripe(StripeParams),
-    /// Mercado Pago: a card token (or a non-card method such as Pix), the payer.
+    /// Mercado Pago: a card token (or a non-card method such as Pix) and the payer, or a saved card.
     #[serde(rename = "mercadopago")]
     MercadoPago(MercadoPagoParams),
 }
@@ -45,14 +45,30 @@ pub struct StripeParams {
     pub return_url: Option<String>,
 }
 
-/// Mercado Pago's charge parameters (`POST /v1/payments`).
+/// Mercado Pago's charge parameters (`POST /v1/payments`). Two ways to pay by card, never both:
+///
+/// - a **new card**: `token`, made by the merchant's front end from the card form (single use), with
+///   `payment_method_id` and `payer.email`;
+/// - a **saved card** (merchant-initiated, no CVV: Mercado Pago's "Pagamentos automáticos" / Card on File,
+///   <https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges>): `card_id` +
+///   `customer_id`, the card saved with `POST /v1/customers/{customer_id}/cards`. The dispatcher mints the
+///   single-use token itself, per key generation (`POST /v1/card_tokens {card_id, customer_id}`), takes the card's
+///   `payment_method.id` when `payment_method_id` is not given, and pays as `payer {type: customer, id}`
+///   ([`crate::gateway::mercadopago`]). Billing runs charge subscriptions this way.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MercadoPagoParams {
-    /// The card token made by the merchant's front end (single use); required for card methods.
+    /// The card token made by the merchant's front end (single use); required for card methods unless a saved
+    /// card is charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
-    /// `visa`, `master`, `pix`, …: required.
+    /// A saved card's id at Mercado Pago (digits, see [`is_mercadopago_card_id`]); with `customer_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_id: Option<String>,
+    /// The Mercado Pago customer the saved card belongs to (see [`is_mercadopago_customer_id`]); with `card_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_id: Option<String>,
+    /// `visa`, `master`, `pix`, …: required, except for a saved card (then the card's own when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_method_id: Option<String>,
     /// Number of installments (cards); 1 when absent.
@@ -61,9 +77,17 @@ pub struct MercadoPagoParams {
     /// The card's issuer, when the front end chose one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer_id: Option<String>,
-    /// Who pays: `email` is required.
+    /// Who pays: `email` is required, except for a saved card (the payer is then the customer).
     #[serde(default)]
     pub payer: Payer,
+}
+
+impl MercadoPagoParams {
+    /// Whether these parameters charge a saved card (`card_id` or `customer_id` given): the dispatcher mints the
+    /// card token; [`PaymentParams::missing_for_confirm`] then requires both ids and nothing else.
+    pub fn is_saved_card(&self) -> bool {
+        self.card_id.is_some() || self.customer_id.is_some()
+    }
 }
 
 /// Mercado Pago's payer.
@@ -111,6 +135,17 @@ impl PaymentParams {
                     None
                 }
             }
+            // A saved card: the dispatcher mints the token and reads the card's payment method; the customer is
+            // the payer. (A token beside a saved card is refused by the API; the dispatcher refuses it too.)
+            PaymentParams::MercadoPago(m) if m.is_saved_card() => {
+                if m.card_id.is_none() {
+                    Some("mercadopago.card_id")
+                } else if m.customer_id.is_none() {
+                    Some("mercadopago.customer_id")
+                } else {
+                    None
+                }
+            }
             PaymentParams::MercadoPago(m) => match m.payment_method_id.as_deref() {
                 None => Some("mercadopago.payment_method_id"),
                 Some(method) => {
@@ -131,10 +166,12 @@ impl PaymentParams {
     pub fn is_asynchronous(&self) -> bool {
         match self {
             PaymentParams::Stripe(_) => false,
-            PaymentParams::MercadoPago(m) => m
-                .payment_method_id
-                .as_deref()
-                .is_some_and(|p| MERCADOPAGO_NON_CARD_METHODS.contains(&p)),
+            PaymentParams::MercadoPago(m) => {
+                !m.is_saved_card()
+                    && m.payment_method_id
+                        .as_deref()
+                        .is_some_and(|p| MERCADOPAGO_NON_CARD_METHODS.contains(&p))
+            }
         }
     }
 }
@@ -158,11 +195,38 @@ pub fn is_stripe_id(value: &str, prefixes: &[&str]) -> bool {
         })
 }
 
+/// Longest Mercado Pago saved-card id accepted (its card ids are numbers of 13 digits or so).
+pub const MAX_MERCADOPAGO_CARD_ID_BYTES: usize = 32;
+
+/// Longest Mercado Pago customer id accepted (`448870796-7ZjwhKGxILixxN`).
+pub const MAX_MERCADOPAGO_CUSTOMER_ID_BYTES: usize = 64;
+
+/// Whether `value` is shaped like a Mercado Pago saved-card id: 1 to [`MAX_MERCADOPAGO_CARD_ID_BYTES`] ASCII
+/// digits. It goes into a URL path (`/v1/customers/{customer}/cards/{card}`): nothing else gets through. One rule
+/// for the merchant API, the CLI and the dispatcher.
+pub fn is_mercadopago_card_id(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= MAX_MERCADOPAGO_CARD_ID_BYTES
+        && value.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `value` is shaped like a Mercado Pago customer id: 1 to [`MAX_MERCADOPAGO_CUSTOMER_ID_BYTES`] ASCII
+/// letters, digits and `-` (a URL path segment, like the card id).
+pub fn is_mercadopago_customer_id(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= MAX_MERCADOPAGO_CUSTOMER_ID_BYTES
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 // The card token is single-use but still a credential for one charge: never in a log line.
 impl std::fmt::Debug for MercadoPagoParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MercadoPagoParams")
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("card_id", &self.card_id)
+            .field("customer_id", &self.customer_id)
             .field("payment_method_id", &self.payment_method_id)
             .field("installments", &self.installments)
             .field("issuer_id", &self.issuer_id)
@@ -241,6 +305,57 @@ mod tests {
         assert_eq!(mp(None, Some("pix"), Some("e")).missing_for_confirm(), None);
         assert!(mp(None, Some("pix"), Some("e")).is_asynchronous());
         assert!(!mp(Some("t"), Some("visa"), Some("e")).is_asynchronous());
+    }
+
+    #[test]
+    fn a_saved_mercadopago_card_needs_its_two_ids_and_nothing_else() {
+        let saved = |card: Option<&str>, customer: Option<&str>| {
+            PaymentParams::MercadoPago(MercadoPagoParams {
+                card_id: card.map(str::to_owned),
+                customer_id: customer.map(str::to_owned),
+                installments: Some(1),
+                ..MercadoPagoParams::default()
+            })
+        };
+        // What billing::charge_params builds: no token, no payment method, no e-mail — chargeable.
+        let both = saved(Some("1562188766852"), Some("448870796-7ZjwhKGxILixxN"));
+        assert_eq!(both.missing_for_confirm(), None);
+        assert!(!both.is_asynchronous());
+        assert_eq!(
+            saved(Some("1"), None).missing_for_confirm(),
+            Some("mercadopago.customer_id")
+        );
+        assert_eq!(
+            saved(None, Some("c-1")).missing_for_confirm(),
+            Some("mercadopago.card_id")
+        );
+        // Stored and read back as the API shape.
+        let json = serde_json::to_value(&both).expect("json");
+        assert_eq!(json["mercadopago"]["card_id"], "1562188766852");
+        assert_eq!(json["mercadopago"].get("token"), None);
+        let back: PaymentParams = serde_json::from_value(json).expect("back");
+        assert_eq!(back, both);
+        let PaymentParams::MercadoPago(m) = &both else {
+            panic!("scheme")
+        };
+        assert!(m.is_saved_card());
+        assert!(!MercadoPagoParams::default().is_saved_card());
+    }
+
+    #[test]
+    fn mercadopago_saved_card_ids_are_path_safe() {
+        for ok in ["1", "1562188766852", &"9".repeat(32)] {
+            assert!(is_mercadopago_card_id(ok), "{ok}");
+        }
+        for bad in ["", "12a", "1/2", "../1", " 1", &"9".repeat(33)] {
+            assert!(!is_mercadopago_card_id(bad), "{bad}");
+        }
+        for ok in ["448870796-7ZjwhKGxILixxN", "c", &"a".repeat(64)] {
+            assert!(is_mercadopago_customer_id(ok), "{ok}");
+        }
+        for bad in ["", "a/b", "a b", "a_b", "a?x=1", "é", &"a".repeat(65)] {
+            assert!(!is_mercadopago_customer_id(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::gateway::{self, excerpt, Api, Object, Raw, Verdict};
+use crate::gateway::{self, bounded, excerpt, Api, Object, Raw, Verdict, PAYMENT_METHOD_UNUSABLE};
 
 /// Attempts after which a 2xx answer that is not the provider's object needs attention instead of another
 /// retry (with the default backoff, about two minutes after the first).
@@ -26,8 +26,10 @@ pub enum Answer {
         /// `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
         next_action: Option<Value>,
     },
-    /// The gateway declined it (Stripe 402 `card_error` or a PaymentIntent back to `requires_payment_method`
-    /// with its `last_payment_error`; Mercado Pago `rejected`): an outcome, recorded as such.
+    /// The gateway declined it (Stripe 402 `card_error`, a PaymentIntent back to `requires_payment_method`
+    /// with its `last_payment_error`, or a 4xx `invalid_request_error` about `payment_method`/`customer`;
+    /// Mercado Pago `rejected`, or a saved card its API no longer finds or tokenizes): an outcome, recorded as
+    /// such.
     Declined {
         /// HTTP status, when there was an answer.
         status: Option<u16>,
@@ -179,9 +181,17 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             error: format!("{status} (will retry): {}", excerpt(&raw.body, 300)),
         },
         _ => {
-            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome.
+            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome. A
+            // charge whose payment method or customer Stripe refuses (another customer's method, detached,
+            // missing; off-session without a saved method) is one too: no operator can fix the customer's card,
+            // and billing must learn that the method is unusable.
             if expected.api == Api::Stripe {
-                if let Some(d) = gateway::stripe::read_decline(&raw.body) {
+                let method_refused = || {
+                    (!expected.refund && (400..=499).contains(&status))
+                        .then(|| gateway::stripe::read_method_refusal(&raw.body))
+                        .flatten()
+                };
+                if let Some(d) = gateway::stripe::read_decline(&raw.body).or_else(method_refused) {
                     return Answer::Declined {
                         status: Some(status),
                         provider_id: d.id,
@@ -195,6 +205,87 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
                 error: format!("{status}: {}", excerpt(&raw.body, 300)),
             }
         }
+    }
+}
+
+/// Classifies the answer to one step of a saved card's preparation (`step`: the card lookup, the card token;
+/// Mercado Pago) and reads it with `read`:
+///
+/// | the API answers | then |
+/// |---|---|
+/// | 2xx that `read` accepts | `Ok`: the next step |
+/// | 400 or 404 (the card or its customer is gone, the card cannot be tokenized) | a decline, [`PAYMENT_METHOD_UNUSABLE`]: no payment is sent; billing asks for another method |
+/// | a timeout, connection error, 5xx, 429, 409 | retried like any gateway error (same key: nothing was paid yet) |
+/// | a 2xx `read` refuses (or cut) | retried, then hookline's problem after [`MAX_UNREADABLE_ATTEMPTS`] |
+/// | a 3xx, 401, 403, another 4xx | hookline's problem (`api_base`, `api_token`) |
+pub(crate) fn classify_card_step<T>(
+    expected: &Expected<'_>,
+    step: &str,
+    sent: Result<Raw, String>,
+    read: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<T, Answer> {
+    let raw = sent.map_err(|e| Answer::Retry {
+        status: None,
+        retry_after: None,
+        error: format!("{step}: {e}"),
+    })?;
+    let status = raw.status;
+    match status {
+        200..=299 => {
+            let read = if raw.truncated {
+                Err("the answer was cut".to_owned())
+            } else {
+                serde_json::from_slice::<Value>(&raw.body)
+                    .map_err(|e| format!("not JSON ({e})"))
+                    .and_then(|json| read(&json))
+            };
+            read.map_err(|why| {
+                let error = format!("{step}: {status} but {why}: {}", excerpt(&raw.body, 200));
+                if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
+                    Answer::Refused {
+                        status: Some(status),
+                        error: format!("{error} (after {} attempts)", expected.attempts),
+                    }
+                } else {
+                    Answer::Retry {
+                        status: Some(status),
+                        retry_after: None,
+                        error: format!("{error} (will retry)"),
+                    }
+                }
+            })
+        }
+        400 | 404 => {
+            let said = serde_json::from_slice::<Value>(&raw.body)
+                .ok()
+                .and_then(|j| bounded(&j["message"], 300))
+                .unwrap_or_else(|| excerpt(&raw.body, 300));
+            Err(Answer::Declined {
+                status: Some(status),
+                provider_id: None,
+                code: PAYMENT_METHOD_UNUSABLE.to_owned(),
+                message: format!(
+                    "the saved card cannot be charged: {step} answered {status}: {said}"
+                ),
+            })
+        }
+        409 | 429 | 500..=599 => Err(Answer::Retry {
+            status: Some(status),
+            retry_after: raw.retry_after,
+            error: format!("{step}: {status} (will retry): {}", excerpt(&raw.body, 300)),
+        }),
+        300..=399 => Err(Answer::Refused {
+            status: Some(status),
+            error: format!(
+                "{step}: {status}: the gateway redirected to {} — redirects are not followed; \
+                 check providers.{}.api_base",
+                raw.redirect_target, expected.provider
+            ),
+        }),
+        _ => Err(Answer::Refused {
+            status: Some(status),
+            error: format!("{step}: {status}: {}", excerpt(&raw.body, 300)),
+        }),
     }
 }
 
@@ -270,6 +361,148 @@ mod tests {
             ),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn a_stripe_refusal_of_the_payment_method_or_customer_is_a_decline() {
+        let refused = |param: &str, code: Option<&str>| {
+            let mut error = serde_json::json!({"type": "invalid_request_error", "param": param,
+                "message": format!("Stripe refuses this {param}.")});
+            if let Some(c) = code {
+                error["code"] = c.into();
+            }
+            serde_json::json!({ "error": error }).to_string()
+        };
+        for (param, code, want) in [
+            (
+                "payment_method",
+                Some("resource_missing"),
+                "resource_missing",
+            ),
+            ("payment_method", None, PAYMENT_METHOD_UNUSABLE),
+            ("customer", Some("resource_missing"), "resource_missing"),
+            ("customer", None, PAYMENT_METHOD_UNUSABLE),
+        ] {
+            let a = classify(
+                &expected(Api::Stripe, false),
+                raw(400, &refused(param, code)),
+            );
+            assert_eq!(
+                a,
+                Answer::Declined {
+                    status: Some(400),
+                    provider_id: None,
+                    code: want.into(),
+                    message: format!("Stripe refuses this {param}.")
+                },
+                "{param} {code:?}"
+            );
+        }
+        // The same answer to a refund, a 5xx, or about another parameter: not a decline of the method.
+        let a = classify(
+            &expected(Api::Stripe, true),
+            raw(400, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+        let a = classify(
+            &expected(Api::Stripe, false),
+            raw(500, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Retry { .. }), "{a:?}");
+        let a = classify(
+            &expected(Api::Stripe, false),
+            raw(400, &refused("amount", Some("parameter_invalid_integer"))),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+        // Mercado Pago has no such error shape: its 400 stays hookline's problem.
+        let a = classify(
+            &expected(Api::MercadoPago, false),
+            raw(400, &refused("payment_method", None)),
+        );
+        assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
+    }
+
+    #[test]
+    fn a_saved_card_step_declines_on_400_and_404_and_retries_what_a_charge_retries() {
+        let read = |json: &Value| {
+            json["id"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| "no id".to_owned())
+        };
+        let step = |status: u16, body: &str| {
+            classify_card_step(
+                &expected(Api::MercadoPago, false),
+                "the card token",
+                raw(status, body),
+                read,
+            )
+        };
+        assert_eq!(step(201, r#"{"id": "tok1"}"#), Ok("tok1".to_owned()));
+        for status in [400, 404] {
+            match step(
+                status,
+                r#"{"message": "card not found", "error": "not_found", "status": 404}"#,
+            ) {
+                Err(Answer::Declined {
+                    status: s,
+                    provider_id: None,
+                    code,
+                    message,
+                }) => {
+                    assert_eq!((s, code.as_str()), (Some(status), PAYMENT_METHOD_UNUSABLE));
+                    assert!(message.contains("card not found"), "{message}");
+                    assert!(message.contains("the card token"), "{message}");
+                }
+                other => panic!("{status}: {other:?}"),
+            }
+        }
+        for status in [409, 429, 500, 503] {
+            let a = step(status, "busy");
+            assert!(
+                matches!(a, Err(Answer::Retry { status: Some(s), .. }) if s == status),
+                "{a:?}"
+            );
+        }
+        let timeout = classify_card_step(
+            &expected(Api::MercadoPago, false),
+            "the card lookup",
+            Err("sending: timeout".into()),
+            read,
+        );
+        assert!(
+            matches!(&timeout, Err(Answer::Retry { status: None, error, .. }) if error.contains("the card lookup")),
+            "{timeout:?}"
+        );
+        for status in [301, 401, 403, 422] {
+            let a = step(status, "{}");
+            assert!(
+                matches!(a, Err(Answer::Refused { status: Some(s), .. }) if s == status),
+                "{status}: {a:?}"
+            );
+        }
+        // A 2xx that is not what was asked for: retried, then hookline's problem.
+        assert!(matches!(step(200, "<html>"), Err(Answer::Retry { .. })));
+        assert!(matches!(step(200, "{}"), Err(Answer::Retry { .. })));
+        let last = classify_card_step(
+            &Expected {
+                attempts: MAX_UNREADABLE_ATTEMPTS,
+                ..expected(Api::MercadoPago, false)
+            },
+            "the card token",
+            raw(200, "{}"),
+            read,
+        );
+        assert!(matches!(last, Err(Answer::Refused { .. })), "{last:?}");
+        let mut cut = raw(200, r#"{"id": "tok1"}"#).expect("raw");
+        cut.truncated = true;
+        let a = classify_card_step(
+            &expected(Api::MercadoPago, false),
+            "the card token",
+            Ok(cut),
+            read,
+        );
+        assert!(matches!(a, Err(Answer::Retry { .. })), "{a:?}");
     }
 
     #[test]

@@ -19,11 +19,20 @@
 //! |---|---|---|---|
 //! | its object (2xx, JSON, id, status) | `succeeded` | its status: `processing`, `succeeded`, `requires_action` (+ `next_action`), `failed` (canceled) | the gateway's word |
 //! | a decline: Stripe 402 `card_error` or `requires_payment_method` + `last_payment_error`; Mercado Pago `rejected` | `declined` | `failed` + `failure_code`/`failure_message`, fact `payment_intent.failed` (refund: `failed`, its amount released) | a declined card is an outcome for the merchant, not an incident: `hookline status` stays green |
+//! | a refused method: Stripe 4xx `invalid_request_error` whose `param` is `payment_method` or `customer` (a charge) | `declined` | `failed`, `failure_code` = the error's `code` or `payment_method_unusable`, `failure_message` its `message` | another customer's method, detached, missing, off-session without a saved method: the customer's method, not hookline, must change (billing: `needs_payment_method`) |
+//! | a Mercado Pago saved card's lookup or token answered 400 or 404 | `declined`, no payment sent | `failed`, `payment_method_unusable` | the card or its customer is gone at the gateway: as above |
 //! | a timeout, connection error, 5xx, 429 (`Retry-After` honoured) or 409 (the key still executing) | `pending`, retried with the same key, 1 s … 5 min | unchanged | the gateway replays the key's first answer: a retry cannot charge twice |
 //! | the same, when the next attempt would come after the key's first send + ttl − margin | `unknown` | unchanged | past its lifetime the gateway forgets the key: a resend could charge twice |
 //! | a 2xx that is not its object | retried with the same key; after [`MAX_UNREADABLE_ATTEMPTS`] `failed` | `needs_attention` | the charge may have happened (the key tells); a server that keeps answering so is not the gateway |
 //! | a 3xx | `failed` | `needs_attention` | never followed (it would carry the charge, key and token elsewhere); `api_base` is wrong |
 //! | another 4xx, or nothing sendable (no `api_base`, no or incomplete payment parameters) | `failed` | `needs_attention` | hookline's own problem: an operator fixes it |
+//!
+//! A Mercado Pago **saved card** (`card_id` + `customer_id`, merchant-initiated) is prepared per key generation
+//! before its payment: the card's payment method (`GET /v1/customers/{customer}/cards/{card}`) and a single-use
+//! token (`POST /v1/card_tokens`), stored with the request (`outbound_requests.saved_card`) BEFORE the payment is
+//! sent, so every attempt of the generation sends the identical body under the same key; a new generation mints
+//! anew. A timeout, 5xx or 429 of these steps is retried like any gateway error (nothing was paid yet); see
+//! [`crate::gateway::mercadopago`].
 //!
 //! **Unknown requests** (issue 27): the key's lifetime is `providers.NAME.idempotency_key_ttl_secs`
 //! ([`outbound_requests::key_margin`]: a tenth of it, at most an hour, before it ends no more attempts start).
@@ -38,6 +47,7 @@
 //! the payment-intents API).
 
 mod answer;
+mod saved_card;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -335,7 +345,8 @@ impl Dispatcher {
     }
 
     /// Sends one claimed request to the gateway (with its generation's key) and classifies the answer. Reads
-    /// what it sends from the database first, with no transaction open during the HTTP call. Records nothing.
+    /// what it sends from the database first, with no transaction open during the HTTP call. Records nothing but
+    /// a saved card's minted token (stored before the payment is sent, see [`crate::gateway::mercadopago`]).
     pub async fn send(&self, claimed: &Claimed) -> Result<Answer, sqlx::Error> {
         let refused = |error: String| Answer::Refused {
             status: None,
@@ -351,7 +362,11 @@ impl Dispatcher {
             Ok(s) => s,
             Err(e) => return Ok(refused(e)),
         };
-        let request = match build(gateway, claimed, &subject) {
+        let minted = match self.saved_card(gateway, claimed, &subject).await? {
+            Ok(m) => m,
+            Err(answer) => return Ok(answer),
+        };
+        let request = match build(gateway, claimed, &subject, minted.as_ref()) {
             Ok(r) => r,
             Err(PostError::Refused(e)) => return Ok(refused(e)),
             Err(PostError::NoClient(e)) => {
@@ -604,6 +619,7 @@ fn build(
     gateway: &Gateway,
     claimed: &Claimed,
     subject: &Subject,
+    minted: Option<&gateway::mercadopago::MintedCard>,
 ) -> Result<reqwest::RequestBuilder, PostError> {
     let key = claimed.sent_key();
     let intent = &subject.intent;
@@ -644,7 +660,13 @@ fn build(
             gateway::stripe::charge_request(&gateway.client, &key, intent, p)
         }
         (Api::MercadoPago, PaymentParams::MercadoPago(p)) => {
-            gateway::mercadopago::charge_request(&gateway.client, &key, intent, p)
+            let saved = minted.map(|minted| gateway::mercadopago::SavedCardCharge {
+                minted,
+                // The subscription's id goes here once intents carry it (issue 28, the lead's intents change):
+                // `intent.subscription_id`.
+                subscription_id: None,
+            });
+            gateway::mercadopago::charge_request(&gateway.client, &key, intent, p, saved.as_ref())
         }
         (_, other) => Err(PostError::Refused(format!(
             "intent {} carries {} parameters but provider {} is not that scheme",

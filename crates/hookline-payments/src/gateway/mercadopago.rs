@@ -1,13 +1,143 @@
 //! Mercado Pago: the payment (`POST /v1/payments` with the intent's [`MercadoPagoParams`]: card token or Pix,
-//! payer), the refund, the lookups by hookline's own reference (`external_reference`), the worker's payment
-//! fetch, and how its objects read.
+//! payer — or a saved card), the refund, the lookups by hookline's own reference (`external_reference`), the
+//! worker's payment fetch, and how its objects read.
+//!
+//! **Saved cards** (merchant-initiated, no CVV — Mercado Pago's "Pagamentos automáticos" / Card on File,
+//! <https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges>): a card saved with
+//! `POST /v1/customers/{customer_id}/cards` is charged with a single-use token minted from it. Per key generation
+//! the dispatcher reads the card ([`saved_card_request`], `GET /v1/customers/{customer_id}/cards/{card_id}`: its
+//! `payment_method.id`, unless the intent names one), mints the token ([`card_token_request`],
+//! `POST /v1/card_tokens {card_id, customer_id}`) and stores both ([`MintedCard`]) with the outbound request
+//! BEFORE the payment is sent: every attempt of the generation sends the identical body under the same
+//! `X-Idempotency-Key`. The payment ([`charge_body`]) pays as `payer {type: "customer", id}` and carries the
+//! subscription messaging of automatic payments (`point_of_interaction.type = SUBSCRIPTIONS`,
+//! <https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges/subscription-messaging>).
 
 use hookline_core::handler::HandleError;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{bounded, valid_id, ApiClient, Object, PostError, Verdict};
 use crate::intents::Intent;
-use crate::params::{MercadoPagoParams, MERCADOPAGO_NON_CARD_METHODS};
+use crate::params::{
+    is_mercadopago_card_id, is_mercadopago_customer_id, MercadoPagoParams,
+    MERCADOPAGO_NON_CARD_METHODS,
+};
+
+/// Longest card token accepted from Mercado Pago (its tokens are 32 hex characters).
+pub const MAX_CARD_TOKEN_BYTES: usize = 128;
+
+/// What the dispatcher minted for ONE key generation of a saved card's charge, stored with the outbound request
+/// (`outbound_requests.saved_card`) before the payment is sent: the payment body is built from it, so every
+/// attempt of the generation is identical. A new key generation mints a new one.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MintedCard {
+    /// The single-use card token (`POST /v1/card_tokens`).
+    pub token: String,
+    /// The card's payment method (`visa`, `master`, …): the intent's, else the saved card's own.
+    pub payment_method_id: String,
+    /// The subscription messaging's `billing_date` (`YYYY-MM-DD`, UTC: the day the token was minted).
+    pub billing_date: String,
+}
+
+// The token pays once: never in a log line.
+impl std::fmt::Debug for MintedCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MintedCard")
+            .field("token", &"[redacted]")
+            .field("payment_method_id", &self.payment_method_id)
+            .field("billing_date", &self.billing_date)
+            .finish()
+    }
+}
+
+impl MintedCard {
+    /// `billing_date` for `at` (UTC): `YYYY-MM-DD`.
+    pub fn billing_date_of(at: time::OffsetDateTime) -> String {
+        let d = at.to_offset(time::UtcOffset::UTC).date();
+        format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
+    }
+}
+
+/// Both ids of a saved card, checked: they go into a URL path. `Err` is an operator's problem (the API and the
+/// CLI refuse such ids before they are stored).
+fn saved_card_ids<'a>(customer: &'a str, card: &'a str) -> Result<(&'a str, &'a str), PostError> {
+    if !is_mercadopago_customer_id(customer) {
+        return Err(PostError::Refused(format!(
+            "{:?} is not a Mercado Pago customer id",
+            customer.chars().take(80).collect::<String>()
+        )));
+    }
+    if !is_mercadopago_card_id(card) {
+        return Err(PostError::Refused(format!(
+            "{:?} is not a Mercado Pago card id",
+            card.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok((customer, card))
+}
+
+/// The saved card: `GET /v1/customers/{customer}/cards/{card}` (its `payment_method.id`, read by
+/// [`read_saved_card`]).
+pub(crate) fn saved_card_request(
+    api: &ApiClient,
+    customer: &str,
+    card: &str,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let (customer, card) = saved_card_ids(customer, card)?;
+    api.get_request(&format!("v1/customers/{customer}/cards/{card}"))
+}
+
+/// A token of the saved card, for one payment, without the security code (merchant-initiated):
+/// `POST /v1/card_tokens {"card_id", "customer_id"}` (read by [`read_card_token`]).
+pub(crate) fn card_token_request(
+    api: &ApiClient,
+    customer: &str,
+    card: &str,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let (customer, card) = saved_card_ids(customer, card)?;
+    Ok(api
+        .post("v1/card_tokens")?
+        .json(&json!({ "card_id": card, "customer_id": customer })))
+}
+
+/// The `payment_method.id` of the saved card `card` (the answer must be that card).
+pub fn read_saved_card(json: &Value, card: &str) -> Result<String, String> {
+    if !json.is_object() {
+        return Err("not a JSON object".into());
+    }
+    if id_text(&json["id"]).as_deref() != Some(card) {
+        return Err(format!(
+            "not card {card} (its \"id\" differs or is missing)"
+        ));
+    }
+    match json["payment_method"]["id"].as_str() {
+        Some(m)
+            if !m.is_empty()
+                && m.len() <= 50
+                && m.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+        {
+            Ok(m.to_owned())
+        }
+        _ => Err("no readable \"payment_method.id\"".into()),
+    }
+}
+
+/// The card token's id: letters, digits, `-` and `_`, at most [`MAX_CARD_TOKEN_BYTES`].
+pub fn read_card_token(json: &Value) -> Result<String, String> {
+    match json["id"].as_str() {
+        Some(t)
+            if !t.is_empty()
+                && t.len() <= MAX_CARD_TOKEN_BYTES
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Ok(t.to_owned())
+        }
+        _ => Err("no readable card token \"id\"".into()),
+    }
+}
 
 /// Minor units as the decimal major amount Mercado Pago expects (`2550` → `25.5`).
 pub fn major_units(amount: i64) -> f64 {
@@ -20,22 +150,93 @@ fn minor_units(value: &Value) -> Option<i64> {
     (v.is_finite() && (0.0..1e15).contains(&v)).then(|| (v * 100.0).round() as i64)
 }
 
-/// The payment: `POST /v1/payments` with the card token (or a non-card method such as Pix), the installments,
-/// the issuer, the payer and hookline's reference in `external_reference` (what the lookup searches), under `key`.
+/// The payment: `POST /v1/payments` with [`charge_body`], under `key`.
 pub(crate) fn charge_request(
     api: &ApiClient,
     key: &str,
     intent: &Intent,
     params: &MercadoPagoParams,
+    saved: Option<&SavedCardCharge<'_>>,
 ) -> Result<reqwest::RequestBuilder, PostError> {
+    let body = charge_body(
+        &intent.public_id,
+        intent.amount,
+        intent.description.as_deref(),
+        params,
+        saved,
+    )
+    .map_err(PostError::Refused)?;
+    Ok(api
+        .post("v1/payments")?
+        .header("X-Idempotency-Key", key)
+        .json(&body))
+}
+
+/// What a saved card's payment is sent with besides the intent's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct SavedCardCharge<'a> {
+    /// What was minted for this key generation (stored with the request).
+    pub minted: &'a MintedCard,
+    /// The hookline subscription the intent pays, when it pays one (`subscription_id: "hookline-sub-{id}"`).
+    pub subscription_id: Option<i64>,
+}
+
+/// The payment's body for the intent `public_id` of `amount` (minor units): the amount, the description (the
+/// intent's id when it has none), hookline's reference in `external_reference` (what the lookup searches), and
+/// either
+/// - the card token (or a non-card method such as Pix), the installments, the issuer and the payer; or
+/// - for a saved card ([`MercadoPagoParams::is_saved_card`]), the token minted for this key generation with the
+///   card's `payment_method_id`, one installment unless the intent says otherwise, `payer {type: "customer",
+///   id}` (Mercado Pago requires a saved card's token to be paid by its customer) and the subscription messaging
+///   of automatic payments
+///   (<https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges/subscription-messaging>):
+///   `point_of_interaction {type: "SUBSCRIPTIONS", transaction_data: {first_time_use: false, billing_date,
+///   subscription_id}}` — `first_time_use` is false because the card was saved in an earlier, customer-present
+///   payment; only what the intent knows is sent (no sequence number: hookline's intent does not know it).
+///
+/// `Err`: a saved card without its minted token, or with a token beside it (nothing is sent).
+pub fn charge_body(
+    public_id: &str,
+    amount: i64,
+    description: Option<&str>,
+    params: &MercadoPagoParams,
+    saved: Option<&SavedCardCharge<'_>>,
+) -> Result<Value, String> {
+    let mut body = json!({
+        "transaction_amount": major_units(amount),
+        "description": description.unwrap_or(public_id),
+        "external_reference": public_id,
+    });
+    if let Some(issuer) = &params.issuer_id {
+        body["issuer_id"] = json!(issuer);
+    }
+    if params.is_saved_card() {
+        let (Some(customer), Some(_), None) = (&params.customer_id, &params.card_id, &params.token)
+        else {
+            return Err(
+                "a saved card needs card_id and customer_id, and no token beside them".into(),
+            );
+        };
+        let Some(saved) = saved else {
+            return Err("no card token was minted for the saved card".into());
+        };
+        body["token"] = json!(saved.minted.token);
+        body["payment_method_id"] = json!(saved.minted.payment_method_id);
+        body["installments"] = json!(params.installments.unwrap_or(1));
+        body["payer"] = json!({ "type": "customer", "id": customer });
+        let mut data = json!({
+            "first_time_use": false,
+            "billing_date": saved.minted.billing_date,
+        });
+        if let Some(id) = saved.subscription_id {
+            data["subscription_id"] = json!(format!("hookline-sub-{id}"));
+        }
+        body["point_of_interaction"] = json!({ "type": "SUBSCRIPTIONS", "transaction_data": data });
+        return Ok(body);
+    }
     let method = params.payment_method_id.clone().unwrap_or_default();
     let card = !MERCADOPAGO_NON_CARD_METHODS.contains(&method.as_str());
-    let mut body = json!({
-        "transaction_amount": major_units(intent.amount),
-        "description": intent.description.clone().unwrap_or_else(|| intent.public_id.clone()),
-        "payment_method_id": method,
-        "external_reference": intent.public_id,
-    });
+    body["payment_method_id"] = json!(method);
     let mut payer = json!({ "email": params.payer.email });
     if let Some(id) = &params.payer.identification {
         payer["identification"] = json!({ "type": id.kind, "number": id.number });
@@ -47,13 +248,7 @@ pub(crate) fn charge_request(
     if card {
         body["installments"] = json!(params.installments.unwrap_or(1));
     }
-    if let Some(issuer) = &params.issuer_id {
-        body["issuer_id"] = json!(issuer);
-    }
-    Ok(api
-        .post("v1/payments")?
-        .header("X-Idempotency-Key", key)
-        .json(&body))
+    Ok(body)
 }
 
 /// The refund: `POST /v1/payments/{payment}/refunds` of `amount`, under `key`. `Err` when `payment` is not a
@@ -313,5 +508,215 @@ mod tests {
         );
         assert!(read_payment(&json!({"status": "approved"})).is_err());
         assert!(read_payment(&json!({"id": -1, "status": "approved"})).is_err());
+    }
+
+    fn saved_params() -> MercadoPagoParams {
+        MercadoPagoParams {
+            card_id: Some("1562188766852".into()),
+            customer_id: Some("448870796-7ZjwhKGxILixxN".into()),
+            installments: Some(1),
+            ..MercadoPagoParams::default()
+        }
+    }
+
+    fn minted() -> MintedCard {
+        MintedCard {
+            token: "ff8080814c11e237014c1ff593b57b4d".into(),
+            payment_method_id: "master".into(),
+            billing_date: "2026-12-03".into(),
+        }
+    }
+
+    #[test]
+    fn a_saved_card_is_paid_by_its_customer_with_the_minted_token_and_subscription_messaging() {
+        let minted = minted();
+        let saved = SavedCardCharge {
+            minted: &minted,
+            subscription_id: Some(12),
+        };
+        let body = charge_body(
+            "pi_hl_1",
+            2550,
+            Some("Plano mensal"),
+            &saved_params(),
+            Some(&saved),
+        )
+        .expect("body");
+        assert_eq!(
+            body,
+            json!({
+                "transaction_amount": 25.5,
+                "description": "Plano mensal",
+                "external_reference": "pi_hl_1",
+                "token": "ff8080814c11e237014c1ff593b57b4d",
+                "payment_method_id": "master",
+                "installments": 1,
+                "payer": {"type": "customer", "id": "448870796-7ZjwhKGxILixxN"},
+                "point_of_interaction": {
+                    "type": "SUBSCRIPTIONS",
+                    "transaction_data": {
+                        "first_time_use": false,
+                        "billing_date": "2026-12-03",
+                        "subscription_id": "hookline-sub-12"
+                    }
+                }
+            })
+        );
+        // The same minted token, the same body: what every attempt of a key generation sends.
+        assert_eq!(
+            charge_body(
+                "pi_hl_1",
+                2550,
+                Some("Plano mensal"),
+                &saved_params(),
+                Some(&saved)
+            ),
+            Ok(body)
+        );
+        // Without a subscription: no subscription_id, the rest alike.
+        let plain = charge_body(
+            "pi_hl_2",
+            100,
+            None,
+            &saved_params(),
+            Some(&SavedCardCharge {
+                minted: &minted,
+                subscription_id: None,
+            }),
+        )
+        .expect("body");
+        assert_eq!(plain["description"], "pi_hl_2");
+        assert_eq!(
+            plain["point_of_interaction"]["transaction_data"],
+            json!({"first_time_use": false, "billing_date": "2026-12-03"})
+        );
+        assert_eq!(plain["payer"].get("email"), None);
+    }
+
+    #[test]
+    fn a_saved_card_without_its_minted_token_or_with_a_token_beside_it_is_not_sent() {
+        assert!(charge_body("pi_hl_1", 100, None, &saved_params(), None).is_err());
+        let minted = minted();
+        let saved = SavedCardCharge {
+            minted: &minted,
+            subscription_id: None,
+        };
+        let both = MercadoPagoParams {
+            token: Some("tok".into()),
+            ..saved_params()
+        };
+        assert!(charge_body("pi_hl_1", 100, None, &both, Some(&saved)).is_err());
+        let half = MercadoPagoParams {
+            customer_id: None,
+            ..saved_params()
+        };
+        assert!(charge_body("pi_hl_1", 100, None, &half, Some(&saved)).is_err());
+        // A new card's body is unchanged by a minted token passed by mistake: it is not a saved card.
+        let card = MercadoPagoParams {
+            token: Some("tok".into()),
+            payment_method_id: Some("visa".into()),
+            ..MercadoPagoParams::default()
+        };
+        let body = charge_body("pi_hl_1", 100, None, &card, Some(&saved)).expect("body");
+        assert_eq!(body["token"], "tok");
+        assert_eq!(body["payment_method_id"], "visa");
+        assert_eq!(body.get("point_of_interaction"), None);
+    }
+
+    #[test]
+    fn the_saved_card_steps_are_built_on_the_api_base_with_checked_ids() {
+        let api = ApiClient::new(
+            "mp",
+            url::Url::parse("http://127.0.0.1:9/").expect("url"),
+            Some(secrecy::SecretString::from("TEST-token")),
+        );
+        let lookup = saved_card_request(&api, "448870796-7ZjwhKGxILixxN", "1562188766852")
+            .expect("request")
+            .build()
+            .expect("built");
+        assert_eq!(lookup.method(), reqwest::Method::GET);
+        assert_eq!(
+            lookup.url().as_str(),
+            "http://127.0.0.1:9/v1/customers/448870796-7ZjwhKGxILixxN/cards/1562188766852"
+        );
+        assert_eq!(
+            lookup.headers()["authorization"].to_str().ok(),
+            Some("Bearer TEST-token")
+        );
+        let token = card_token_request(&api, "448870796-7ZjwhKGxILixxN", "1562188766852")
+            .expect("request")
+            .build()
+            .expect("built");
+        assert_eq!(token.method(), reqwest::Method::POST);
+        assert_eq!(token.url().as_str(), "http://127.0.0.1:9/v1/card_tokens");
+        let sent: Value = serde_json::from_slice(
+            token
+                .body()
+                .and_then(|b| b.as_bytes())
+                .expect("a JSON body"),
+        )
+        .expect("JSON");
+        assert_eq!(
+            sent,
+            json!({"card_id": "1562188766852", "customer_id": "448870796-7ZjwhKGxILixxN"})
+        );
+        for (customer, card) in [("c/../x", "1"), ("c", "1?x=2"), ("", "1"), ("c", "")] {
+            assert!(
+                matches!(
+                    saved_card_request(&api, customer, card),
+                    Err(PostError::Refused(_))
+                ),
+                "{customer} {card}"
+            );
+            assert!(matches!(
+                card_token_request(&api, customer, card),
+                Err(PostError::Refused(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn saved_cards_and_card_tokens_read_as_mercado_pago_answers_them() {
+        let card = json!({"id": "1562188766852", "customer_id": "c-1",
+            "payment_method": {"id": "master", "name": "Mastercard"}, "last_four_digits": "6351"});
+        assert_eq!(read_saved_card(&card, "1562188766852"), Ok("master".into()));
+        // Mercado Pago's reference shows the id as a number too.
+        assert_eq!(
+            read_saved_card(
+                &json!({"id": 1562188766852u64, "payment_method": {"id": "visa"}}),
+                "1562188766852"
+            ),
+            Ok("visa".into())
+        );
+        assert!(read_saved_card(&card, "1").is_err(), "another card");
+        assert!(read_saved_card(&json!({"id": "1"}), "1").is_err());
+        assert!(read_saved_card(
+            &json!({"id": "1", "payment_method": {"id": "Visa card"}}),
+            "1"
+        )
+        .is_err());
+        assert!(read_saved_card(&json!([]), "1").is_err());
+        assert_eq!(
+            read_card_token(&json!({"id": "3d2b6f0a", "status": "active"})),
+            Ok("3d2b6f0a".into())
+        );
+        for bad in [
+            json!({}),
+            json!({"id": ""}),
+            json!({"id": 5}),
+            json!({"id": "a b"}),
+            json!({"id": "t".repeat(129)}),
+        ] {
+            assert!(read_card_token(&bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_billing_date_is_the_utc_day_and_the_token_is_never_shown() {
+        let at = time::macros::datetime!(2026-12-31 23:30 -03:00);
+        assert_eq!(MintedCard::billing_date_of(at), "2027-01-01");
+        let shown = format!("{:?}", minted());
+        assert!(!shown.contains("ff8080814c11"), "{shown}");
+        assert!(shown.contains("master"), "{shown}");
     }
 }

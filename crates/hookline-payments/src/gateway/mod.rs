@@ -24,6 +24,12 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Longest gateway object id accepted (Stripe's ids are ~30 characters, Mercado Pago's are numbers).
 pub const MAX_PROVIDER_ID_CHARS: usize = 255;
 
+/// The decline code recorded when the gateway refuses the payment method itself rather than the charge: a
+/// Stripe `invalid_request_error` about `payment_method`/`customer` without a code of its own, a Mercado Pago saved
+/// card its API no longer finds or cannot tokenize. Billing reads it as "the method is unusable"
+/// (`needs_payment_method`, not retried).
+pub const PAYMENT_METHOD_UNUSABLE: &str = "payment_method_unusable";
+
 /// Metric names of API reads (the worker's fetch, lookups, reconciliation).
 pub mod metric {
     /// Counter: API reads by `provider` and `outcome` (ok, not_found, refused, redirect, transient, error).
@@ -144,6 +150,19 @@ impl ApiClient {
         let url = self.url(path).map_err(PostError::Refused)?;
         let http = self.http().map_err(PostError::NoClient)?;
         let mut req = http.post(url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token.expose_secret());
+        }
+        Ok(req)
+    }
+
+    /// A GET of `path` under the API base, with the token, to be sent with [`ApiClient::exchange`] and classified
+    /// by the caller (the dispatcher's saved-card lookup; [`ApiClient::get_json`] classifies for the worker).
+    /// `Err` only when the URL cannot be built or there is no HTTP client.
+    pub(crate) fn get_request(&self, path: &str) -> Result<reqwest::RequestBuilder, PostError> {
+        let url = self.url(path).map_err(PostError::Refused)?;
+        let http = self.http().map_err(PostError::NoClient)?;
+        let mut req = http.get(url);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token.expose_secret());
         }

@@ -4,7 +4,10 @@
 
 use serde_json::Value;
 
-use super::{bounded, next_action, valid_id, ApiClient, Decline, Object, PostError, Verdict};
+use super::{
+    bounded, next_action, valid_id, ApiClient, Decline, Object, PostError, Verdict,
+    PAYMENT_METHOD_UNUSABLE,
+};
 use crate::intents::Intent;
 use crate::params::StripeParams;
 
@@ -248,6 +251,38 @@ pub fn read_decline(body: &[u8]) -> Option<Decline> {
     })
 }
 
+/// The charge parameters whose refusal is about the payment method itself: a PaymentMethod of another customer,
+/// missing or detached, or an off-session charge of a customer without a saved method.
+const METHOD_PARAMS: &[&str] = &["payment_method", "customer"];
+
+/// A Stripe 4xx `invalid_request_error` whose `param` is `payment_method` or `customer`: the method cannot be
+/// charged (Stripe refuses a PaymentMethod not attached to the customer, detached, of another customer, or an
+/// off-session charge without one — <https://docs.stripe.com/api/errors>). A decline, not hookline's problem: its
+/// `code` (or [`PAYMENT_METHOD_UNUSABLE`] when it has none) and `message`, with the PaymentIntent's id when the
+/// error carries it. Every other `invalid_request_error` stays hookline's own problem.
+pub fn read_method_refusal(body: &[u8]) -> Option<Decline> {
+    let json: Value = serde_json::from_slice(body).ok()?;
+    let error = &json["error"];
+    if error["type"].as_str() != Some("invalid_request_error") {
+        return None;
+    }
+    let param = error["param"].as_str()?;
+    if !METHOD_PARAMS.contains(&param) {
+        return None;
+    }
+    let id = error["payment_intent"]["id"]
+        .as_str()
+        .filter(|s| valid_id(s))
+        .map(str::to_owned);
+    Some(Decline {
+        id,
+        code: bounded(&error["code"], 200)
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| PAYMENT_METHOD_UNUSABLE.to_owned()),
+        message: bounded(&error["message"], 1000).unwrap_or_default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,5 +365,46 @@ mod tests {
         )
         .is_none());
         assert!(read_decline(b"<html>").is_none());
+    }
+
+    #[test]
+    fn a_refused_payment_method_or_customer_is_a_decline_other_invalid_requests_are_not() {
+        let d = read_method_refusal(
+            br#"{"error": {"type": "invalid_request_error", "code": "resource_missing", "param": "payment_method",
+                 "message": "No such PaymentMethod: 'pm_gone'"}}"#,
+        )
+        .expect("refusal");
+        assert_eq!(
+            d,
+            Decline {
+                id: None,
+                code: "resource_missing".into(),
+                message: "No such PaymentMethod: 'pm_gone'".into()
+            }
+        );
+        // No code of its own: the method is unusable; the PaymentIntent's id is kept when named.
+        let d = read_method_refusal(
+            br#"{"error": {"type": "invalid_request_error", "param": "customer",
+                 "message": "The customer does not have a payment method with the ID pm_1.",
+                 "payment_intent": {"id": "pi_7"}}}"#,
+        )
+        .expect("refusal");
+        assert_eq!(
+            (d.id.as_deref(), d.code.as_str()),
+            (Some("pi_7"), PAYMENT_METHOD_UNUSABLE)
+        );
+        for other in [
+            &br#"{"error": {"type": "invalid_request_error", "code": "parameter_missing", "param": "amount"}}"#[..],
+            br#"{"error": {"type": "invalid_request_error", "code": "parameter_missing"}}"#,
+            br#"{"error": {"type": "api_error", "param": "payment_method"}}"#,
+            br#"{"error": {"type": "invalid_request_error", "param": 7}}"#,
+            b"<html>",
+        ] {
+            assert!(
+                read_method_refusal(other).is_none(),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }
