@@ -173,7 +173,10 @@ pub(crate) async fn intent(p: &TestPipeline, id: i64) -> Intent {
 
 /// A customer created at the Stripe sandbox with `pm_card_visa` attached, as a merchant's checkout saves a card
 /// for later off-session charges: `(cus_…, pm_…)`.
-pub(crate) async fn saved_card(sandbox: &hookline_sandbox::RunningSandbox, name: &str) -> (String, String) {
+pub(crate) async fn saved_card(
+    sandbox: &hookline_sandbox::RunningSandbox,
+    name: &str,
+) -> (String, String) {
     hookline_tests::sandboxed::stripe_saved_card(
         sandbox,
         hookline_tests::sandboxed::STRIPE_KEY,

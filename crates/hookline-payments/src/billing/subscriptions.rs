@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 
 use super::period::Interval;
 use crate::model::UnknownStatus;
-use crate::params::{PaymentParams, StripeParams, STRIPE_CUSTOMER_PREFIXES};
+use crate::params::{MercadoPagoParams, PaymentParams, StripeParams, STRIPE_CUSTOMER_PREFIXES};
 
 /// Where a subscription stands (the column's CHECK lists the same values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,9 +176,9 @@ pub fn valid_saved_method(
 }
 
 /// What the gateway needs to charge `sub` off-session (see the module documentation): Stripe
-/// `{payment_method, customer, off_session: true}` (whatever is missing stays missing, and the dispatcher
-/// names it); `None` for Mercado Pago (a saved card needs a fresh token the merchant cannot make alone) and
-/// for any other scheme.
+/// `{payment_method, customer, off_session: true}`; Mercado Pago the saved card `{card_id, customer_id,
+/// installments: 1}` (the dispatcher mints its token). Whatever is missing stays missing, and the dispatcher
+/// names it; `None` for any other scheme.
 pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams> {
     match scheme {
         Scheme::Stripe => Some(PaymentParams::Stripe(StripeParams {
@@ -188,6 +188,16 @@ pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams
                 .then(|| sub.customer.clone()),
             off_session: true,
             return_url: None,
+        })),
+        Scheme::MercadoPago => Some(PaymentParams::MercadoPago(MercadoPagoParams {
+            card_id: sub
+                .payment_method
+                .clone()
+                .filter(|id| crate::params::is_mercadopago_card_id(id)),
+            customer_id: crate::params::is_mercadopago_customer_id(&sub.customer)
+                .then(|| sub.customer.clone()),
+            installments: Some(1),
+            ..MercadoPagoParams::default()
         })),
         _ => None,
     }
@@ -422,11 +432,18 @@ mod tests {
                 .and_then(PaymentParams::missing_for_confirm),
             Some("stripe.customer")
         );
-        // Mercado Pago: a saved card needs a fresh token (card id + security code), not expressible here.
+        // Mercado Pago: the saved card, its token minted by the dispatcher.
+        let mp = charge_params(Scheme::MercadoPago, &sub("123-abc", Some("1518023392627")));
         assert_eq!(
-            charge_params(Scheme::MercadoPago, &sub("123-abc", Some("1518023392627"))),
-            None
+            mp,
+            Some(PaymentParams::MercadoPago(MercadoPagoParams {
+                card_id: Some("1518023392627".into()),
+                customer_id: Some("123-abc".into()),
+                installments: Some(1),
+                ..MercadoPagoParams::default()
+            }))
         );
+        assert_eq!(mp.and_then(|p| p.missing_for_confirm()), None);
     }
 
     #[test]

@@ -662,9 +662,8 @@ fn build(
         (Api::MercadoPago, PaymentParams::MercadoPago(p)) => {
             let saved = minted.map(|minted| gateway::mercadopago::SavedCardCharge {
                 minted,
-                // The subscription's id goes here once intents carry it (issue 28, the lead's intents change):
-                // `intent.subscription_id`.
-                subscription_id: None,
+                // A billing charge's subscription (Mercado Pago's subscription messaging).
+                subscription_id: intent.subscription_id,
             });
             gateway::mercadopago::charge_request(&gateway.client, &key, intent, p, saved.as_ref())
         }
