@@ -20,7 +20,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgExecutor};
 use time::OffsetDateTime;
 
-use crate::gateway::mercadopago::MintedCard;
+use crate::params::MintedCard;
 
 /// What a request does at the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

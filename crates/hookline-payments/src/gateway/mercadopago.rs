@@ -14,11 +14,11 @@
 //! <https://www.mercadopago.com.br/developers/en/docs/automatic-payments/recurring-charges/subscription-messaging>).
 
 use hookline_core::handler::HandleError;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{bounded, valid_id, ApiClient, Object, PostError, Verdict};
 use crate::intents::Intent;
+pub use crate::params::MintedCard;
 use crate::params::{
     is_mercadopago_card_id, is_mercadopago_customer_id, MercadoPagoParams,
     MERCADOPAGO_NON_CARD_METHODS,
@@ -26,38 +26,6 @@ use crate::params::{
 
 /// Longest card token accepted from Mercado Pago (its tokens are 32 hex characters).
 pub const MAX_CARD_TOKEN_BYTES: usize = 128;
-
-/// What the dispatcher minted for ONE key generation of a saved card's charge, stored with the outbound request
-/// (`outbound_requests.saved_card`) before the payment is sent: the payment body is built from it, so every
-/// attempt of the generation is identical. A new key generation mints a new one.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MintedCard {
-    /// The single-use card token (`POST /v1/card_tokens`).
-    pub token: String,
-    /// The card's payment method (`visa`, `master`, …): the intent's, else the saved card's own.
-    pub payment_method_id: String,
-    /// The subscription messaging's `billing_date` (`YYYY-MM-DD`, UTC: the day the token was minted).
-    pub billing_date: String,
-}
-
-// The token pays once: never in a log line.
-impl std::fmt::Debug for MintedCard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MintedCard")
-            .field("token", &"[redacted]")
-            .field("payment_method_id", &self.payment_method_id)
-            .field("billing_date", &self.billing_date)
-            .finish()
-    }
-}
-
-impl MintedCard {
-    /// `billing_date` for `at` (UTC): `YYYY-MM-DD`.
-    pub fn billing_date_of(at: time::OffsetDateTime) -> String {
-        let d = at.to_offset(time::UtcOffset::UTC).date();
-        format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
-    }
-}
 
 /// Both ids of a saved card, checked: they go into a URL path. `Err` is an operator's problem (the API and the
 /// CLI refuse such ids before they are stored).
