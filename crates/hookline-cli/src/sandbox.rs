@@ -3,9 +3,10 @@
 //! Settings come from the hookline configuration, so the sandbox signs webhooks with exactly the secrets the edge
 //! verifies and requires exactly the tokens the worker sends:
 //!
-//! - every `[providers.NAME]` whose `scheme` is `stripe` or `mercadopago` is played, under its NAME (webhooks go
-//!   to `{sandbox.edge_url}/webhooks/NAME`), signing with `secrets[0]` and requiring `api_token` as the Bearer
-//!   token when it is set (without one, the API is open);
+//! - every `[providers.NAME]` whose `scheme` is `stripe`, `mercadopago` or `pagarme-v5` is played, under its NAME
+//!   (webhooks go to `{sandbox.edge_url}/webhooks/NAME`), signing with `secrets[0]` (Pagar.me v5: sending
+//!   `webhook_basic_auth[0]` as HTTP Basic) and requiring `api_token` when it is set (without one, the API is
+//!   open);
 //! - `[sandbox]`, owned by the sandbox crate ([`SandboxConfig`], read from the same file): `edge_url` (default
 //!   `http://{edge.listen}`), `idempotency_window_secs` (86400), `webhook_timeout_ms` (5000),
 //!   `webhook_max_attempts` (8);
@@ -48,12 +49,19 @@ fn settings(
         .filter_map(|p| {
             let scheme = Scheme::from_signature(p.scheme)?;
             let secret = p.secrets.first()?;
+            // Pagar.me v5 signs nothing: its "secrets" are the webhook_basic_auth credentials, sent as HTTP Basic.
+            let (webhook_secret, webhook_basic_auth) = match scheme {
+                Scheme::PagarmeV5 => (Vec::new(), Some(secret.expose_secret().to_owned())),
+                Scheme::Stripe | Scheme::MercadoPago => {
+                    (secret.expose_secret().as_bytes().to_vec(), None)
+                }
+            };
             Some(SandboxProvider {
                 name: p.name.clone(),
                 scheme,
-                webhook_secret: secret.expose_secret().as_bytes().to_vec(),
+                webhook_secret,
                 api_token: p.api_token.as_ref().map(|t| t.expose_secret().to_owned()),
-                webhook_basic_auth: None,
+                webhook_basic_auth,
             })
         })
         .collect();
@@ -90,7 +98,7 @@ pub async fn run(
     let settings = settings(config, &sandbox, args.listen, seed);
     if settings.providers.is_empty() {
         eprintln!(
-            "error: no provider with scheme stripe or mercadopago is configured; nothing to play"
+            "error: no provider with scheme stripe, mercadopago or pagarme-v5 is configured; nothing to play"
         );
         return Ok(ExitCode::from(2));
     }

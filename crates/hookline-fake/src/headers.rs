@@ -56,6 +56,8 @@ pub fn headers_for(
             headers.push(("X-Shopify-Hmac-SHA256", sign::shopify(secret, body)));
         }
         Scheme::Pagarme => headers.push(("X-Hub-Signature", sign::pagarme(secret, body))),
+        // Nothing signed: the webhook's configured `user:password` (the "secret") as HTTP Basic.
+        Scheme::PagarmeV5 => headers.push(("Authorization", sign::pagarme_v5(secret))),
         Scheme::MercadoPago => {
             let data_id = event.data_id.as_deref();
             // Mercado Pago signs a millisecond timestamp (13 digits).
@@ -82,6 +84,7 @@ pub fn user_agent(scheme: Scheme) -> &'static str {
         Scheme::Github => "GitHub-Hookshot/hookline-simulate",
         Scheme::Shopify => "Shopify-Captain-Hook",
         Scheme::Pagarme => "PagarMe-Postback/4.0",
+        Scheme::PagarmeV5 => "Pagar.me-Webhooks/5 (hookline simulate)",
         Scheme::MercadoPago => "MercadoPago WebHook v1.0 payment",
         Scheme::Adyen => "Adyen HttpClient 1.0",
         Scheme::StandardWebhooks | Scheme::Svix => "Svix-Webhooks/1.0 (hookline simulate)",
@@ -93,7 +96,7 @@ mod tests {
     use hookline_signature::{Request, Verifier};
 
     use super::*;
-    use crate::{adyen, mercadopago, pagarme, ping, stripe, Faker};
+    use crate::{adyen, mercadopago, pagarme, pagarme_v5, ping, stripe, Faker};
 
     const NOW: i64 = 1_767_225_600;
 
@@ -101,6 +104,7 @@ mod tests {
         match scheme {
             Scheme::StandardWebhooks | Scheme::Svix => b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             Scheme::Adyen => b"44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+            Scheme::PagarmeV5 => b"hookline:fake_password",
             _ => b"fake_secret",
         }
     }
@@ -112,6 +116,7 @@ mod tests {
                 stripe::live_event(f, "payment_intent.succeeded", object)
             }
             Scheme::Pagarme => pagarme::Transaction::new(f, 0).postback(f, "processing", "paid"),
+            Scheme::PagarmeV5 => pagarme_v5::Charge::new(f, 0).webhook(f, "charge.paid", "paid", 0),
             Scheme::MercadoPago => {
                 let user = mercadopago::user_id(f);
                 mercadopago::payment_notification(f, 0, user)

@@ -22,6 +22,7 @@ mod rng;
 pub mod adyen;
 pub mod mercadopago;
 pub mod pagarme;
+pub mod pagarme_v5;
 pub mod ping;
 pub mod stripe;
 

@@ -29,12 +29,13 @@ impl Scheme {
         }
     }
 
-    /// The sandbox scheme playing a hookline signature scheme, if the sandbox plays it. Pagar.me v5 is not mapped
-    /// yet: `hookline_signature` has no scheme for it (its legacy postback scheme is another API).
+    /// The sandbox scheme playing a hookline signature scheme, if the sandbox plays it (the legacy `pagarme`
+    /// postback scheme is another API and is not played).
     pub fn from_signature(scheme: hookline_signature::Scheme) -> Option<Scheme> {
         match scheme {
             hookline_signature::Scheme::Stripe => Some(Scheme::Stripe),
             hookline_signature::Scheme::MercadoPago => Some(Scheme::MercadoPago),
+            hookline_signature::Scheme::PagarmeV5 => Some(Scheme::PagarmeV5),
             _ => None,
         }
     }

@@ -8,7 +8,7 @@ use crate::Scheme;
 /// A scheme name in configuration that is not one of [`Scheme::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown signature scheme '{0}' (valid: stripe, standard-webhooks, svix, github, mercadopago, shopify, pagarme, adyen)"
+    "unknown signature scheme '{0}' (valid: stripe, standard-webhooks, svix, github, mercadopago, shopify, pagarme, adyen, pagarme-v5)"
 )]
 pub struct UnknownScheme(pub String);
 

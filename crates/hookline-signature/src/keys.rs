@@ -34,7 +34,8 @@ fn encoding(scheme: Scheme) -> KeyEncoding {
         | Scheme::Github
         | Scheme::MercadoPago
         | Scheme::Shopify
-        | Scheme::Pagarme => KeyEncoding::Utf8,
+        | Scheme::Pagarme
+        | Scheme::PagarmeV5 => KeyEncoding::Utf8,
     }
 }
 
@@ -80,7 +81,28 @@ pub(crate) fn validate(scheme: Scheme, secret: &[u8]) -> Result<(), String> {
             "this is an ed25519 (v1a) key; only symmetric whsec_ secrets are supported".to_owned(),
         );
     }
-    decode(scheme, secret).map(|_| ())
+    decode(scheme, secret)?;
+    if scheme == Scheme::PagarmeV5 {
+        validate_basic_credential(secret)?;
+    }
+    Ok(())
+}
+
+/// A Pagar.me v5 webhook credential: `user:password`, bounded, no control characters (it travels in a header).
+fn validate_basic_credential(credential: &[u8]) -> Result<(), String> {
+    if credential.len() > crate::schemes::pagarme_v5::MAX_CREDENTIAL_BYTES {
+        return Err(format!(
+            "the credential is longer than {} bytes",
+            crate::schemes::pagarme_v5::MAX_CREDENTIAL_BYTES
+        ));
+    }
+    if credential.iter().any(u8::is_ascii_control) {
+        return Err("the credential contains control characters".to_owned());
+    }
+    if !credential.contains(&b':') {
+        return Err("expected 'user:password' (no ':' found)".to_owned());
+    }
+    Ok(())
 }
 
 /// The configured secrets of one verification, decoded once.

@@ -79,6 +79,10 @@ pub enum Scheme {
     Pagarme,
     /// Adyen standard webhooks: HMAC-SHA256 over selected item fields, carried inside the body.
     Adyen,
+    /// Pagar.me Core API v5 webhooks (JSON, `hook_…` ids): nothing is signed; the `Authorization: Basic` header
+    /// must carry one of the configured `user:password` credentials (the "secrets" of this scheme). The body is
+    /// not authenticated by a MAC, so effects are decided from the API, never from it.
+    PagarmeV5,
 }
 
 /// How a provider encodes its payload, so storage and replay can set the right content type.
@@ -106,7 +110,7 @@ impl PayloadFormat {
 
 impl Scheme {
     /// Every scheme, in a stable order (used by CLIs and config validation to list them).
-    pub const ALL: [Scheme; 8] = [
+    pub const ALL: [Scheme; 9] = [
         Scheme::Stripe,
         Scheme::StandardWebhooks,
         Scheme::Svix,
@@ -115,6 +119,7 @@ impl Scheme {
         Scheme::Shopify,
         Scheme::Pagarme,
         Scheme::Adyen,
+        Scheme::PagarmeV5,
     ];
 
     /// The configuration name of the scheme; [`FromStr`] accepts exactly these names.
@@ -128,6 +133,7 @@ impl Scheme {
             Scheme::Shopify => "shopify",
             Scheme::Pagarme => "pagarme",
             Scheme::Adyen => "adyen",
+            Scheme::PagarmeV5 => "pagarme-v5",
         }
     }
 
@@ -218,7 +224,8 @@ pub struct Verifier<'a> {
     pub scheme: Scheme,
     /// The raw secret strings as configured (e.g. the `whsec_...` bytes, an Adyen hex key).
     /// Key derivation per scheme happens inside: UTF-8 bytes as-is for Stripe (including the
-    /// `whsec_` prefix), GitHub, Mercado Pago, Shopify and Pagar.me; optional `whsec_` stripped then
+    /// `whsec_` prefix), GitHub, Mercado Pago, Shopify and Pagar.me; the `user:password` credentials for Pagar.me v5
+    /// (compared, not used as a key); optional `whsec_` stripped then
     /// standard base64 (padded or not) for Standard Webhooks and Svix; hex for Adyen.
     /// Several secrets support rotation: each is tried, and [`Verified::secret_index`] says which
     /// one matched.
@@ -256,8 +263,8 @@ pub struct Verified {
     /// The key to deduplicate on: stays the same when the provider retries or redelivers the same event, and is
     /// derived only from signed material, so that an attacker replaying a captured request with unsigned parts
     /// changed can neither create a new event nor make a different genuine one look like a duplicate. Equal to
-    /// `event_id` where that is signed (Stripe, Standard Webhooks, Svix, Pagar.me, Adyen); `sha256:{hex of the
-    /// body}` for GitHub and Shopify (they sign only the body); `mp:{data.id}:{x-request-id}` (or
+    /// `event_id` where that is signed (Stripe, Standard Webhooks, Svix, Pagar.me, Adyen) and for Pagar.me v5
+    /// (nothing is signed there; its effects are re-read from the API); `sha256:{hex of the body}` for GitHub and Shopify (they sign only the body); `mp:{data.id}:{x-request-id}` (or
     /// `mp:{data.id}:ts:{ts}` without a request id) for Mercado Pago (what its manifest signs).
     pub dedupe_key: String,
     /// The provider's event type (e.g. `invoice.paid`, `push.opened`), when the payload or the
@@ -292,6 +299,9 @@ impl Verifier<'_> {
     /// - Shopify: `X-Shopify-Webhook-Id`; type = `X-Shopify-Topic`.
     /// - Pagar.me: synthesised, see *Pagar.me dedupe key* below; type = the form field `event`.
     /// - Adyen: `{pspReference}:{eventCode}:{success}` of the first item; type = `eventCode`.
+    /// - Pagar.me v5: body JSON `id` (`hook_…`, at most 128 bytes); type = body `type`. "Verified" means the
+    ///   `Authorization: Basic` header carries one of the configured `user:password` credentials (constant-time
+    ///   comparison); nothing is signed, so the body is trusted for routing only.
     ///
     /// Stripe, Standard Webhooks, Svix, Mercado Pago and Adyen bodies must be JSON objects (a
     /// signed body that is not is [`VerifyError::MalformedPayload`]). GitHub and Shopify bodies are
@@ -339,6 +349,7 @@ impl Verifier<'_> {
             Scheme::Shopify => schemes::shopify::verify(&ctx),
             Scheme::Pagarme => schemes::pagarme::verify(&ctx),
             Scheme::Adyen => schemes::adyen::verify(&ctx),
+            Scheme::PagarmeV5 => schemes::pagarme_v5::verify(&ctx),
         }
     }
 }

@@ -81,3 +81,9 @@ pub fn adyen(secret: &[u8], item: &serde_json::Value) -> Result<String, String> 
     let signed = schemes::adyen::signing_string(item);
     Ok(STANDARD.encode(util::hmac_sha256(&key, &[signed.as_bytes()])))
 }
+
+/// `Authorization` header value a Pagar.me v5 webhook carries when credentials are configured on it:
+/// `Basic base64(user:password)` of `credential` (nothing is signed; see [`crate::Scheme::PagarmeV5`]).
+pub fn pagarme_v5(credential: &[u8]) -> String {
+    schemes::pagarme_v5::header_value(credential)
+}

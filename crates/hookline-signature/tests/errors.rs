@@ -1049,7 +1049,7 @@ fn scheme_names_round_trip() {
     let err = "paypal".parse::<Scheme>().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown signature scheme 'paypal' (valid: stripe, standard-webhooks, svix, github, mercadopago, shopify, pagarme, adyen)"
+        "unknown signature scheme 'paypal' (valid: stripe, standard-webhooks, svix, github, mercadopago, shopify, pagarme, adyen, pagarme-v5)"
     );
     let timestamped: Vec<_> = Scheme::ALL
         .into_iter()

@@ -25,6 +25,7 @@ const HEADER_NAMES: &[&str] = &[
     "X-Shopify-Hmac-SHA256",
     "X-Shopify-Webhook-Id",
     "X-Shopify-Topic",
+    "Authorization",
 ];
 
 fn scheme() -> impl Strategy<Value = Scheme> {
@@ -40,6 +41,8 @@ fn secret_for(scheme: Scheme) -> BoxedStrategy<String> {
         Scheme::Adyen => prop::collection::vec(any::<u8>(), 16..=64)
             .prop_map(hex::encode_upper)
             .boxed(),
+        // Pagar.me v5 credentials are `user:password`.
+        Scheme::PagarmeV5 => "[!-~]{1,20}:[!-~]{0,20}".boxed(),
         _ => "[!-~]{1,40}".boxed(),
     }
 }
@@ -318,6 +321,20 @@ fn signed_request(scheme: Scheme, secret: &str, s: &Seed, now: i64) -> Signed {
                     s.trailing_newline,
                 ),
                 event_id: format!("{}:AUTHORISATION:true", s.token),
+                signs_body: false,
+            }
+        }
+        Scheme::PagarmeV5 => {
+            let id = format!("hook_{}", s.token);
+            Signed {
+                headers: h(&[("Authorization", sign::pagarme_v5(key))]),
+                query: String::new(),
+                body: json_body(
+                    serde_json::json!({"id": id, "type": "charge.paid", "data": {"id": "ch_1", "note": s.text}}),
+                    s.trailing_newline,
+                ),
+                event_id: id,
+                // Nothing is signed: the credential does not cover the body.
                 signs_body: false,
             }
         }

@@ -128,7 +128,9 @@ fn all_known_answer_vectors() {
 #[test]
 fn every_scheme_has_vectors() {
     let vectors = load();
-    for scheme in Scheme::ALL {
+    // Pagar.me v5 signs nothing, so the shared signature vectors have no entry for it: its known answers (Basic
+    // credentials, rotation, hostile headers) are in `tests/pagarme_v5.rs`.
+    for scheme in Scheme::ALL.into_iter().filter(|s| *s != Scheme::PagarmeV5) {
         let n = vectors
             .iter()
             .filter(|v| v.scheme == scheme.as_str())

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use hookline_core::ProviderConfig;
-use hookline_fake::{adyen, mercadopago, pagarme, ping, stripe, Event, Faker, Payment};
+use hookline_fake::{adyen, mercadopago, pagarme, pagarme_v5, ping, stripe, Event, Faker, Payment};
 use hookline_signature::Scheme;
 
 /// Generation context: the fake run (ids, random source, clock) and the simulated provider.
@@ -82,6 +82,19 @@ const PAGARME: &[Scenario] = &[
     },
 ];
 
+const PAGARME_V5: &[Scenario] = &[
+    Scenario {
+        name: "charge-paid",
+        about: "v5 charge.paid webhooks (JSON, hook_ ids, Basic credentials; the worker re-reads the charge)",
+        generate: pagarme_v5_paid,
+    },
+    Scenario {
+        name: "charge-refunded",
+        about: "v5 charge.paid, then charge.refunded, per charge",
+        generate: pagarme_v5_refunded,
+    },
+];
+
 const MERCADOPAGO: &[Scenario] = &[Scenario {
     name: "payment",
     about: "payment notifications (data.id in the query, x-signature and x-request-id)",
@@ -105,6 +118,7 @@ pub(super) fn scenarios(scheme: Scheme) -> &'static [Scenario] {
     match scheme {
         Scheme::Stripe => STRIPE,
         Scheme::Pagarme => PAGARME,
+        Scheme::PagarmeV5 => PAGARME_V5,
         Scheme::MercadoPago => MERCADOPAGO,
         Scheme::Github | Scheme::Shopify | Scheme::StandardWebhooks | Scheme::Svix => PING,
         Scheme::Adyen => ADYEN,
@@ -222,6 +236,24 @@ fn pagarme_refunded(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
     Ok(events)
 }
 
+fn pagarme_v5_paid(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
+    let f = &mut g.fake;
+    Ok((0..count)
+        .map(|n| pagarme_v5::Charge::new(f, n).webhook(f, "charge.paid", "paid", 0))
+        .collect())
+}
+
+fn pagarme_v5_refunded(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
+    let f = &mut g.fake;
+    let mut events = Vec::with_capacity(count * 2);
+    for n in 0..count {
+        let c = pagarme_v5::Charge::new(f, n);
+        events.push(c.webhook(f, "charge.paid", "paid", 0));
+        events.push(c.webhook(f, "charge.refunded", "canceled", c.amount));
+    }
+    Ok(events)
+}
+
 fn mercadopago_payment(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
     let f = &mut g.fake;
     let user_id = mercadopago::user_id(f);
@@ -252,6 +284,7 @@ mod tests {
             let secret = match scheme {
                 Scheme::StandardWebhooks | Scheme::Svix => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                 Scheme::Adyen => "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+                Scheme::PagarmeV5 => "user:password",
                 _ => "secret",
             };
             let mut g = Gen {

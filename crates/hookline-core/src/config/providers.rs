@@ -13,7 +13,9 @@ pub struct ProviderConfig {
     pub name: String,
     /// How its signatures are computed.
     pub scheme: Scheme,
-    /// Accepted secrets, current first. Several are accepted at once during rotation.
+    /// Accepted secrets, current first. Several are accepted at once during rotation. For `pagarme-v5`, which
+    /// signs nothing, these are the `webhook_basic_auth` credentials (`user:password`) the verifier compares with
+    /// the webhook's `Authorization: Basic` header.
     pub secrets: Vec<SecretString>,
     /// Accepted clock skew for schemes that sign a timestamp; `None` for schemes that sign none.
     pub tolerance_secs: Option<u64>,
@@ -70,6 +72,7 @@ impl ProviderConfig {
 pub(super) struct RawProvider {
     scheme: Option<String>,
     secrets: Option<Vec<String>>,
+    webhook_basic_auth: Option<Vec<String>>,
     tolerance_secs: Option<u64>,
     fee_bps: Option<i64>,
     fee_fixed: Option<i64>,
@@ -98,7 +101,7 @@ pub const MAX_DUNNING_RETRY_SECS: u64 = 60 * 86_400;
 /// is configured explicitly). Schemes hookline never sends requests to get the same value; it is not used.
 pub fn default_idempotency_key_ttl_secs(scheme: Scheme) -> u64 {
     match scheme {
-        Scheme::Stripe | Scheme::Pagarme | Scheme::MercadoPago => 24 * 3600,
+        Scheme::Stripe | Scheme::Pagarme | Scheme::PagarmeV5 | Scheme::MercadoPago => 24 * 3600,
         _ => 24 * 3600,
     }
 }
@@ -136,7 +139,25 @@ pub(super) fn provider(
             ),
         )
     })?;
-    let secrets = secrets(&name, scheme, p.secrets.unwrap_or_default(), env)?;
+    let secrets = match (scheme, p.secrets, p.webhook_basic_auth) {
+        (Scheme::PagarmeV5, None, auth) => basic_auth(&name, auth.unwrap_or_default(), env)?,
+        (Scheme::PagarmeV5, Some(_), _) => {
+            return Err(ConfigError::invalid(
+                field("secrets"),
+                "scheme 'pagarme-v5' signs nothing: configure the webhook's credentials as webhook_basic_auth",
+            ))
+        }
+        (_, _, Some(_)) => {
+            return Err(ConfigError::invalid(
+                field("webhook_basic_auth"),
+                format!(
+                    "is only for scheme 'pagarme-v5' (scheme '{}' uses secrets)",
+                    scheme.as_str()
+                ),
+            ))
+        }
+        (_, raw, None) => secrets(&name, scheme, raw.unwrap_or_default(), env)?,
+    };
     let tolerance_secs = match (p.tolerance_secs, scheme.signs_timestamp()) {
         (Some(_), false) => {
             return Err(ConfigError::invalid(
@@ -262,6 +283,34 @@ fn secrets(
         secrets.push(SecretString::from(value));
     }
     Ok(secrets)
+}
+
+/// `providers.NAME.webhook_basic_auth` (`pagarme-v5`): at least one `user:password` (`env:VAR` allowed), each
+/// non-empty, with a ':', at most 512 bytes, no control characters or surrounding whitespace; several at once for
+/// rotation, current first. The messages never quote the credential.
+fn basic_auth(
+    name: &str,
+    raw: Vec<String>,
+    env: &dyn Env,
+) -> Result<Vec<SecretString>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("providers.{name}.webhook_basic_auth"),
+            "at least one 'user:password' credential is required for scheme 'pagarme-v5'",
+        ));
+    }
+    let mut credentials = Vec::with_capacity(raw.len());
+    for (i, s) in raw.into_iter().enumerate() {
+        let f = format!("providers.{name}.webhook_basic_auth[{i}]");
+        let value = resolve_env(&f, s, env)?;
+        if value.is_empty() {
+            return Err(ConfigError::invalid(&f, "is empty"));
+        }
+        hookline_signature::validate_secret(Scheme::PagarmeV5, value.as_bytes())
+            .map_err(|why| ConfigError::invalid(&f, why.replace("the secret", "the credential")))?;
+        credentials.push(SecretString::from(value));
+    }
+    Ok(credentials)
 }
 
 /// `providers.NAME.api_base`: an http(s) URL with a host.
@@ -415,6 +464,47 @@ mod tests {
         assert_eq!(
             err("[providers.p]\nscheme = \"github\"\nsecrets = [\"env:NOPE_NOT_SET\"]"),
             "providers.p.secrets[0]: environment variable NOPE_NOT_SET is not set"
+        );
+    }
+
+    #[test]
+    fn pagarme_v5_takes_basic_auth_credentials_instead_of_secrets() {
+        let env = [("PGM_HOOK_OLD", "hookline:old")];
+        let c = Config::from_toml_str(
+            "[providers.pgm]\nscheme = \"pagarme-v5\"\n\
+             webhook_basic_auth = [\"hookline:new\", \"env:PGM_HOOK_OLD\"]\n\
+             api_base = \"http://127.0.0.1:1\"\napi_token = \"sk_test_x\"\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let p = &c.providers["pgm"];
+        assert_eq!(
+            p.secret_bytes(),
+            vec![&b"hookline:new"[..], &b"hookline:old"[..]]
+        );
+        assert_eq!(p.tolerance_secs, None);
+        assert!(!format!("{p:?}").contains("hookline:"));
+        let base = "[providers.pgm]\nscheme = \"pagarme-v5\"\n";
+        for (extra, message) in [
+            ("", "providers.pgm.webhook_basic_auth: at least one 'user:password' credential is required"),
+            ("webhook_basic_auth = []", "providers.pgm.webhook_basic_auth: at least one"),
+            ("webhook_basic_auth = [\"a:b\", \"\"]", "providers.pgm.webhook_basic_auth[1]: is empty"),
+            ("webhook_basic_auth = [\"nocolon\"]", "providers.pgm.webhook_basic_auth[0]: expected 'user:password'"),
+            ("webhook_basic_auth = [\"a:b\\u0007\"]", "providers.pgm.webhook_basic_auth[0]: the credential contains control"),
+            ("webhook_basic_auth = [\"env:NOPE_NOT_SET\"]", "providers.pgm.webhook_basic_auth[0]: environment variable NOPE_NOT_SET"),
+            ("secrets = [\"s\"]", "providers.pgm.secrets: scheme 'pagarme-v5' signs nothing"),
+        ] {
+            let got = err(&format!("{base}{extra}\n"));
+            assert!(got.starts_with(message), "{extra}: {got}");
+            assert!(!got.contains("a:b"), "a credential leaked: {got}");
+        }
+        let long = format!("{base}webhook_basic_auth = [\"u:{}\"]\n", "p".repeat(600));
+        assert!(err(&long).contains("longer than 512"), "{}", err(&long));
+        let message = err("[providers.gh]\nscheme = \"github\"\nsecrets = [\"x\"]\nwebhook_basic_auth = [\"a:b\"]\n");
+        assert!(
+            message.starts_with("providers.gh.webhook_basic_auth: is only for scheme 'pagarme-v5'"),
+            "{message}"
         );
     }
 

@@ -82,7 +82,8 @@ pub fn normalize(
         | Scheme::Svix
         | Scheme::Github
         | Scheme::Shopify
-        | Scheme::Adyen => Ok(vec![ignored(format!(
+        | Scheme::Adyen
+        | Scheme::PagarmeV5 => Ok(vec![ignored(format!(
             "no payments mapping for scheme {scheme}"
         ))]),
     }

@@ -6,6 +6,7 @@ pub(crate) mod adyen;
 pub(crate) mod github;
 pub(crate) mod mercadopago;
 pub(crate) mod pagarme;
+pub(crate) mod pagarme_v5;
 pub(crate) mod shopify;
 pub(crate) mod standard;
 pub(crate) mod stripe;
