@@ -1,5 +1,5 @@
 //! What a gateway needs to charge a payment intent: the provider object the merchant sends with the intent
-//! (`"stripe": {…}` or `"mercadopago": {…}`), stored with it (`payment_intents.payment_params`) and read by the
+//! (`"stripe": {…}`, `"mercadopago": {…}` or `"pagarme": {…}`), stored with it (`payment_intents.payment_params`) and read by the
 //! dispatcher when it builds the charge.
 //!
 //! One rule, two readers: [`PaymentParams::missing_for_confirm`] is what the merchant API answers 400 with when
@@ -25,6 +25,10 @@ pub enum PaymentParams {
     /// Mercado Pago: a card token (or a non-card method such as Pix) and the payer, or a saved card.
     #[serde(rename = "mercadopago")]
     MercadoPago(MercadoPagoParams),
+    /// Pagar.me Core API v5: a saved card (`card_id`) or a card token, the customer (new or `customer_id`), or Pix
+    /// or boleto.
+    #[serde(rename = "pagarme")]
+    Pagarme(PagarmeParams),
 }
 
 /// Stripe's charge parameters (PaymentIntent create/confirm).
@@ -90,6 +94,99 @@ impl MercadoPagoParams {
     }
 }
 
+/// Pagar.me's payment methods (`payments[0].payment_method` of `POST /core/v5/orders`).
+pub const PAGARME_METHODS: &[&str] = &["credit_card", "pix", "boleto"];
+
+/// Pagar.me v5's charge parameters (`POST /core/v5/orders`, <https://docs.pagar.me/reference/criar-pedido-2>):
+/// the order's one payment and its customer.
+///
+/// - `payment_method`: `credit_card` (with `card_id`, a card saved to the customer, or `card_token`, made by
+///   the merchant's checkout with the public key; never both), `pix` or `boleto` (asynchronous: paid later, by
+///   the customer; the order's first answer is `pending` with the QR code or the boleto's line);
+/// - the customer: `customer_id` (`cus_…`, a saved customer; required with a `card_id`) or a new `customer`
+///   `{name, email, document, type}` (Pagar.me requires a customer on every order).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagarmeParams {
+    /// `credit_card`, `pix` or `boleto` ([`PAGARME_METHODS`]); required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_method: Option<String>,
+    /// A card saved to the customer (`card_…`); with `customer_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_id: Option<String>,
+    /// A card token (`token_…`, single use) made by the merchant's checkout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_token: Option<String>,
+    /// Number of installments (cards); 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installments: Option<u32>,
+    /// A saved customer (`cus_…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_id: Option<String>,
+    /// A new customer, when no `customer_id` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer: Option<PagarmeCustomer>,
+    /// What the card statement shows (at most 13 characters at Pagar.me).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement_descriptor: Option<String>,
+}
+
+/// A Pagar.me order's new customer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagarmeCustomer {
+    /// The customer's name (required by Pagar.me).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// E-mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    /// CPF or CNPJ digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document: Option<String>,
+    /// `individual` or `company`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+impl PagarmeParams {
+    /// Whether these parameters charge a card saved at Pagar.me (`card_id`).
+    pub fn is_saved_card(&self) -> bool {
+        self.card_id.is_some()
+    }
+}
+
+/// Longest Pagar.me object id accepted (`cus_…`, `card_…`, `token_…`: a prefix and 16 characters).
+pub const MAX_PAGARME_ID_BYTES: usize = 64;
+
+/// Whether `value` is shaped like a Pagar.me object id with `prefix` (`cus_`, `card_`, `token_`, `ch_`, `or_`):
+/// the prefix, then 1 to [`MAX_PAGARME_ID_BYTES`] letters and digits in all. It goes into a URL path: nothing
+/// else gets through. One rule for the merchant API, the CLI, billing and the dispatcher.
+pub fn is_pagarme_id(value: &str, prefix: &str) -> bool {
+    value.len() <= MAX_PAGARME_ID_BYTES
+        && value
+            .strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+// A card token is a credential for one charge; a document is personal data: never in a log line.
+impl std::fmt::Debug for PagarmeParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagarmeParams")
+            .field("payment_method", &self.payment_method)
+            .field("card_id", &self.card_id)
+            .field(
+                "card_token",
+                &self.card_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("installments", &self.installments)
+            .field("customer_id", &self.customer_id)
+            .field("customer", &self.customer.as_ref().map(|_| "[redacted]"))
+            .field("statement_descriptor", &self.statement_descriptor)
+            .finish()
+    }
+}
+
 /// Mercado Pago's payer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,6 +216,7 @@ impl PaymentParams {
         match self {
             PaymentParams::Stripe(_) => "stripe",
             PaymentParams::MercadoPago(_) => "mercadopago",
+            PaymentParams::Pagarme(_) => "pagarme",
         }
     }
 
@@ -158,6 +256,25 @@ impl PaymentParams {
                     }
                 }
             },
+            PaymentParams::Pagarme(p) => match p.payment_method.as_deref() {
+                None => Some("pagarme.payment_method"),
+                Some("credit_card") if p.card_id.is_none() && p.card_token.is_none() => {
+                    Some("pagarme.card_id")
+                }
+                // A saved card belongs to a customer: the order must name it.
+                Some(_) if p.card_id.is_some() && p.customer_id.is_none() => {
+                    Some("pagarme.customer_id")
+                }
+                Some(_) if p.customer_id.is_none() && p.customer.is_none() => {
+                    Some("pagarme.customer")
+                }
+                Some(_) => match &p.customer {
+                    Some(c) if p.customer_id.is_none() && c.name.is_none() => {
+                        Some("pagarme.customer.name")
+                    }
+                    _ => None,
+                },
+            },
         }
     }
 
@@ -171,6 +288,9 @@ impl PaymentParams {
                     && m.payment_method_id
                         .as_deref()
                         .is_some_and(|p| MERCADOPAGO_NON_CARD_METHODS.contains(&p))
+            }
+            PaymentParams::Pagarme(p) => {
+                matches!(p.payment_method.as_deref(), Some("pix" | "boleto"))
             }
         }
     }
@@ -240,6 +360,7 @@ impl std::fmt::Debug for PaymentParams {
         match self {
             PaymentParams::Stripe(s) => f.debug_tuple("Stripe").field(s).finish(),
             PaymentParams::MercadoPago(m) => f.debug_tuple("MercadoPago").field(m).finish(),
+            PaymentParams::Pagarme(p) => f.debug_tuple("Pagarme").field(p).finish(),
         }
     }
 }
@@ -387,6 +508,72 @@ mod tests {
         }
         for bad in ["", "a/b", "a b", "a_b", "a?x=1", "é", &"a".repeat(65)] {
             assert!(!is_mercadopago_customer_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn what_pagarme_requires() {
+        let pg = |json: serde_json::Value| {
+            serde_json::from_value::<PaymentParams>(serde_json::json!({ "pagarme": json }))
+                .expect("parses")
+        };
+        let customer = serde_json::json!({"name": "Tony", "email": "t@x.com", "document": "12345678909", "type": "individual"});
+        assert_eq!(
+            pg(serde_json::json!({})).missing_for_confirm(),
+            Some("pagarme.payment_method")
+        );
+        assert_eq!(
+            pg(serde_json::json!({"payment_method": "credit_card", "customer": customer}))
+                .missing_for_confirm(),
+            Some("pagarme.card_id")
+        );
+        assert_eq!(
+            pg(serde_json::json!({"payment_method": "credit_card", "card_id": "card_1"}))
+                .missing_for_confirm(),
+            Some("pagarme.customer_id")
+        );
+        assert_eq!(
+            pg(serde_json::json!({"payment_method": "pix"})).missing_for_confirm(),
+            Some("pagarme.customer")
+        );
+        assert_eq!(
+            pg(serde_json::json!({"payment_method": "pix", "customer": {"email": "a@b.c"}}))
+                .missing_for_confirm(),
+            Some("pagarme.customer.name")
+        );
+        let saved = pg(
+            serde_json::json!({"payment_method": "credit_card", "card_id": "card_1",
+            "customer_id": "cus_1", "installments": 1}),
+        );
+        assert_eq!(saved.missing_for_confirm(), None);
+        assert!(!saved.is_asynchronous());
+        let token = pg(
+            serde_json::json!({"payment_method": "credit_card", "card_token": "token_secret",
+            "customer": customer}),
+        );
+        assert_eq!(token.missing_for_confirm(), None);
+        assert!(!format!("{token:?}").contains("token_secret"));
+        assert!(!format!("{token:?}").contains("12345678909"));
+        let pix = pg(serde_json::json!({"payment_method": "pix", "customer": customer}));
+        assert_eq!(pix.missing_for_confirm(), None);
+        assert!(pix.is_asynchronous());
+        assert_eq!(pix.scheme_name(), "pagarme");
+        let back: PaymentParams =
+            serde_json::from_value(serde_json::to_value(&saved).expect("json")).expect("back");
+        assert_eq!(back, saved);
+        assert!(serde_json::from_value::<PaymentParams>(
+            serde_json::json!({"pagarme": {"card_number": "4000000000000010"}})
+        )
+        .is_err());
+        assert!(is_pagarme_id("cus_xK8yZ3m", "cus_"));
+        for bad in [
+            "cus_",
+            "card_1",
+            "cus_a/b",
+            "cus_a_b",
+            &format!("cus_{}", "a".repeat(61)),
+        ] {
+            assert!(!is_pagarme_id(bad, "cus_"), "{bad}");
         }
     }
 

@@ -91,6 +91,8 @@ pub(crate) struct Expected<'a> {
     pub(crate) provider: &'a str,
     /// Attempts so far, this one included.
     pub(crate) attempts: i32,
+    /// A refund's public id (`re_hl_N`): Pagar.me's refund answer is the charge, recorded under it.
+    pub(crate) refund_public_id: Option<&'a str>,
 }
 
 impl Expected<'_> {
@@ -101,6 +103,8 @@ impl Expected<'_> {
             (Api::Stripe, true) => "a Stripe refund",
             (Api::MercadoPago, false) => "a Mercado Pago payment",
             (Api::MercadoPago, true) => "a Mercado Pago refund",
+            (Api::PagarmeV5, false) => "a Pagar.me order",
+            (Api::PagarmeV5, true) => "a Pagar.me charge",
         }
     }
 
@@ -111,6 +115,11 @@ impl Expected<'_> {
             (Api::Stripe, true) => gateway::stripe::read_refund(json),
             (Api::MercadoPago, false) => gateway::mercadopago::read_payment(json),
             (Api::MercadoPago, true) => gateway::mercadopago::read_refund(json),
+            (Api::PagarmeV5, false) => gateway::pagarme_orders::read_order(json),
+            (Api::PagarmeV5, true) => gateway::pagarme_orders::read_refund(
+                json,
+                self.refund_public_id.unwrap_or_default(),
+            ),
         }
     }
 }
@@ -185,6 +194,11 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             // charge whose payment method or customer Stripe refuses (another customer's method, detached,
             // missing; off-session without a saved method) is one too: no operator can fix the customer's card,
             // and billing must learn that the method is unusable.
+            if expected.api == Api::PagarmeV5 {
+                if let Some(d) = pagarme_refusal(expected, status, &raw.body) {
+                    return d;
+                }
+            }
             if expected.api == Api::Stripe {
                 let method_refused = || {
                     (!expected.refund && (400..=499).contains(&status))
@@ -206,6 +220,34 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             }
         }
     }
+}
+
+/// Pagar.me's refusals that are outcomes, not hookline's problem: a refund answered 412 (the charge cannot be
+/// cancelled, or by that amount: already refunded, failed, charged back) fails that refund and releases its
+/// amount; a charge whose saved card or customer Pagar.me does not find (404) or refuses as invalid (422 naming
+/// `card_id`, `card_token` or the customer) is a decline, [`PAYMENT_METHOD_UNUSABLE`].
+fn pagarme_refusal(expected: &Expected<'_>, status: u16, body: &[u8]) -> Option<Answer> {
+    let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let message = bounded(&json["message"], 300).unwrap_or_else(|| excerpt(body, 300));
+    if expected.refund {
+        return (status == 412).then(|| Answer::Declined {
+            status: Some(status),
+            provider_id: None,
+            code: "refund_refused".to_owned(),
+            message,
+        });
+    }
+    let about_method = json["errors"].as_object().is_some_and(|errors| {
+        errors
+            .keys()
+            .any(|k| k.contains("card_id") || k.contains("card_token") || k.contains("customer_id"))
+    });
+    (status == 404 || (status == 422 && about_method)).then(|| Answer::Declined {
+        status: Some(status),
+        provider_id: None,
+        code: PAYMENT_METHOD_UNUSABLE.to_owned(),
+        message,
+    })
 }
 
 /// Classifies the answer to one step of a saved card's preparation (`step`: the card lookup, the card token;
@@ -309,6 +351,7 @@ mod tests {
             refund,
             provider: "p",
             attempts: 1,
+            refund_public_id: None,
         }
     }
 
@@ -526,6 +569,85 @@ mod tests {
         assert!(matches!(a, Answer::Refused { .. }), "{a:?}");
         let a = classify(&expected(Api::Stripe, true), Err("sending: timeout".into()));
         assert!(matches!(a, Answer::Retry { status: None, .. }), "{a:?}");
+    }
+
+    #[test]
+    fn pagarme_answers_classify_as_the_others() {
+        let order = r#"{"id": "or_1", "code": "pi_hl_1", "status": "failed", "charges": [{"id": "ch_1",
+            "status": "failed", "last_transaction": {"status": "not_authorized",
+            "acquirer_return_code": "1000", "acquirer_message": "Transação não autorizada"}}]}"#;
+        let a = classify(&expected(Api::PagarmeV5, false), raw(200, order));
+        assert_eq!(
+            a,
+            Answer::Declined {
+                status: Some(200),
+                provider_id: Some("ch_1".into()),
+                code: "1000".into(),
+                message: "Transação não autorizada".into()
+            }
+        );
+        let paid = r#"{"id": "or_1", "charges": [{"id": "ch_2", "status": "paid"}]}"#;
+        assert!(matches!(
+            classify(&expected(Api::PagarmeV5, false), raw(200, paid)),
+            Answer::Accepted { ref provider_id, final_status: "succeeded", .. } if provider_id == "ch_2"
+        ));
+        for status in [409, 429, 500, 503] {
+            assert!(matches!(
+                classify(&expected(Api::PagarmeV5, false), raw(status, "{}")),
+                Answer::Retry { .. }
+            ));
+        }
+        assert!(matches!(
+            classify(
+                &expected(Api::PagarmeV5, false),
+                Err("sending: timeout".into())
+            ),
+            Answer::Retry { status: None, .. }
+        ));
+        // A 401 or an invalid order is hookline's problem; an unknown saved card is the method's.
+        assert!(matches!(
+            classify(
+                &expected(Api::PagarmeV5, false),
+                raw(
+                    401,
+                    r#"{"message": "Authorization has been denied for this request."}"#
+                )
+            ),
+            Answer::Refused {
+                status: Some(401),
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(
+                &expected(Api::PagarmeV5, false),
+                raw(
+                    422,
+                    r#"{"message": "The request is invalid.", "errors": {"order.items[0].amount": ["x"]}}"#
+                )
+            ),
+            Answer::Refused {
+                status: Some(422),
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(&expected(Api::PagarmeV5, false), raw(422, r#"{"message": "The request is invalid.", "errors": {"order.payments[0].credit_card.card_id": ["not found"]}}"#)),
+            Answer::Declined { ref code, .. } if code == PAYMENT_METHOD_UNUSABLE
+        ));
+        // A refund beyond what is left: that refund fails (its amount is released), nothing is retried.
+        let refund = Expected {
+            refund_public_id: Some("re_hl_1"),
+            ..expected(Api::PagarmeV5, true)
+        };
+        assert!(matches!(
+            classify(&refund, raw(412, r#"{"message": "The charge has no amount left to cancel."}"#)),
+            Answer::Declined { status: Some(412), ref code, .. } if code == "refund_refused"
+        ));
+        assert!(matches!(
+            classify(&refund, raw(200, r#"{"id": "ch_1", "status": "paid", "canceled_amount": 100}"#)),
+            Answer::Accepted { ref provider_id, final_status: "succeeded", .. } if provider_id == "ch_1-re_hl_1"
+        ));
     }
 
     #[test]

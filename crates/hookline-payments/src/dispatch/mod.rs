@@ -382,6 +382,7 @@ impl Dispatcher {
             refund: claimed.refund_id.is_some(),
             provider: &claimed.provider,
             attempts: claimed.attempts,
+            refund_public_id: subject.refund.as_ref().map(|(_, id)| id.as_str()),
         };
         Ok(classify(&expected, ApiClient::exchange(request).await))
     }
@@ -426,6 +427,7 @@ impl Dispatcher {
             refund: claimed.refund_id.is_some(),
             provider: &claimed.provider,
             attempts: claimed.attempts,
+            refund_public_id: subject.refund.as_ref().map(|(_, id)| id.as_str()),
         };
         match expected.read(&json) {
             Ok(object) => {
@@ -454,6 +456,9 @@ impl Dispatcher {
                 Api::MercadoPago => {
                     gateway::mercadopago::find_charge(&gateway.client, &intent.public_id).await
                 }
+                Api::PagarmeV5 => {
+                    gateway::pagarme_orders::find_order(&gateway.client, &intent.public_id).await
+                }
             });
         };
         let Some(payment) = intent.provider_payment_id.as_deref() else {
@@ -480,6 +485,15 @@ impl Dispatcher {
                     &linked,
                 )
                 .await
+            }
+            Api::PagarmeV5 => {
+                let recorded = {
+                    let mut conn = self.pool.acquire().await?;
+                    let except = claimed.refund_id.unwrap_or_default();
+                    intents::recorded_refund_amount(&mut conn, intent.id, except).await?
+                };
+                gateway::pagarme_orders::find_refund(&gateway.client, payment, *amount, recorded)
+                    .await
             }
         })
     }
@@ -641,6 +655,9 @@ fn build(
             Api::MercadoPago => {
                 gateway::mercadopago::refund_request(&gateway.client, &key, payment, *amount)
             }
+            Api::PagarmeV5 => {
+                gateway::pagarme_orders::refund_request(&gateway.client, &key, payment, *amount)
+            }
         };
     }
     let Some(params) = intent.payment_params.as_ref().map(|p| &p.0) else {
@@ -666,6 +683,15 @@ fn build(
                 subscription_id: intent.subscription_id,
             });
             gateway::mercadopago::charge_request(&gateway.client, &key, intent, p, saved.as_ref())
+        }
+        (Api::PagarmeV5, PaymentParams::Pagarme(p)) => {
+            let order = gateway::pagarme_orders::OrderFor {
+                public_id: &intent.public_id,
+                amount: intent.amount,
+                description: intent.description.as_deref(),
+                subscription_id: intent.subscription_id,
+            };
+            gateway::pagarme_orders::order_request(&gateway.client, &key, &order, p)
         }
         (_, other) => Err(PostError::Refused(format!(
             "intent {} carries {} parameters but provider {} is not that scheme",

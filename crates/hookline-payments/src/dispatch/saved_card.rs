@@ -47,6 +47,7 @@ impl Dispatcher {
             refund: false,
             provider: &claimed.provider,
             attempts: claimed.attempts,
+            refund_public_id: None,
         };
         let minted = match mint(
             &gateway.client,

@@ -7,6 +7,7 @@
 //! Nothing here touches the database, and nothing here logs a token or a body.
 
 pub mod mercadopago;
+pub mod pagarme_orders;
 pub mod stripe;
 
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub enum Api {
     Stripe,
     /// Mercado Pago (JSON requests, `X-Idempotency-Key`).
     MercadoPago,
+    /// Pagar.me Core API v5 (JSON requests, HTTP Basic with the secret key, `Idempotency-Key`).
+    PagarmeV5,
 }
 
 impl Api {

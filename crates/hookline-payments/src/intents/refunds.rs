@@ -275,6 +275,23 @@ pub fn refund_public_id(refund_id: i64) -> String {
     format!("re_hl_{refund_id}")
 }
 
+/// The amount of the refunds of `intent_id` (other than `except`) the gateway has answered and not refused: what a
+/// Pagar.me charge's `canceled_amount` already covers when a refund whose key expired is looked up.
+pub async fn recorded_refund_amount(
+    conn: &mut PgConnection,
+    intent_id: i64,
+    except: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(amount), 0)::bigint FROM outbound_refunds
+          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL AND status <> 'failed'",
+    )
+    .bind(intent_id)
+    .bind(except)
+    .fetch_one(conn)
+    .await
+}
+
 /// The gateway refund ids already linked to refunds of `intent_id` (other than `except`): a refund found by
 /// lookup by its amount is never one that already belongs to another refund of the intent.
 pub async fn linked_refund_ids(

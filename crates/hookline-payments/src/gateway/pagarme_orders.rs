@@ -1,0 +1,619 @@
+//! Pagar.me Core API v5, outbound (<https://docs.pagar.me/reference>): the order that charges an intent
+//! (`POST /core/v5/orders`), the refund (`DELETE /core/v5/charges/{charge_id}` with `{amount}`, partial or total),
+//! the lookup of an order by hookline's reference (`GET /core/v5/orders?code=…`), the lists reconciliation pages
+//! through, and how the answers read. The webhook's fetch of a charge lives beside it ([`super::pagarme`] on the
+//! inbound side).
+//!
+//! - **Authentication**: HTTP Basic, the secret key (`api_token`) as the user and an empty password — never a
+//!   Bearer token (<https://docs.pagar.me/reference/autenticação-2>).
+//! - **Idempotency**: `Idempotency-Key` on every attempt (the intent's key, a refund's own key); Pagar.me forgets
+//!   a key 24 hours after its first use (`providers.NAME.idempotency_key_ttl_secs`, 86400 by default for this
+//!   scheme), after which the dispatcher looks the order up by its `code` before anything is sent again.
+//! - **hookline's reference**: the order `code` is the intent's public id (`pi_hl_…`, within Pagar.me's 52
+//!   characters), repeated in `metadata.hookline_intent`.
+//! - **The payment's id** is the order's one charge (`ch_…`), not the order (`or_…`): Pagar.me refunds, and its
+//!   `charge.*` webhooks name, the charge.
+//! - **Refunds** have no object of their own at Pagar.me: the answer is the charge, with `canceled_amount` grown
+//!   (in full: `canceled`). The refund is recorded under `{charge_id}-{refund public id}` (unique per refund). A
+//!   refund whose key expired is looked up on the charge: it counts as done when the charge's `canceled_amount`
+//!   covers it beside the intent's other refunds already recorded (Pagar.me lists no refunds to search).
+
+use serde_json::{json, Value};
+
+use super::{bounded, ApiClient, Object, PostError, Verdict};
+use crate::params::{is_pagarme_id, PagarmeParams};
+use secrecy::ExposeSecret;
+
+/// Longest order `code` Pagar.me takes.
+pub const MAX_ORDER_CODE_CHARS: usize = 52;
+
+/// Orders per page when reconciliation lists them (Pagar.me's `size`, at most 30 in its examples).
+pub const LIST_PAGE_SIZE: u32 = 30;
+
+/// A request to `path` under the API base, authenticated as Pagar.me requires (Basic, secret key, empty
+/// password). `Err` only when the URL cannot be built or there is no HTTP client.
+fn request(
+    api: &ApiClient,
+    method: reqwest::Method,
+    path: &str,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let url = api.url(path).map_err(PostError::Refused)?;
+    let http = api.http().map_err(PostError::NoClient)?;
+    let mut req = http.request(method, url);
+    if let Some(token) = &api.token {
+        req = req.basic_auth(token.expose_secret(), Some(""));
+    }
+    Ok(req)
+}
+
+/// The order: `POST /core/v5/orders` with [`order_body`], under `key`.
+pub(crate) fn order_request(
+    api: &ApiClient,
+    key: &str,
+    order: &OrderFor<'_>,
+    params: &PagarmeParams,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let body = order_body(order, params).map_err(PostError::Refused)?;
+    Ok(request(api, reqwest::Method::POST, "core/v5/orders")?
+        .header("Idempotency-Key", key)
+        .json(&body))
+}
+
+/// What an order is built from besides the intent's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct OrderFor<'a> {
+    /// The intent's public id: the order's `code`.
+    pub public_id: &'a str,
+    /// Minor units (centavos).
+    pub amount: i64,
+    /// The item's description (the intent's id when it has none).
+    pub description: Option<&'a str>,
+    /// The hookline subscription a billing charge pays (`metadata.hookline_subscription`).
+    pub subscription_id: Option<i64>,
+}
+
+/// The order's body: `code` = the intent's public id, one item of the whole amount, one payment of the method
+/// the parameters name (credit card `auth_and_capture` with `card_id` or `card_token`; Pix; boleto), the
+/// customer (`customer_id` or a new `customer`), `closed: true`. `Err`: what cannot be sent (nothing is).
+pub fn order_body(order: &OrderFor<'_>, params: &PagarmeParams) -> Result<Value, String> {
+    if order.public_id.is_empty() || order.public_id.chars().count() > MAX_ORDER_CODE_CHARS {
+        return Err(format!(
+            "the order code must be 1 to {MAX_ORDER_CODE_CHARS} characters"
+        ));
+    }
+    if order.amount <= 0 || order.amount > i64::from(i32::MAX) {
+        return Err(format!(
+            "the amount {} is outside Pagar.me's range",
+            order.amount
+        ));
+    }
+    let method = params.payment_method.as_deref().unwrap_or_default();
+    let mut payment = json!({ "payment_method": method, "amount": order.amount });
+    match method {
+        "credit_card" => {
+            let mut card = json!({
+                "installments": params.installments.unwrap_or(1),
+                "operation_type": "auth_and_capture",
+            });
+            match (&params.card_id, &params.card_token) {
+                (Some(id), None) if is_pagarme_id(id, "card_") => card["card_id"] = json!(id),
+                (None, Some(token)) => card["card_token"] = json!(token),
+                (Some(_), Some(_)) => {
+                    return Err("a card_id and a card_token: one of them, not both".into())
+                }
+                (Some(id), None) => {
+                    return Err(format!(
+                        "{:?} is not a Pagar.me card id",
+                        id.chars().take(80).collect::<String>()
+                    ))
+                }
+                (None, None) => return Err("a credit card needs card_id or card_token".into()),
+            }
+            if let Some(d) = &params.statement_descriptor {
+                card["statement_descriptor"] = json!(d);
+            }
+            payment["credit_card"] = card;
+        }
+        // A day to pay, Pagar.me's own default for the QR code.
+        "pix" => payment["pix"] = json!({ "expires_in": 86_400 }),
+        "boleto" => payment["boleto"] = json!({}),
+        other => {
+            return Err(format!(
+                "{:?} is not a Pagar.me payment method (credit_card, pix, boleto)",
+                other.chars().take(40).collect::<String>()
+            ))
+        }
+    }
+    let mut metadata = json!({ "hookline_intent": order.public_id });
+    if let Some(id) = order.subscription_id {
+        metadata["hookline_subscription"] = json!(id.to_string());
+    }
+    let mut body = json!({
+        "code": order.public_id,
+        "items": [{
+            "amount": order.amount,
+            "description": order.description.unwrap_or(order.public_id),
+            "quantity": 1,
+            "code": order.public_id,
+        }],
+        "payments": [payment],
+        "closed": true,
+        "metadata": metadata,
+    });
+    match (&params.customer_id, &params.customer) {
+        (Some(id), _) if is_pagarme_id(id, "cus_") => body["customer_id"] = json!(id),
+        (Some(id), _) => {
+            return Err(format!(
+                "{:?} is not a Pagar.me customer id",
+                id.chars().take(80).collect::<String>()
+            ))
+        }
+        (None, Some(c)) => {
+            let mut customer = json!({ "name": c.name });
+            for (field, value) in [
+                ("email", &c.email),
+                ("document", &c.document),
+                ("type", &c.kind),
+            ] {
+                if let Some(v) = value {
+                    customer[field] = json!(v);
+                }
+            }
+            body["customer"] = customer;
+        }
+        (None, None) => return Err("Pagar.me requires the order's customer".into()),
+    }
+    Ok(body)
+}
+
+/// The refund: `DELETE /core/v5/charges/{charge}` `{"amount": cents}`, under `key`. `Err` when `charge` is not a
+/// Pagar.me charge id (it goes into the path).
+pub(crate) fn refund_request(
+    api: &ApiClient,
+    key: &str,
+    charge: &str,
+    amount: i64,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    if !is_pagarme_id(charge, "ch_") {
+        return Err(PostError::Refused(format!(
+            "{:?} is not a Pagar.me charge id",
+            charge.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(request(
+        api,
+        reqwest::Method::DELETE,
+        &format!("core/v5/charges/{charge}"),
+    )?
+    .header("Idempotency-Key", key)
+    .json(&json!({ "amount": amount })))
+}
+
+/// The order's one charge (`charges[0]`), if it has one.
+fn first_charge(order: &Value) -> Option<&Value> {
+    order["charges"].as_array().and_then(|c| c.first())
+}
+
+/// An order (the answer to its creation, or one found by lookup) as the outcome of its one charge:
+/// `paid` → succeeded; `failed` → declined with the acquirer's code (`acquirer_return_code`, else the
+/// transaction's status such as `not_authorized`) and message; `canceled` → failed; `pending` with a Pix QR
+/// code or a boleto line → requires_action (what to show the customer); anything else (`processing`,
+/// `pending`) → processing. The object's id is the charge's (`ch_…`).
+pub fn read_order(json: &Value) -> Result<Object, String> {
+    if !json.is_object() {
+        return Err("not a JSON object".into());
+    }
+    match json["id"].as_str() {
+        Some(id) if is_pagarme_id(id, "or_") => {}
+        _ => return Err("no order \"id\" (or_…)".into()),
+    }
+    let charge = first_charge(json).ok_or("the order has no charge")?;
+    read_charge(charge)
+}
+
+/// A charge as an outcome (see [`read_order`]).
+pub fn read_charge(charge: &Value) -> Result<Object, String> {
+    let id = match charge["id"].as_str() {
+        Some(id) if is_pagarme_id(id, "ch_") => id.to_owned(),
+        _ => return Err("no charge \"id\" (ch_…)".into()),
+    };
+    let status = charge["status"].as_str().ok_or("no charge \"status\"")?;
+    let t = &charge["last_transaction"];
+    let plain = |status| Verdict::Status {
+        status,
+        next_action: None,
+    };
+    let verdict = match status {
+        "paid" | "overpaid" | "underpaid" => plain("succeeded"),
+        "failed" => {
+            let code = bounded(&t["acquirer_return_code"], 100)
+                .filter(|c| !c.is_empty())
+                .or_else(|| bounded(&t["status"], 100))
+                .unwrap_or_else(|| "failed".to_owned());
+            let message = bounded(&t["acquirer_message"], 300)
+                .filter(|m| !m.is_empty())
+                .or_else(|| {
+                    t["gateway_response"]["errors"]
+                        .as_array()
+                        .and_then(|e| e.first())
+                        .and_then(|e| bounded(&e["message"], 300))
+                })
+                .unwrap_or_else(|| "Pagar.me declined the charge".to_owned());
+            Verdict::Declined { code, message }
+        }
+        "canceled" => plain("failed"),
+        "pending" if t["qr_code"].is_string() => Verdict::Status {
+            status: "requires_action",
+            next_action: Some(json!({
+                "type": "pix_qr_code",
+                "qr_code": bounded(&t["qr_code"], 4096),
+                "qr_code_url": bounded(&t["qr_code_url"], 2000),
+                "expires_at": bounded(&t["expires_at"], 64),
+            })),
+        },
+        "pending" if t["line"].is_string() => Verdict::Status {
+            status: "requires_action",
+            next_action: Some(json!({
+                "type": "boleto",
+                "line": bounded(&t["line"], 200),
+                "barcode": bounded(&t["barcode"], 200),
+                "url": bounded(&t["url"], 2000),
+                "pdf": bounded(&t["pdf"], 2000),
+            })),
+        },
+        _ => plain("processing"),
+    };
+    Ok(Object { id, verdict })
+}
+
+/// The id a refund of `charge` is recorded under: Pagar.me gives a refund no id of its own.
+pub fn refund_record_id(charge: &str, refund_public_id: &str) -> String {
+    format!("{charge}-{refund_public_id}")
+}
+
+/// The answer to a refund (the charge, `canceled_amount` grown) for hookline's refund `refund_public_id`:
+/// succeeded when the charge shows a cancelled amount (`canceled`, or still `paid` after a partial refund);
+/// anything else is still pending at the gateway.
+pub fn read_refund(json: &Value, refund_public_id: &str) -> Result<Object, String> {
+    let id = match json["id"].as_str() {
+        Some(id) if is_pagarme_id(id, "ch_") => id.to_owned(),
+        _ => return Err("no charge \"id\" (ch_…)".into()),
+    };
+    let canceled = json["canceled_amount"].as_i64().unwrap_or(0);
+    let status = match json["status"].as_str() {
+        Some("canceled") => "succeeded",
+        Some(_) if canceled > 0 => "succeeded",
+        Some(_) => "requires_dispatch",
+        None => return Err("no charge \"status\"".into()),
+    };
+    Ok(Object {
+        id: refund_record_id(&id, refund_public_id),
+        verdict: Verdict::Status {
+            status,
+            next_action: None,
+        },
+    })
+}
+
+/// `GET {base}/{path}?{query}` with Pagar.me's authentication, its JSON (bounded, classified as
+/// [`ApiClient::get`] classifies).
+pub async fn get_json(
+    api: &ApiClient,
+    path: &str,
+    query: &[(&str, String)],
+) -> Result<Value, String> {
+    let mut url = api.url(path)?;
+    if !query.is_empty() {
+        url.query_pairs_mut()
+            .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+    }
+    let req = match request(api, reqwest::Method::GET, path) {
+        Ok(r) => r,
+        Err(PostError::Refused(e) | PostError::NoClient(e)) => return Err(e),
+    };
+    // The query is set on the built URL: `request` took only the path.
+    let req = req.query(query);
+    let body = api.read(req, &url).await.map_err(|(_, e)| format!("{e}"))?;
+    serde_json::from_slice(&body).map_err(|e| format!("GET {url}: the answer is not JSON: {e}"))
+}
+
+/// The order whose `code` is `public_id`, if any: `GET /core/v5/orders?code=…` (only an exact match counts).
+pub async fn find_order(api: &ApiClient, public_id: &str) -> Result<Option<Value>, String> {
+    let page = get_json(api, "core/v5/orders", &[("code", public_id.to_owned())]).await?;
+    let Some(data) = page["data"].as_array() else {
+        return Err("the order list has no \"data\" list".into());
+    };
+    Ok(data
+        .iter()
+        .find(|o| o["code"].as_str() == Some(public_id))
+        .cloned())
+}
+
+/// The refund `refund_public_id` of `amount` on `charge`, whose key expired: found (the charge, read by
+/// [`read_refund`]) when the charge's `canceled_amount` covers `amount` beside `recorded` (the intent's other
+/// refunds already recorded as sent); `None` when it does not (then the refund was not made).
+pub async fn find_refund(
+    api: &ApiClient,
+    charge: &str,
+    amount: i64,
+    recorded: i64,
+) -> Result<Option<Value>, String> {
+    if !is_pagarme_id(charge, "ch_") {
+        return Err(format!("{charge:?} is not a Pagar.me charge id"));
+    }
+    let json = get_json(api, &format!("core/v5/charges/{charge}"), &[]).await?;
+    if json["id"].as_str() != Some(charge) {
+        return Err(format!("the answer is not charge {charge}"));
+    }
+    let canceled = json["canceled_amount"].as_i64().unwrap_or(0);
+    Ok((canceled >= recorded.saturating_add(amount)).then_some(json))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::PagarmeCustomer;
+
+    fn saved() -> PagarmeParams {
+        PagarmeParams {
+            payment_method: Some("credit_card".into()),
+            card_id: Some("card_xK8yZ3m".into()),
+            customer_id: Some("cus_Ab12".into()),
+            installments: Some(1),
+            ..PagarmeParams::default()
+        }
+    }
+
+    fn order() -> OrderFor<'static> {
+        OrderFor {
+            public_id: "pi_hl_abc",
+            amount: 2550,
+            description: Some("Plano"),
+            subscription_id: Some(7),
+        }
+    }
+
+    #[test]
+    fn a_saved_card_order_carries_hookline_reference_as_its_code() {
+        let body = order_body(&order(), &saved()).expect("body");
+        assert_eq!(
+            body,
+            json!({
+                "code": "pi_hl_abc",
+                "customer_id": "cus_Ab12",
+                "items": [{"amount": 2550, "description": "Plano", "quantity": 1, "code": "pi_hl_abc"}],
+                "payments": [{"payment_method": "credit_card", "amount": 2550,
+                    "credit_card": {"card_id": "card_xK8yZ3m", "installments": 1, "operation_type": "auth_and_capture"}}],
+                "closed": true,
+                "metadata": {"hookline_intent": "pi_hl_abc", "hookline_subscription": "7"}
+            })
+        );
+        // Every attempt sends the same body.
+        assert_eq!(order_body(&order(), &saved()), Ok(body));
+    }
+
+    #[test]
+    fn tokens_pix_and_boleto_orders_and_what_is_never_sent() {
+        let customer = PagarmeCustomer {
+            name: Some("Tony Stark".into()),
+            email: Some("t@x.com".into()),
+            document: Some("12345678909".into()),
+            kind: Some("individual".into()),
+        };
+        let token = PagarmeParams {
+            payment_method: Some("credit_card".into()),
+            card_token: Some("token_1".into()),
+            customer: Some(customer.clone()),
+            installments: Some(3),
+            ..PagarmeParams::default()
+        };
+        let body = order_body(&order(), &token).expect("body");
+        assert_eq!(body["payments"][0]["credit_card"]["card_token"], "token_1");
+        assert_eq!(body["payments"][0]["credit_card"]["installments"], 3);
+        assert_eq!(body["customer"]["document"], "12345678909");
+        assert_eq!(body.get("customer_id"), None);
+        let pix = PagarmeParams {
+            payment_method: Some("pix".into()),
+            customer: Some(customer.clone()),
+            ..PagarmeParams::default()
+        };
+        let body = order_body(&order(), &pix).expect("pix");
+        assert_eq!(body["payments"][0]["pix"]["expires_in"], 86_400);
+        assert_eq!(body["payments"][0].get("credit_card"), None);
+        for bad in [
+            PagarmeParams {
+                card_token: Some("token_1".into()),
+                ..saved()
+            },
+            PagarmeParams {
+                card_id: Some("card_../x".into()),
+                ..saved()
+            },
+            PagarmeParams {
+                customer_id: Some("cus_a/b".into()),
+                ..saved()
+            },
+            PagarmeParams {
+                customer_id: None,
+                ..saved()
+            },
+            PagarmeParams {
+                payment_method: Some("debit_card".into()),
+                ..saved()
+            },
+        ] {
+            assert!(order_body(&order(), &bad).is_err(), "{bad:?}");
+        }
+        let long = "p".repeat(53);
+        assert!(order_body(
+            &OrderFor {
+                public_id: &long,
+                ..order()
+            },
+            &saved()
+        )
+        .is_err());
+        assert!(order_body(
+            &OrderFor {
+                amount: 0,
+                ..order()
+            },
+            &saved()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn requests_use_basic_auth_with_the_secret_key_and_the_idempotency_key() {
+        let api = ApiClient::new(
+            "pagarme",
+            url::Url::parse("http://127.0.0.1:9/").expect("url"),
+            Some(secrecy::SecretString::from("sk_test_x")),
+        );
+        let req = order_request(&api, "key-1", &order(), &saved())
+            .expect("request")
+            .build()
+            .expect("built");
+        assert_eq!(req.method(), reqwest::Method::POST);
+        assert_eq!(req.url().as_str(), "http://127.0.0.1:9/core/v5/orders");
+        // base64("sk_test_x:")
+        assert_eq!(
+            req.headers()["authorization"].to_str().ok(),
+            Some("Basic c2tfdGVzdF94Og==")
+        );
+        assert_eq!(
+            req.headers()["idempotency-key"].to_str().ok(),
+            Some("key-1")
+        );
+        let refund = refund_request(&api, "key-2", "ch_1", 500)
+            .expect("request")
+            .build()
+            .expect("built");
+        assert_eq!(refund.method(), reqwest::Method::DELETE);
+        assert_eq!(
+            refund.url().as_str(),
+            "http://127.0.0.1:9/core/v5/charges/ch_1"
+        );
+        let sent: Value =
+            serde_json::from_slice(refund.body().and_then(|b| b.as_bytes()).expect("body"))
+                .expect("json");
+        assert_eq!(sent, json!({"amount": 500}));
+        assert!(matches!(
+            refund_request(&api, "k", "ch_1/../x", 1),
+            Err(PostError::Refused(_))
+        ));
+    }
+
+    #[test]
+    fn orders_read_as_their_charge_outcome() {
+        let order = |status: &str, t: Value| {
+            json!({"id": "or_1", "code": "pi_hl_1", "status": "x",
+                "charges": [{"id": "ch_1", "status": status, "last_transaction": t}]})
+        };
+        let paid = read_order(&order("paid", json!({"status": "captured"}))).expect("paid");
+        assert_eq!(paid.id, "ch_1");
+        assert_eq!(
+            paid.verdict,
+            Verdict::Status {
+                status: "succeeded",
+                next_action: None
+            }
+        );
+        let declined = read_order(&order(
+            "failed",
+            json!({"status": "not_authorized", "acquirer_return_code": "1016", "acquirer_message": "Saldo insuficiente"}),
+        ))
+        .expect("failed");
+        assert_eq!(
+            declined.verdict,
+            Verdict::Declined {
+                code: "1016".into(),
+                message: "Saldo insuficiente".into()
+            }
+        );
+        let bare = read_order(&order("failed", json!({"status": "not_authorized"}))).expect("bare");
+        assert!(
+            matches!(bare.verdict, Verdict::Declined { ref code, .. } if code == "not_authorized")
+        );
+        let pix = read_order(&order(
+            "pending",
+            json!({"status": "waiting_payment", "qr_code": "000201", "qr_code_url": "https://x"}),
+        ))
+        .expect("pix");
+        assert!(
+            matches!(pix.verdict, Verdict::Status { status: "requires_action", next_action: Some(ref a) }
+            if a["type"] == "pix_qr_code" && a["qr_code"] == "000201")
+        );
+        let boleto = read_order(&order(
+            "pending",
+            json!({"status": "generated", "line": "0019", "url": "https://b"}),
+        ))
+        .expect("boleto");
+        assert!(
+            matches!(boleto.verdict, Verdict::Status { status: "requires_action", next_action: Some(ref a) }
+            if a["type"] == "boleto")
+        );
+        assert_eq!(
+            read_order(&order("processing", json!({})))
+                .expect("p")
+                .verdict,
+            Verdict::Status {
+                status: "processing",
+                next_action: None
+            }
+        );
+        assert_eq!(
+            read_order(&order("canceled", json!({})))
+                .expect("c")
+                .verdict,
+            Verdict::Status {
+                status: "failed",
+                next_action: None
+            }
+        );
+        assert!(read_order(&json!({"id": "or_1", "charges": []})).is_err());
+        assert!(
+            read_order(&json!({"id": "x", "charges": [{"id": "ch_1", "status": "paid"}]})).is_err()
+        );
+        assert!(
+            read_order(&json!({"id": "or_1", "charges": [{"id": "ch/1", "status": "paid"}]}))
+                .is_err()
+        );
+        assert!(read_order(&json!([])).is_err());
+    }
+
+    #[test]
+    fn refunds_read_from_the_charge() {
+        let partial = read_refund(
+            &json!({"id": "ch_1", "status": "paid", "canceled_amount": 500}),
+            "re_hl_3",
+        )
+        .expect("partial");
+        assert_eq!(partial.id, "ch_1-re_hl_3");
+        assert_eq!(
+            partial.verdict,
+            Verdict::Status {
+                status: "succeeded",
+                next_action: None
+            }
+        );
+        let total =
+            read_refund(&json!({"id": "ch_1", "status": "canceled"}), "re_hl_4").expect("t");
+        assert!(matches!(
+            total.verdict,
+            Verdict::Status {
+                status: "succeeded",
+                ..
+            }
+        ));
+        let none = read_refund(&json!({"id": "ch_1", "status": "paid"}), "re_hl_5").expect("n");
+        assert!(matches!(
+            none.verdict,
+            Verdict::Status {
+                status: "requires_dispatch",
+                ..
+            }
+        ));
+        assert!(read_refund(&json!({"status": "paid"}), "re_hl_5").is_err());
+    }
+}
