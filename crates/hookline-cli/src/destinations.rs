@@ -122,9 +122,9 @@ pub struct RedeliverArgs {
     /// Only events recorded since (RFC 3339, or a duration ago like 2h)
     #[arg(long, value_parser = ops::parse_instant)]
     since: Option<OffsetDateTime>,
-    /// Only these events (evt_…); repeatable
-    #[arg(long = "id")]
-    ids: Vec<String>,
+    /// Only these events (evt_…): `--id evt_a evt_b` or `--id evt_a --id evt_b`
+    #[arg(long = "id", num_args = 1..)]
+    pub(crate) ids: Vec<String>,
     /// Why (recorded in the audit table)
     #[arg(long)]
     reason: Option<String>,
