@@ -86,9 +86,13 @@ pub async fn report(
     max_unpublished_age: Option<Duration>,
     client: &str,
 ) -> anyhow::Result<Report> {
-    let providers = events::status_by_provider(pool, consumers::ALL)
+    let mut providers = events::status_by_provider(pool, consumers::ALL)
         .await
         .context("count events by provider")?;
+    let waiting = hookline_payments::apply::parked_by_provider(pool)
+        .await
+        .context("count the parked refunds and disputes")?;
+    parked_now(&mut providers, &waiting);
     // Received and unpublished do not depend on the consumer: counted once, from the first consumer's rows.
     let first = consumers::ALL.first().copied().unwrap_or_default();
     let once = || providers.iter().filter(|p| p.consumer == first);
@@ -199,6 +203,25 @@ pub async fn report(
     })
 }
 
+/// Makes `parked` say what waits now: the payments consumer's refunds and lost disputes whose payment has not
+/// succeeded (`waiting`, per provider). The markers of events parked earlier and applied since (by the
+/// transaction that made their payment succeed) count as `applied`, so a fully settled history shows no parked.
+fn parked_now(providers: &mut [ProviderStatus], waiting: &[(String, i64)]) {
+    for p in providers
+        .iter_mut()
+        .filter(|p| p.consumer == consumers::PAYMENTS)
+    {
+        let now = waiting
+            .iter()
+            .find(|(provider, _)| *provider == p.provider)
+            .map_or(0, |(_, n)| *n);
+        // A dispute reported lost twice before its payment succeeded has two parked markers for one waiting
+        // item: never move more markers to `applied` than there are.
+        p.applied += (p.parked - now).max(0);
+        p.parked = now;
+    }
+}
+
 async fn queue_depths(config: &Config, client: &str) -> Queues {
     let t = Topology::new(&config.amqp.prefix, config.amqp.delivery_limit);
     let result = tokio::time::timeout(
@@ -226,5 +249,29 @@ async fn queue_depths(config: &Config, client: &str) -> Queues {
             dead_letter_ready: None,
             error: Some("no answer within 5 s".into()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(provider: &str, applied: i64, parked: i64) -> ProviderStatus {
+        ProviderStatus {
+            provider: provider.into(),
+            consumer: consumers::PAYMENTS.into(),
+            processed: applied + parked,
+            applied,
+            parked,
+            ..ProviderStatus::default()
+        }
+    }
+
+    #[test]
+    fn parked_counts_what_waits_now_and_the_rest_is_applied() {
+        let mut rows = vec![row("stripe", 5, 10), row("mercadopago", 3, 2)];
+        parked_now(&mut rows, &[("mercadopago".into(), 1)]);
+        assert_eq!((rows[0].applied, rows[0].parked), (15, 0));
+        assert_eq!((rows[1].applied, rows[1].parked), (4, 1));
     }
 }
