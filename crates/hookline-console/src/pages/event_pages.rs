@@ -42,7 +42,13 @@ fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
                     p.ok #status { "status: OK" }
                 } @else {
                     div.attention #status {
-                        @for a in &r.attention { div { "ATTENTION: " (a) } }
+                        // The console's own pages, not the CLI's commands or the database's columns.
+                        @for a in &r.attention {
+                            div.attention-item {
+                                "ATTENTION: " (a.summary)
+                                @if let Some((href, name)) = &a.page { ": see " a href=(href) { (name) } }
+                            }
+                        }
                         @if let Some(b) = &billing { (b) }
                     }
                 }
