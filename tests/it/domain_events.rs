@@ -678,6 +678,63 @@ async fn destinations_add_and_rotate_edit_the_configuration_and_print_the_secret
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `add --print` with a configuration file reads it (duplicates refused, the result validated), prints only the
+/// new block and leaves the file as it was — it does not claim that no file was given.
+#[test]
+fn destinations_add_print_with_a_config_prints_the_block_and_leaves_the_file() {
+    let toml =
+        hookline_tests::test_config_toml("postgres://postgres@127.0.0.1:5432/unused", "", "");
+    let dir = std::env::temp_dir().join(format!("hookline-dest-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hookline.toml");
+    let existing = "[[destinations]]\nname = \"erp\"\nurl = \"http://127.0.0.1:9/erp\"\nsecrets = [\"whsec_aG9va2xpbmUtb3JkZXJzLW5ldy1zZWNyZXQtMjAyNg==\"]\nevents = [\"*\"]\n";
+    std::fs::write(&path, format!("{toml}\n{existing}")).unwrap();
+    let before = std::fs::read_to_string(&path).unwrap();
+    let add = |name: &str| {
+        output_within(
+            WAIT,
+            Command::new(binary("hookline"))
+                .arg("--config")
+                .arg(&path)
+                .args([
+                    "destinations",
+                    "add",
+                    name,
+                    "--url",
+                    "http://127.0.0.1:9/crm",
+                ])
+                .args(["--events", "payment.succeeded", "--print"]),
+        )
+    };
+    let out = add("crm");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("no configuration file"), "{stderr}");
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // The block names the new destination only, and the secret line follows it.
+    let parsed: toml_edit::DocumentMut = stdout
+        .lines()
+        .take_while(|l| !l.starts_with("whsec_"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .parse()
+        .expect("the printed block is TOML");
+    let printed = parsed["destinations"]
+        .as_array_of_tables()
+        .expect("[[destinations]]");
+    assert_eq!(printed.len(), 1, "{stdout}");
+    assert_eq!(printed.get(0).and_then(|t| t["name"].as_str()), Some("crm"));
+    assert!(
+        stdout.lines().last().unwrap().starts_with("whsec_"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    // A name the file already has is refused with --print too.
+    assert_eq!(add("erp").status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
     let receiver = Receiver::start();

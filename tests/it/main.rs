@@ -25,6 +25,7 @@ mod console;
 mod console_billing;
 mod console_input;
 mod console_login;
+mod console_pages;
 mod disruptive;
 mod domain_events;
 mod edge;

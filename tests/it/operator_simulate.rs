@@ -362,3 +362,98 @@ async fn usage_errors_exit_2_and_unreachable_edge_exits_3() {
     std::fs::remove_file(&config).ok();
     p.teardown().await;
 }
+
+/// The README's scenario (issue 31): Mercado Pago with `api_base` at the sandbox. The worker reads every notified
+/// payment from the API, so `simulate` creates the payments at the sandbox first and notifies those: every
+/// notification is applied (one payment posting each, nothing dead-lettered) and `status` exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_payments_with_the_sandbox_as_api_are_applied_not_dead_lettered() {
+    let (p, sandbox) = hookline_tests::sandboxed::start(31).await;
+    let worker = p.spawn_worker();
+    let config = p.config_file();
+    let output = simulate(
+        &config,
+        &[
+            "mp",
+            "payment",
+            "--count",
+            "10",
+            "--duplicates",
+            "0.3",
+            "--url",
+            p.edge.base.as_str(),
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "every request got 200");
+    let pool = p.pool();
+    // The sandbox notifies the payments it created too: the same 10 payments, posted once each however many
+    // notifications name them.
+    wait_until(DRAIN, "10 payment postings", || async {
+        ledger_kind_count(pool, "payment").await == 10
+    })
+    .await;
+    drain(&p).await;
+    assert_eq!(
+        scalar(pool, "SELECT count(*) FROM dead_letters").await,
+        0,
+        "no notification names a payment the API does not know"
+    );
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT count(*) FROM payments WHERE provider = 'mp' AND status = 'succeeded'"
+        )
+        .await,
+        10
+    );
+    assert_ledger_balanced(pool).await;
+    let status = tokio::process::Command::new(binary("hookline"))
+        .arg("--config")
+        .arg(&config)
+        .arg("status")
+        .output()
+        .await
+        .expect("run hookline status");
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "status: {}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    std::fs::remove_file(&config).ok();
+    worker.stop().await;
+    sandbox.stop().await;
+    p.teardown().await;
+}
+
+/// With an `api_base` that is not a sandbox playing the provider (the real Mercado Pago, or nothing), made-up
+/// payments could never be read: `simulate` refuses before sending anything (exit 2) and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mercadopago_with_an_api_that_is_not_the_sandbox_is_refused_before_sending() {
+    let p = TestPipeline::start_with(
+        "[providers.mpreal]\nscheme = \"mercadopago\"\nsecrets = [\"mp_secret\"]\n\
+         api_base = \"http://127.0.0.1:9\"\napi_token = \"APP_USR-token\"\n",
+    )
+    .await;
+    let config = p.config_file();
+    let output = simulate(
+        &config,
+        &[
+            "mpreal",
+            "payment",
+            "--count",
+            "3",
+            "--url",
+            p.edge.base.as_str(),
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a hookline sandbox"), "{stderr}");
+    assert_eq!(p.edge.db.event_count().await, 0, "nothing was sent");
+    std::fs::remove_file(&config).ok();
+    p.teardown().await;
+}

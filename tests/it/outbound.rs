@@ -862,7 +862,7 @@ async fn webhook_completes_a_processing_intent_and_declines_are_outcomes() {
         (2, 2),
         "{report:?}"
     );
-    let outbound_attention: Vec<&String> = report
+    let outbound_attention: Vec<&hookline_ops::status::Attention> = report
         .attention
         .iter()
         .filter(|a| a.contains("gateway"))

@@ -121,6 +121,14 @@ async fn two_workers_never_double_apply() {
     p.teardown().await;
 }
 
+/// `hookline status`'s (parked, applied) totals.
+async fn parked_and_applied(p: &TestPipeline) -> (i64, i64) {
+    let report = hookline_ops::status::report(p.pool(), &p.config, None, "test-status")
+        .await
+        .expect("status report");
+    (report.totals.parked, report.totals.applied)
+}
+
 /// A refund and a lost dispute that arrive before their payment succeeded are parked, not dropped, and applied
 /// by the transaction that makes the payment succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -159,10 +167,22 @@ async fn early_refund_and_dispute_are_parked_then_applied() {
         scalar(pool, "SELECT count(*) FROM refunds WHERE status = 'parked'").await,
         1
     );
+    assert_eq!(parked_and_applied(&p).await, (2, 0), "status: both wait");
 
     let body = stripe::payment_intent("evt_early_ok", "succeeded", "pi_early", 10_000);
     assert_eq!(p.edge.deliver_stripe(&body).await, 200);
     p.drain(DRAIN).await;
+    // The markers still say `parked` (they record the first processing); status says what waits now: nothing,
+    // the three events applied.
+    assert_eq!(
+        scalar(
+            pool,
+            "SELECT count(*) FROM processed_events WHERE outcome = 'parked'"
+        )
+        .await,
+        2
+    );
+    assert_eq!(parked_and_applied(&p).await, (0, 3), "status: all applied");
     assert_eq!(assert_ledger_balanced(pool).await, 3);
     let kinds: Vec<(String, String)> =
         sqlx::query_as("SELECT kind, reference FROM ledger_transactions ORDER BY kind")

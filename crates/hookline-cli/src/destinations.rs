@@ -122,9 +122,9 @@ pub struct RedeliverArgs {
     /// Only events recorded since (RFC 3339, or a duration ago like 2h)
     #[arg(long, value_parser = ops::parse_instant)]
     since: Option<OffsetDateTime>,
-    /// Only these events (evt_…); repeatable
-    #[arg(long = "id")]
-    ids: Vec<String>,
+    /// Only these events (evt_…): `--id evt_a evt_b` or `--id evt_a --id evt_b`
+    #[arg(long = "id", num_args = 1..)]
+    pub(crate) ids: Vec<String>,
     /// Why (recorded in the audit table)
     #[arg(long)]
     reason: Option<String>,
@@ -471,19 +471,17 @@ fn add(config_path: Option<&Path>, args: &AddArgs) -> anyhow::Result<ExitCode> {
     }
     table["events"] = toml_edit::value(events);
     let path = config_file(config_path);
-    let (text, doc) = match (&path, args.print) {
-        (Some(p), false) => {
+    // With a file, `--print` still reads it: the name is checked against its destinations and the result
+    // validated as the services will read it; only the writing is left to the operator.
+    let mut doc: toml_edit::DocumentMut = match &path {
+        Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            let doc: toml_edit::DocumentMut = text
-                .parse()
-                .with_context(|| format!("{} is not valid TOML", p.display()))?;
-            (text, doc)
+            text.parse()
+                .with_context(|| format!("{} is not valid TOML", p.display()))?
         }
-        _ => (String::new(), toml_edit::DocumentMut::new()),
+        None => toml_edit::DocumentMut::new(),
     };
-    let _ = text;
-    let mut doc = doc;
     let list = doc
         .entry("destinations")
         .or_insert(toml_edit::Item::ArrayOfTables(
@@ -505,7 +503,7 @@ fn add(config_path: Option<&Path>, args: &AddArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(2));
     }
-    list.push(table);
+    list.push(table.clone());
     let Some(new_text) = validated(&doc) else {
         return Ok(ExitCode::from(2));
     };
@@ -518,21 +516,32 @@ fn add(config_path: Option<&Path>, args: &AddArgs) -> anyhow::Result<ExitCode> {
                 p.display()
             );
         }
-        _ => {
+        (Some(p), true) => {
+            eprintln!(
+                "--print: {} left unchanged; add this block to it, then restart the worker:",
+                p.display()
+            );
+            println!("{}", destination_block(table));
+        }
+        (None, _) => {
             eprintln!(
                 "no configuration file given (--config or ${CONFIG_ENV}): add this block to it:"
             );
-            let block: String = new_text
-                .lines()
-                .skip_while(|l| !l.starts_with("[[destinations]]"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            println!("{block}");
+            println!("{}", destination_block(table));
         }
     }
     eprintln!("the destination's signing secret (shown once; give it to the receiver):");
     println!("{secret}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `[[destinations]]` block of one destination alone, as TOML to paste into a configuration file.
+fn destination_block(table: toml_edit::Table) -> String {
+    let mut list = toml_edit::ArrayOfTables::new();
+    list.push(table);
+    let mut doc = toml_edit::DocumentMut::new();
+    doc.insert("destinations", toml_edit::Item::ArrayOfTables(list));
+    doc.to_string().trim_end().to_string()
 }
 
 fn rotate(config_path: Option<&Path>, name: &str, drop_old: bool) -> anyhow::Result<ExitCode> {

@@ -47,8 +47,8 @@ pub enum DlqCommand {
 /// Arguments of `hookline dlq discard`.
 #[derive(Args, Debug)]
 pub struct DiscardArgs {
-    /// The event ids to discard (repeatable; named one by one on purpose).
-    #[arg(long = "id", required = true)]
+    /// The event ids to discard, named one by one on purpose: `--id 1 2` or `--id 1 --id 2`.
+    #[arg(long = "id", required = true, num_args = 1..)]
     pub ids: Vec<i64>,
     /// Why (required; recorded in the audit row).
     #[arg(long)]
@@ -62,8 +62,8 @@ pub struct DiscardArgs {
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("which").args(["ids", "provider", "event_type", "all"]).multiple(true).required(true)))]
 pub struct RedriveArgs {
-    /// Only these event ids (repeatable).
-    #[arg(long = "id")]
+    /// Only these event ids: `--id 1 2` or `--id 1 --id 2`.
+    #[arg(long = "id", num_args = 1..)]
     pub ids: Vec<i64>,
     /// Only this provider's dead letters.
     #[arg(long)]

@@ -203,3 +203,55 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::from(3))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        match Cli::try_parse_from(std::iter::once("hookline").chain(args.iter().copied())) {
+            Ok(cli) => cli.command,
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    /// `--id` takes several values after one flag as well as one value per flag, on every command that has it.
+    #[test]
+    fn id_takes_several_values_after_one_flag_or_repeated() {
+        for args in [
+            &["replay", "--id", "1", "2", "--reason", "x"][..],
+            &["replay", "--id", "1", "--id", "2", "--reason", "x"],
+        ] {
+            let Command::Replay(r) = parse(args) else {
+                panic!("replay")
+            };
+            assert_eq!(r.ids, vec![1, 2], "{args:?}");
+        }
+        let Command::Dlq(dlq::DlqCommand::Redrive(r)) = parse(&[
+            "dlq", "redrive", "--id", "3", "4", "--id", "5", "--reason", "x",
+        ]) else {
+            panic!("dlq redrive")
+        };
+        assert_eq!(r.ids, vec![3, 4, 5]);
+        let Command::Dlq(dlq::DlqCommand::Discard(d)) =
+            parse(&["dlq", "discard", "--id", "6", "7", "--reason", "x"])
+        else {
+            panic!("dlq discard")
+        };
+        assert_eq!(d.ids, vec![6, 7]);
+        let Command::Events(destinations::EventsCommand::Redeliver(e)) = parse(&[
+            "events",
+            "redeliver",
+            "--id",
+            "evt_a",
+            "evt_b",
+            "--reason",
+            "x",
+        ]) else {
+            panic!("events redeliver")
+        };
+        assert_eq!(e.ids, vec!["evt_a", "evt_b"]);
+        // A value that is not an id is still refused, not taken as the next argument.
+        assert!(Cli::try_parse_from(["hookline", "replay", "--id", "1", "x"]).is_err());
+    }
+}

@@ -45,8 +45,8 @@ pub struct ReplayArgs {
     /// Only events received before this time (RFC 3339, or a duration ago).
     #[arg(long, value_parser = ops::parse_instant)]
     pub until: Option<OffsetDateTime>,
-    /// Only these stored event ids (repeatable).
-    #[arg(long = "id")]
+    /// Only these stored event ids: `--id 1 2` or `--id 1 --id 2`.
+    #[arg(long = "id", num_args = 1..)]
     pub ids: Vec<i64>,
     /// Events without a processed marker (never applied, whatever the reason).
     #[arg(long)]

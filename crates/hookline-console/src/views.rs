@@ -23,7 +23,7 @@ th { background: #eef1f4; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #fff; border: 1px solid #d1d5da; padding: 8px; overflow: auto; max-height: 480px; white-space: pre-wrap; word-break: break-all; }
 .attention { background: #fff5b1; border: 1px solid #d9c000; padding: 8px; margin: 8px 0; }
-.ok { color: #22863a; } .bad { color: #cb2431; } .muted { color: #6a737d; }
+.ok { color: #22863a; } .bad { color: #cb2431; } .muted { color: #6a737d; } .stale { color: #735c0f; }
 .card { background: #fff; border: 1px solid #d1d5da; padding: 12px; margin: 8px 0; }
 form.filters label { margin-right: 8px; }
 input[type=text], input[type=password], select, textarea { font: inherit; padding: 2px 4px; }

@@ -14,6 +14,17 @@ pub fn user_id(f: &mut Faker) -> u64 {
 /// The `payment.created` notification of payment `n` of the run, for seller `user_id`.
 pub fn payment_notification(f: &mut Faker, n: usize, user_id: u64) -> Event {
     let payment_id = f.numeric_id(n);
+    payment_notification_for(f, n, user_id, payment_id)
+}
+
+/// The `payment.created` notification `n` of the run naming an existing payment (`payment_id`, e.g. one created
+/// at the sandbox, which the worker then reads from the API).
+pub fn payment_notification_for(
+    f: &mut Faker,
+    n: usize,
+    user_id: u64,
+    payment_id: String,
+) -> Event {
     // Notification ids are numbers; the run id keeps them distinct between runs.
     let notification_id = (f.run_num % 1_000_000_000_000) * 1_000_000 + n as u64;
     let body = json!({

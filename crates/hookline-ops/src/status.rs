@@ -75,7 +75,62 @@ pub struct Report {
     /// The gateway outbox.
     pub outbound: Outbound,
     /// What needs an operator (empty = OK).
-    pub attention: Vec<String>,
+    pub attention: Vec<Attention>,
+}
+
+/// One thing that needs an operator: what is wrong, where the CLI looks and which console page shows it. In JSON
+/// (and as text) it is the CLI's line, as `hookline status --json` always printed it.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    /// What is wrong, with its figures (no pointer to a tool).
+    pub summary: String,
+    /// Where to look from the command line (a command, a column), appended to `summary` in the CLI's line.
+    pub cli_hint: Option<String>,
+    /// The console page that lists it (`path?query`) and its name; `None` when no page does (the broker).
+    pub page: Option<(String, &'static str)>,
+}
+
+impl Attention {
+    fn new(summary: String) -> Attention {
+        Attention {
+            summary,
+            cli_hint: None,
+            page: None,
+        }
+    }
+
+    fn cli(mut self, hint: impl Into<String>) -> Attention {
+        self.cli_hint = Some(hint.into());
+        self
+    }
+
+    fn page(mut self, path: impl Into<String>, name: &'static str) -> Attention {
+        self.page = Some((path.into(), name));
+        self
+    }
+}
+
+impl std::fmt::Display for Attention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cli_hint {
+            Some(hint) => write!(f, "{}: {hint}", self.summary),
+            None => f.write_str(&self.summary),
+        }
+    }
+}
+
+impl std::ops::Deref for Attention {
+    type Target = str;
+    /// The summary, so that `attention.contains(…)` reads what is wrong.
+    fn deref(&self) -> &str {
+        &self.summary
+    }
+}
+
+impl Serialize for Attention {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// Builds the report. `max_unpublished_age`: unpublished events older than this need attention (default
@@ -86,9 +141,13 @@ pub async fn report(
     max_unpublished_age: Option<Duration>,
     client: &str,
 ) -> anyhow::Result<Report> {
-    let providers = events::status_by_provider(pool, consumers::ALL)
+    let mut providers = events::status_by_provider(pool, consumers::ALL)
         .await
         .context("count events by provider")?;
+    let waiting = hookline_payments::apply::parked_by_provider(pool)
+        .await
+        .context("count the parked refunds and disputes")?;
+    parked_now(&mut providers, &waiting);
     // Received and unpublished do not depend on the consumer: counted once, from the first consumer's rows.
     let first = consumers::ALL.first().copied().unwrap_or_default();
     let once = || providers.iter().filter(|p| p.consumer == first);
@@ -115,23 +174,31 @@ pub async fn report(
     if let Some(age) = totals.oldest_unpublished_secs {
         let max_age = max_unpublished_age.unwrap_or(config.relay.max_unpublished_age);
         if age > max_age.as_secs_f64() {
-            attention.push(format!(
-                "{} unpublished event(s), oldest {:.0}s (> {:?}): is the relay running and RabbitMQ up?",
-                totals.unpublished, age, max_age
-            ));
+            attention.push(
+                Attention::new(format!(
+                    "{} unpublished event(s), oldest {:.0}s (> {:?})",
+                    totals.unpublished, age, max_age
+                ))
+                .cli("is the relay running and RabbitMQ up?")
+                .page("/events?state=unpublished", "Events (unpublished)"),
+            );
         }
     }
     if totals.dead_lettered > 0 {
-        attention.push(format!(
-            "{} dead letter(s): see `hookline dlq list`",
-            totals.dead_lettered
-        ));
+        attention.push(
+            Attention::new(format!("{} dead letter(s)", totals.dead_lettered))
+                .cli("see `hookline dlq list`")
+                .page("/dead-letters", "Dead letters"),
+        );
     }
     if let Some(n) = queues.dead_letter_ready.filter(|n| *n > 0) {
-        attention.push(format!("{n} message(s) in the dead-letter queue"));
+        attention.push(
+            Attention::new(format!("{n} message(s) in the dead-letter queue"))
+                .page("/dead-letters", "Dead letters"),
+        );
     }
     if let Some(e) = &queues.error {
-        attention.push(format!("RabbitMQ: {e}"));
+        attention.push(Attention::new(format!("RabbitMQ: {e}")));
     }
     let ttls: Vec<(&str, Duration)> = config
         .providers
@@ -159,36 +226,56 @@ pub async fn report(
         oldest_unresolved_secs: unresolved.oldest_secs,
     };
     if unresolved.intents + unresolved.refunds > 0 {
-        attention.push(format!(
-            "{} payment intent(s) and {} refund(s) without the gateway's final answer for more than {} min \
-             (oldest {:.0}s): see the console's /intents (outbound_requests.last_error); a lost webhook is \
-             recovered by `hookline reconcile`",
-            unresolved.intents,
-            unresolved.refunds,
-            UNRESOLVED_AFTER.as_secs() / 60,
-            unresolved.oldest_secs.unwrap_or_default()
-        ));
+        attention.push(
+            Attention::new(format!(
+                "{} payment intent(s) and {} refund(s) without the gateway's final answer for more than {} min \
+                 (oldest {:.0}s)",
+                unresolved.intents,
+                unresolved.refunds,
+                UNRESOLVED_AFTER.as_secs() / 60,
+                unresolved.oldest_secs.unwrap_or_default()
+            ))
+            .cli(
+                "see the console's /intents (outbound_requests.last_error); a lost webhook is recovered by \
+                 `hookline reconcile`",
+            )
+            .page("/intents?status=requires_dispatch,processing", "Outbound (unresolved)"),
+        );
     }
     // Declined requests are the gateway's answer, not hookline's problem: never attention.
     if failed > 0 {
-        attention.push(format!(
-            "{failed} request(s) to the gateway failed for good: see outbound_requests.last_error"
-        ));
+        attention.push(
+            Attention::new(format!(
+                "{failed} request(s) to the gateway failed for good"
+            ))
+            .cli("see outbound_requests.last_error")
+            .page(
+                "/intents?status=needs_attention",
+                "Outbound (needs attention)",
+            ),
+        );
     }
     if summary.unknown_overdue > 0 {
-        attention.push(format!(
-            "{} request(s) to the gateway unknown more than {} min after their idempotency key expired \
-             (oldest unknown {:.0}s): the lookup by hookline's reference keeps failing — see \
-             outbound_requests.last_error",
-            summary.unknown_overdue,
-            UNKNOWN_GRACE.as_secs() / 60,
-            summary.oldest_unknown_secs.unwrap_or_default()
-        ));
+        attention.push(
+            Attention::new(format!(
+                "{} request(s) to the gateway unknown more than {} min after their idempotency key expired \
+                 (oldest unknown {:.0}s): the lookup by hookline's reference keeps failing",
+                summary.unknown_overdue,
+                UNKNOWN_GRACE.as_secs() / 60,
+                summary.oldest_unknown_secs.unwrap_or_default()
+            ))
+            .cli("see outbound_requests.last_error")
+            .page("/intents?status=processing", "Outbound (processing)"),
+        );
     }
     if let Some(age) = oldest_pending_secs.filter(|a| *a > 300.0) {
-        attention.push(format!(
-            "{pending} request(s) to the gateway pending, oldest {age:.0}s: is a dispatcher running and the gateway up?"
-        ));
+        attention.push(
+            Attention::new(format!(
+                "{pending} request(s) to the gateway pending, oldest {age:.0}s"
+            ))
+            .cli("is a dispatcher running and the gateway up?")
+            .page("/intents?status=requires_dispatch", "Outbound (queued)"),
+        );
     }
     Ok(Report {
         outbound,
@@ -197,6 +284,25 @@ pub async fn report(
         queues,
         attention,
     })
+}
+
+/// Makes `parked` say what waits now: the payments consumer's refunds and lost disputes whose payment has not
+/// succeeded (`waiting`, per provider). The markers of events parked earlier and applied since (by the
+/// transaction that made their payment succeed) count as `applied`, so a fully settled history shows no parked.
+fn parked_now(providers: &mut [ProviderStatus], waiting: &[(String, i64)]) {
+    for p in providers
+        .iter_mut()
+        .filter(|p| p.consumer == consumers::PAYMENTS)
+    {
+        let now = waiting
+            .iter()
+            .find(|(provider, _)| *provider == p.provider)
+            .map_or(0, |(_, n)| *n);
+        // A dispute reported lost twice before its payment succeeded has two parked markers for one waiting
+        // item: never move more markers to `applied` than there are.
+        p.applied += (p.parked - now).max(0);
+        p.parked = now;
+    }
 }
 
 async fn queue_depths(config: &Config, client: &str) -> Queues {
@@ -226,5 +332,29 @@ async fn queue_depths(config: &Config, client: &str) -> Queues {
             dead_letter_ready: None,
             error: Some("no answer within 5 s".into()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(provider: &str, applied: i64, parked: i64) -> ProviderStatus {
+        ProviderStatus {
+            provider: provider.into(),
+            consumer: consumers::PAYMENTS.into(),
+            processed: applied + parked,
+            applied,
+            parked,
+            ..ProviderStatus::default()
+        }
+    }
+
+    #[test]
+    fn parked_counts_what_waits_now_and_the_rest_is_applied() {
+        let mut rows = vec![row("stripe", 5, 10), row("mercadopago", 3, 2)];
+        parked_now(&mut rows, &[("mercadopago".into(), 1)]);
+        assert_eq!((rows[0].applied, rows[0].parked), (15, 0));
+        assert_eq!((rows[1].applied, rows[1].parked), (4, 1));
     }
 }

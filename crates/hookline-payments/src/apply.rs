@@ -58,6 +58,23 @@ pub struct PaymentsHandler {
 /// `hookline_core::consumers`.
 pub const CONSUMER: &str = hookline_core::consumers::PAYMENTS;
 
+/// Per provider, the refunds and lost disputes waiting for their payment to succeed now (what is really parked:
+/// a processed marker says `parked` for ever, while the transaction that makes the payment succeed applies what
+/// waited). Providers with nothing waiting are absent.
+pub async fn parked_by_provider<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT provider, count(*)::bigint FROM (
+             SELECT provider FROM refunds WHERE status = 'parked'
+             UNION ALL
+             SELECT provider FROM disputes WHERE status = 'lost' AND NOT posted
+         ) waiting GROUP BY provider ORDER BY provider",
+    )
+    .fetch_all(conn)
+    .await
+}
+
 impl PaymentsHandler {
     /// Builds the handler from the configured providers (their scheme selects the normaliser, their fee rate
     /// the ledger split).

@@ -12,6 +12,8 @@
 //! - `--duplicates F` re-sends that fraction of the events: the same bytes, re-signed with a fresh timestamp
 //!   where the scheme signs one, as a provider's retry is. The edge must answer them `200` with
 //!   `"duplicate": true`, and the pipeline must apply each event once.
+//! - Mercado Pago notifications name only a payment, which the worker reads from `api_base`: with the sandbox
+//!   there the payments are created at it first (`sandbox_payments`); with another API the run is refused.
 //! - Exit codes: 0 every request got 200, 1 some did not, 2 usage error (unknown provider or scenario), 3 the
 //!   edge is unreachable.
 //!
@@ -19,6 +21,7 @@
 //! The payloads and their signatures come from `hookline-fake`; the module `scenarios` turns a scenario name into
 //! events, `send` plans and sends the requests, `stats` counts the answers and prints the summary.
 
+mod sandbox_payments;
 mod scenarios;
 mod send;
 mod stats;
@@ -34,7 +37,7 @@ use futures::StreamExt;
 use hookline_core::Config;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use scenarios::{scenario_help, scenarios, Gen};
+use scenarios::{mercadopago_notifications_for, scenario_help, scenarios, Gen};
 use send::{plan, send, signed_request};
 use stats::Stats;
 
@@ -125,7 +128,7 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
 
     let seed = args.seed.unwrap_or_else(hookline_fake::clock_seed);
     let mut gen = Gen::new(seed, provider);
-    let events = (scenario.generate)(&mut gen, args.count as usize)?;
+    let mut events = (scenario.generate)(&mut gen, args.count as usize)?;
     let plan = plan(
         &mut gen.fake.rng,
         events.len(),
@@ -160,6 +163,35 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
             anyhow::Error::new(e)
         );
         return Ok(ExitCode::from(3));
+    }
+
+    // Mercado Pago notifications name a payment the worker reads from `api_base`: it must exist there.
+    if scheme == hookline_signature::Scheme::MercadoPago && provider.api_base.is_some() {
+        let amounts: Vec<i64> = (0..events.len()).map(|_| gen.fake.amount()).collect();
+        let run = gen.fake.run.clone();
+        match sandbox_payments::create(provider, &run, &amounts, concurrency).await {
+            Ok(Some(ids)) => {
+                eprintln!(
+                    "simulate: created {} approved payments at the sandbox ({}) to notify",
+                    ids.len(),
+                    provider
+                        .api_base
+                        .as_ref()
+                        .map(|u| u.as_str())
+                        .unwrap_or_default()
+                );
+                events = mercadopago_notifications_for(&mut gen, ids);
+            }
+            Ok(None) => {}
+            Err(e @ sandbox_payments::PrepareError::NotSandbox { .. }) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(3));
+            }
+        }
     }
 
     eprintln!(

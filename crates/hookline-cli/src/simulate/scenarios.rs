@@ -262,6 +262,18 @@ fn mercadopago_payment(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> 
         .collect())
 }
 
+/// Mercado Pago notifications for payments that exist at the provider's API (created there first: see
+/// `sandbox_payments`), one per id, numbered as [`mercadopago_payment`] numbers them.
+pub(super) fn mercadopago_notifications_for(g: &mut Gen, payment_ids: Vec<String>) -> Vec<Event> {
+    let f = &mut g.fake;
+    let user_id = mercadopago::user_id(f);
+    payment_ids
+        .into_iter()
+        .enumerate()
+        .map(|(n, id)| mercadopago::payment_notification_for(f, n, user_id, id))
+        .collect()
+}
+
 fn generic_ping(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
     Ok((0..count)
         .map(|n| ping::event(&mut g.fake, g.scheme, &g.provider, n))

@@ -42,7 +42,13 @@ fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
                     p.ok #status { "status: OK" }
                 } @else {
                     div.attention #status {
-                        @for a in &r.attention { div { "ATTENTION: " (a) } }
+                        // The console's own pages, not the CLI's commands or the database's columns.
+                        @for a in &r.attention {
+                            div.attention-item {
+                                "ATTENTION: " (a.summary)
+                                @if let Some((href, name)) = &a.page { ": see " a href=(href) { (name) } }
+                            }
+                        }
                         @if let Some(b) = &billing { (b) }
                     }
                 }
@@ -264,11 +270,11 @@ fn signature_section(state: &ConsoleState, ev: &events::FullRow) -> Markup {
         .map(|(k, v)| (k.as_str(), v.as_bytes()))
         .collect();
     let secrets = provider.secret_bytes();
-    let check = |now: i64| {
+    let check_with = |now: i64, tolerance_secs: Option<u64>| {
         hookline_signature::Verifier {
             scheme: provider.scheme,
             secrets: &secrets,
-            tolerance_secs: provider.tolerance_secs,
+            tolerance_secs,
             now_unix: now,
         }
         .verify(&hookline_signature::Request {
@@ -277,17 +283,46 @@ fn signature_section(state: &ConsoleState, ev: &events::FullRow) -> Markup {
             body: &ev.body,
         })
     };
+    let check = |now: i64| check_with(now, provider.tolerance_secs);
     let now = OffsetDateTime::now_utc().unix_timestamp();
     let received = ev.received_at.unix_timestamp();
     let now_result = check(now);
     let then_result = check(received);
     let lines = |r, at, label| hookline_signature::outcome_lines(r, secrets.len(), at, label);
+    // An event older than the tolerance fails today's timestamp check whatever its signature (the check the
+    // Runbook uses after a rotation): verify the signature alone, ignoring the tolerance as the providers'
+    // SDKs allow, and say which of the two it is. The MAC is checked before the timestamp, so this error
+    // always means an authentic signature.
+    let (now_class, now_lines) = match &now_result {
+        Err(hookline_signature::VerifyError::TimestampOutOfTolerance { tolerance, .. }) => {
+            let relaxed = check_with(now, Some(u64::MAX));
+            match &relaxed {
+                Ok(_) => {
+                    let mut l = vec![format!(
+                        "valid signature, outside today's tolerance ({tolerance} s): the signature matches; \
+                         only its timestamp is older than a new delivery's may be"
+                    )];
+                    l.extend(
+                        hookline_signature::outcome_lines(&relaxed, secrets.len(), now, "now")
+                            .into_iter()
+                            .skip(1),
+                    );
+                    ("stale", l)
+                }
+                Err(_) => (
+                    "bad",
+                    hookline_signature::outcome_lines(&relaxed, secrets.len(), now, "now"),
+                ),
+            }
+        }
+        r => (if r.is_ok() { "ok" } else { "bad" }, lines(r, now, "now")),
+    };
     html! {
         table #signature {
             tr {
                 th { "verified now, with the " (secrets.len()) " configured secret(s) of " (ev.provider) " (" (provider.scheme.as_str()) ")" }
-                td class=(if now_result.is_ok() { "ok" } else { "bad" }) {
-                    pre #signature-now { (lines(&now_result, now, "now").join("\n")) }
+                td class=(now_class) {
+                    pre #signature-now { (now_lines.join("\n")) }
                 }
             }
             tr {

@@ -2,6 +2,7 @@
 //! (and their redelivery), the audit trail.
 
 use super::*;
+use hookline_payments::model::IntentStatus;
 
 /// `GET /payments`: balances by account, and payments (keyset pagination).
 pub async fn payments(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
@@ -50,9 +51,25 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
     let s = session(&req, &state)?;
     let q = Form::query(&req)?;
     let before = q.get("before").and_then(|b| b.parse::<i64>().ok());
-    let rows = intents::recent(&state.pool, before, i64::from(PAGE_ROWS))
+    // `?status=processing` or several, comma-separated (the overview's ATTENTION lines link here so).
+    let status_filter = q.filter_value("status")?.unwrap_or_default();
+    let statuses = status_filter
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            IntentStatus::parse(v).map_err(|_| {
+                ConsoleError::BadRequest(format!(
+                    "status must be among {}",
+                    INTENT_STATUSES.join(", ")
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows = intents::recent(&state.pool, before, &statuses, i64::from(PAGE_ROWS))
         .await
         .context("list intents")?;
+    let filter_query: String = form_urlencoded::byte_serialize(status_filter.as_bytes()).collect();
     let ids: Vec<i64> = rows.iter().map(|i| i.id).collect();
     let requests = outbound_requests::of_intents(&state.pool, &ids)
         .await
@@ -65,6 +82,18 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
         Some(&s),
         html! {
             h1 { "Outbound payment intents" }
+            form #intent-filter method="get" action="/intents" {
+                label { "status " select #intent-status name="status" {
+                    option value="" selected[statuses.is_empty()] { "any" }
+                    @for st in INTENT_STATUSES {
+                        option value=(st) selected[status_filter == *st] { (st) }
+                    }
+                    @if statuses.len() > 1 {
+                        option value=(status_filter) selected { (status_filter) }
+                    }
+                } }
+                " " button #intent-filter-submit type="submit" { "Filter" }
+            }
             table #intents {
                 tr { th { "intent" } th { "provider" } th { "amount" } th { "status" } th { "gateway id" } th { "refunded" } th { "created" } th { "requests (kind: status, attempts, last answer)" } }
                 @for i in &rows {
@@ -93,11 +122,25 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
                     }
                 }
             }
-            @if rows.is_empty() { p.muted { "No outbound intent yet." } }
-            @if let Some(n) = next { p { a href={ "/intents?before=" (n) } { "older »" } } }
+            @if rows.is_empty() {
+                @if statuses.is_empty() { p.muted { "No outbound intent yet." } }
+                @else { p.muted #intents-none { "No outbound intent with status " (status_filter) "." } }
+            }
+            @if let Some(n) = next { p { a #intents-older href={ "/intents?before=" (n) "&status=" (filter_query) } { "older »" } } }
         },
     )))
 }
+
+/// The statuses `/intents?status=` accepts (the `payment_intents.status` spellings).
+const INTENT_STATUSES: &[&str] = &[
+    "requires_confirmation",
+    "requires_dispatch",
+    "requires_action",
+    "processing",
+    "succeeded",
+    "failed",
+    "needs_attention",
+];
 
 // ---------------------------------------------------------------------------------------------- deliveries
 

@@ -648,18 +648,23 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
     Ok(())
 }
 
-/// Intents, newest first, with `id < before` (keyset pagination), for the operator console.
+/// Intents, newest first, with `id < before` (keyset pagination) and, when `statuses` is not empty, one of those
+/// statuses, for the operator console.
 pub async fn recent<'c>(
     conn: impl sqlx::PgExecutor<'c>,
     before: Option<i64>,
+    statuses: &[IntentStatus],
     limit: i64,
 ) -> Result<Vec<Intent>, sqlx::Error> {
+    let statuses: Vec<&str> = statuses.iter().map(IntentStatus::as_str).collect();
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
+           AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
          ORDER BY id DESC LIMIT $2"
     ))
     .bind(before)
     .bind(limit)
+    .bind(statuses)
     .fetch_all(conn)
     .await
 }

@@ -8,7 +8,9 @@ use time::OffsetDateTime;
 
 use crate::clock::mp_date;
 
-/// Mercado Pago's fee in the sandbox: 3.99 % of the amount, rounded to the cent.
+/// Mercado Pago's fee in the sandbox: 3.99 % of the amount, rounded to the cent. The sample configurations
+/// (`deploy/hookline.toml`, `deploy/container/hookline.toml`) charge the same rate, so that the ledger's fee and the
+/// sandbox's `fee_details` agree in the README's walkthrough (checked below).
 const FEE_BPS: i64 = 399;
 
 pub(crate) fn decimal(cents: i64) -> Value {
@@ -366,6 +368,54 @@ impl MpBook {
             customers: BTreeMap::new(),
             cards: BTreeMap::new(),
             user_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod sample_config_tests {
+    use super::FEE_BPS;
+
+    /// The environment compose.yaml gives the container (its development API key); nothing else, so the sample
+    /// files are otherwise read exactly as written.
+    struct ComposeEnv;
+    impl hookline_core::config::Env for ComposeEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            (name == "HOOKLINE_API_KEY").then(|| "sk_local_development_api_key".to_string())
+        }
+    }
+
+    #[test]
+    fn the_sample_configurations_charge_mercado_pago_the_sandbox_fee() {
+        for (name, text) in [
+            (
+                "deploy/hookline.toml",
+                include_str!("../../../../deploy/hookline.toml"),
+            ),
+            (
+                "deploy/container/hookline.toml",
+                include_str!("../../../../deploy/container/hookline.toml"),
+            ),
+        ] {
+            let config = hookline_core::Config::from_toml_str(text, name, &ComposeEnv)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let mercadopago = config
+                .providers
+                .values()
+                .filter(|p| p.scheme == hookline_signature::Scheme::MercadoPago)
+                .collect::<Vec<_>>();
+            assert!(
+                !mercadopago.is_empty(),
+                "{name} has a Mercado Pago provider"
+            );
+            for p in mercadopago {
+                assert_eq!(
+                    (p.fee_bps, p.fee_fixed),
+                    (FEE_BPS, 0),
+                    "{name}: providers.{} charges what the sandbox reports",
+                    p.name
+                );
+            }
         }
     }
 }
