@@ -207,3 +207,59 @@ async fn repeated_crashes_dead_letter_good_messages_visibly_and_redrive_applies_
     c.check(&[&report]).await;
     c.teardown().await;
 }
+
+/// A broker that accepts the TCP connection and never answers AMQP holds the worker's connect for up to its
+/// timeout (15 s): SIGTERM meanwhile stops the worker at once, with exit 0 (nothing was in flight), instead of
+/// after the connect gave up — the stop budget of compose and systemd is not spent on a dead broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_while_its_broker_never_answers_exits_at_once() {
+    // The silent broker: accepts, reads nothing, answers nothing; keeps the sockets open.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (accepted_tx, mut accepted) = tokio::sync::mpsc::unbounded_channel();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            accepted_tx.send(()).ok();
+        }
+    });
+    let mut c = Cluster::new(
+        "a_worker_stopped_while_its_broker_never_answers",
+        ClusterOptions {
+            amqp_url: Some(format!("amqp://guest:guest@127.0.0.1:{port}/%2f")),
+            ..ClusterOptions::default()
+        },
+    )
+    .await;
+    let w = c.spawn_worker();
+    // The worker is inside its connect: the broker has its connection and has said nothing.
+    tokio::time::timeout(Duration::from_secs(60), accepted.recv())
+        .await
+        .expect("the worker connects to the broker within 60 s")
+        .expect("the silent broker runs");
+    let pid = c.worker_pid(w).expect("the worker runs");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -TERM {pid}: {status}");
+    // Well inside the 15 s connect timeout: the stop did not wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(8);
+    let exited = loop {
+        if let Some(status) = c.worker_exit_status(w) {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker still runs 8 s after SIGTERM while its broker never answered:\n{}",
+            std::fs::read_to_string(c.worker_log(w)).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(exited.code(), Some(0), "{exited}");
+    silent.abort();
+    c.teardown().await;
+}

@@ -175,7 +175,12 @@ impl<H: Handler> Worker<H> {
         permits: &Arc<Semaphore>,
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
-        let connection = hookline_bus::connect(&self.settings.amqp_urls, "hookline-worker").await?;
+        // A broker that accepts the TCP connection and never answers holds the connect for up to its timeout
+        // (15 s per node): a stop asked meanwhile must not wait for it (nothing is in flight yet).
+        let connection = tokio::select! {
+            connection = hookline_bus::connect(&self.settings.amqp_urls, "hookline-worker") => connection?,
+            _ = cancel.cancelled() => return Ok(()),
+        };
         let result = self.session_on(&connection, ctx, permits, cancel).await;
         if result.is_err() {
             // Never leave it open: a consumer registered on a forgotten channel keeps its prefetch window.

@@ -416,6 +416,22 @@ impl Cluster {
             .map(|p| p.child.0.id())
     }
 
+    /// Starts a worker without waiting for it to consume (its broker may never answer); returns its slot.
+    pub fn spawn_worker(&mut self) -> usize {
+        let slot = self.workers.len();
+        let proc = self.spawn("hookline-worker", &format!("worker{slot}"), None);
+        self.workers.push(Some(proc));
+        slot
+    }
+
+    /// Worker `slot`'s exit status once it has exited (reaps it), `None` while it runs.
+    pub fn worker_exit_status(&mut self, slot: usize) -> Option<std::process::ExitStatus> {
+        self.workers
+            .get_mut(slot)
+            .and_then(|w| w.as_mut())
+            .and_then(Proc::exited)
+    }
+
     /// The edge's exit status once it has exited (reaps it), `None` while it runs.
     pub fn edge_exit_status(&mut self) -> Option<std::process::ExitStatus> {
         self.edge.as_mut().and_then(Proc::exited)
