@@ -1492,7 +1492,14 @@ async fn a_key_per_click_with_one_order_reference_charges_once() {
     assert_eq!(api.count("outbound_requests").await, 1);
     // Only the created answer is stored on its key: a retry of a refused click is refused again.
     assert_eq!(api.count("api_idempotency_keys").await, 1);
-    let again = api.create_as(KEY_ONE, "click-3", &body).await;
+    // (A click that was refused — whichever won the race, its key replays its own 201.)
+    let refused = keys
+        .iter()
+        .zip(&answers)
+        .find(|(_, a)| a.status == 409)
+        .map(|(k, _)| k.as_str())
+        .expect("nine clicks were refused");
+    let again = api.create_as(KEY_ONE, refused, &body).await;
     assert_eq!(
         (again.status, again.code().as_str()),
         (409, "order_reference_in_use")
