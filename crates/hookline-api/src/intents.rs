@@ -418,3 +418,99 @@ fn parse_refund(body: &[u8]) -> Result<(i64, String), ApiError> {
     }
     Ok((amount, reason))
 }
+
+#[cfg(test)]
+mod subscription_cycle_tests {
+    use super::*;
+    use actix_web::ResponseError;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Option<(i64, String)>, ApiError> {
+        subscription_cycle(v.as_object().expect("an object"))
+    }
+
+    #[test]
+    fn a_cycle_is_a_positive_id_and_a_month_both_or_neither() {
+        assert_eq!(parse(json!({})).unwrap(), None);
+        assert_eq!(
+            parse(json!({"subscription_id": null, "billing_cycle": null})).unwrap(),
+            None
+        );
+        assert_eq!(
+            parse(json!({"subscription_id": 12, "billing_cycle": "2026-12"})).unwrap(),
+            Some((12, "2026-12".to_owned()))
+        );
+    }
+
+    #[test]
+    fn hostile_values_are_client_errors_naming_the_field() {
+        let long = "2026-12".repeat(10_000);
+        for (body, code, status) in [
+            (
+                json!({"subscription_id": "12", "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": -1, "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 0, "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1.5, "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1e300, "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": [1], "billing_cycle": "2026-12"}),
+                "subscription_id_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1, "billing_cycle": "2026-13"}),
+                "billing_cycle_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1, "billing_cycle": "2026-1\u{0}"}),
+                "billing_cycle_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1, "billing_cycle": "2026-\n1"}),
+                "billing_cycle_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1, "billing_cycle": long}),
+                "billing_cycle_invalid",
+                422,
+            ),
+            (
+                json!({"subscription_id": 1, "billing_cycle": 202612}),
+                "billing_cycle_invalid",
+                422,
+            ),
+            (json!({"subscription_id": 1}), "parameter_missing", 400),
+            (
+                json!({"billing_cycle": "2026-12"}),
+                "parameter_missing",
+                400,
+            ),
+        ] {
+            let e = parse(body.clone()).expect_err("refused");
+            assert_eq!(e.code(), code, "{body}");
+            assert_eq!(e.status_code().as_u16(), status, "{body}");
+        }
+    }
+}

@@ -119,15 +119,7 @@ pub async fn lock(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1 AND b.billing_cycle = $2
-            FOR UPDATE OF b"
-    ))
-    .bind(subscription_id)
-    .bind(cycle)
-    .fetch_optional(conn)
-    .await
+    read(conn, subscription_id, cycle, " FOR UPDATE OF b").await
 }
 
 /// The claim of a cycle, if any.
@@ -136,9 +128,19 @@ pub async fn get(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
+    read(conn, subscription_id, cycle, "").await
+}
+
+/// The claim of a cycle, with `locking` (a locking clause, or nothing) appended.
+async fn read(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+    cycle: &str,
+    locking: &'static str,
+) -> Result<Option<Claim>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1 AND b.billing_cycle = $2"
+          WHERE b.subscription_id = $1 AND b.billing_cycle = $2{locking}"
     ))
     .bind(subscription_id)
     .bind(cycle)

@@ -116,9 +116,15 @@ pub fn decide(
     }
 }
 
-/// The cycle to bill `sub` for: the one named, else the one whose period is running at `now`.
-fn cycle_for(sub: &Subscription, cycle: Option<Cycle>, now: OffsetDateTime) -> Option<Cycle> {
-    cycle.or_else(|| period::current_cycle(sub.anchor, sub.interval, now))
+/// The cycle to bill a subscription (its anchor and interval) for: the one named, else the one whose period is
+/// running at `now`. [`bill`], the dry run and [`run`]'s first pass all ask this.
+fn cycle_for(
+    anchor: OffsetDateTime,
+    interval: period::Interval,
+    cycle: Option<Cycle>,
+    now: OffsetDateTime,
+) -> Option<Cycle> {
+    cycle.or_else(|| period::current_cycle(anchor, interval, now))
 }
 
 /// Bills subscription `subscription_id` for `cycle` (its running period's cycle when `None`) in ONE transaction
@@ -134,7 +140,7 @@ pub async fn bill(
     let Some(sub) = subscriptions::lock(&mut tx, subscription_id).await? else {
         return Ok(Billed::Canceled);
     };
-    let Some(cycle) = cycle_for(&sub, cycle, now) else {
+    let Some(cycle) = cycle_for(sub.anchor, sub.interval, cycle, now) else {
         return Ok(Billed::NotDue);
     };
     let cycle_text = cycle.to_string();
@@ -249,7 +255,7 @@ pub async fn would_bill(
     let Some(sub) = subscriptions::get(conn, subscription_id).await? else {
         return Ok(Billed::Canceled);
     };
-    let Some(cycle) = cycle_for(&sub, cycle, now) else {
+    let Some(cycle) = cycle_for(sub.anchor, sub.interval, cycle, now) else {
         return Ok(Billed::NotDue);
     };
     let cycle_text = cycle.to_string();
@@ -347,12 +353,7 @@ pub async fn run(
     // applies; anchor and interval never change).
     let first: Vec<(i64, Option<Cycle>)> = periods
         .iter()
-        .map(|(id, anchor, interval)| {
-            (
-                *id,
-                cycle.or_else(|| period::current_cycle(*anchor, *interval, now)),
-            )
-        })
+        .map(|(id, anchor, interval)| (*id, cycle_for(*anchor, *interval, cycle, now)))
         .collect();
     // Second pass: due retries, except those of a cycle the first pass billed (counted once, billed once).
     let billed: std::collections::HashSet<(i64, Cycle)> = first

@@ -154,16 +154,14 @@ pub fn valid_saved_method(
             Ok(())
         }
         Scheme::MercadoPago => {
-            let id = |s: &str, max: usize, ok: fn(u8) -> bool| {
-                !s.is_empty() && s.len() <= max && s.bytes().all(ok)
-            };
-            if !id(customer, 64, |b| b.is_ascii_alphanumeric() || b == b'-') {
+            // The rules the merchant API and the dispatcher apply to the same ids (they go into URL paths).
+            if !crate::params::is_mercadopago_customer_id(customer) {
                 return Err((
                     "--customer",
                     "a Mercado Pago customer id (letters, digits and -, at most 64)",
                 ));
             }
-            if !id(payment_method, 32, |b| b.is_ascii_digit()) {
+            if !crate::params::is_mercadopago_card_id(payment_method) {
                 return Err((
                     "--payment-method",
                     "a Mercado Pago card id (digits, at most 32)",
