@@ -6,8 +6,8 @@
 //!   append-only double-entry ledger ([`apply`], [`ledger`]), behind the worker's `Handler` seam
 //!   ([`hookline_core::handler`]), with the one read it may need from a provider first ([`fetch`]);
 //! * outbound effects: payment intents, refunds and the merchant API's idempotency keys ([`intents`]), the
-//!   requests to the gateways and their retries ([`outbound_requests`], [`dispatch`]), billing runs
-//!   ([`billing`]) and reconciliation against the providers' APIs ([`reconcile`]), all through one API client
+//!   requests to the gateways and their retries ([`outbound_requests`], [`dispatch`]), billing — subscriptions,
+//!   their cycles and dunning ([`billing`]) and reconciliation against the providers' APIs ([`reconcile`]), all through one API client
 //!   per provider ([`gateway`]: requests, lookups and how each provider's objects read);
 //! * the read-only views of those tables for operators ([`view`]) and the per-provider currency lists
 //!   ([`currency`]).
