@@ -24,7 +24,9 @@ use sqlx::PgConnection;
 
 use crate::fetch::ApiClient;
 use crate::model::PaymentFact;
-use crate::normalize::{normalize, payment_resource};
+use crate::normalize::{
+    normalize, pagarme_v5_object, pagarme_v5_object_resource, payment_resource,
+};
 use hookline_core::handler::{
     BatchError, EventRef, HandleError, Handler, Outcome, OutcomeKind, Prepared, StoredEvent,
 };
@@ -44,7 +46,8 @@ struct ProviderRule {
     scheme: Scheme,
     fee_bps: i64,
     fee_fixed: i64,
-    /// The provider's API, when `api_base` is configured (Mercado Pago payments are read from it).
+    /// The provider's API, when `api_base` is configured (Mercado Pago payments and Pagar.me v5 charges are read
+    /// from it).
     api: Option<ApiClient>,
 }
 
@@ -106,13 +109,23 @@ impl Handler for PaymentsHandler {
         CONSUMER
     }
 
-    /// Mercado Pago notifications only name a payment (by the signed `data.id`, part of the dedupe key): with
-    /// `api_base` configured, the payment is read from the API here, before the transaction. Everything else
-    /// needs nothing.
+    /// Mercado Pago notifications only name a payment (by the signed `data.id`, part of the dedupe key), and
+    /// Pagar.me v5 webhooks are not signed at all (their key names the charge or order): with `api_base`
+    /// configured, the object is read from the API here, before the transaction. Everything else needs nothing.
     async fn prepare(&self, event: EventRef<'_>) -> Result<Option<Prepared>, HandleError> {
         let Some(rule) = self.providers.get(event.provider) else {
             return Ok(None); // `handle` says so, with the reason
         };
+        if let (Scheme::PagarmeV5, Some(api)) = (rule.scheme, &rule.api) {
+            let Some(object) = pagarme_v5_object(event.provider_event_id) else {
+                return Ok(None); // names nothing to read: recorded as ignored
+            };
+            let body = crate::gateway::pagarme_orders::fetch_object(api, object).await?;
+            return Ok(Some(Prepared {
+                key: event.provider_event_id.to_owned(),
+                body,
+            }));
+        }
         let (Scheme::MercadoPago, Some(api)) = (rule.scheme, &rule.api) else {
             return Ok(None);
         };
@@ -142,7 +155,9 @@ impl Handler for PaymentsHandler {
         let mut ignored: Vec<Vec<String>> = vec![Vec::new(); events.len()];
         for (index, event) in events.iter().enumerate() {
             let rule = self.providers.get(&event.provider)?;
-            if event.prepared.is_some() || rule.scheme == Scheme::MercadoPago {
+            if event.prepared.is_some()
+                || matches!(rule.scheme, Scheme::MercadoPago | Scheme::PagarmeV5)
+            {
                 return None;
             }
             let facts = match normalize(rule.scheme, event.event_type.as_deref(), &event.body) {
@@ -217,17 +232,35 @@ impl Handler for PaymentsHandler {
                 event.provider
             ))
         })?;
+        let resource_error = |e| {
+            HandleError::Permanent(
+                anyhow::Error::new(e).context("invalid payment resource from the API"),
+            )
+        };
         let facts = match (
             &event.prepared,
             mercadopago_signed_id(&event.provider_event_id),
+            pagarme_v5_object(&event.provider_event_id),
         ) {
             // The effect comes from the resource read by its signed id, never from the unsigned notification.
-            (Some(prepared), Some(payment_id)) if rule.scheme == Scheme::MercadoPago => {
-                payment_resource(&prepared.body, payment_id).map_err(|e| {
-                    HandleError::Permanent(
-                        anyhow::Error::new(e).context("invalid payment resource from the API"),
-                    )
-                })?
+            (Some(prepared), Some(payment_id), _) if rule.scheme == Scheme::MercadoPago => {
+                payment_resource(&prepared.body, payment_id).map_err(resource_error)?
+            }
+            // Pagar.me v5 signs nothing: the effect is what the API says of the object the key names.
+            (Some(prepared), _, Some(object)) if rule.scheme == Scheme::PagarmeV5 => {
+                pagarme_v5_object_resource(&prepared.body, object).map_err(resource_error)?
+            }
+            // Not read (no `api_base`): kept visible as a fetch to do, never applied from the body.
+            (None, _, Some(object)) if rule.scheme == Scheme::PagarmeV5 => {
+                vec![PaymentFact::NeedsFetch {
+                    resource: if object.starts_with("ch_") {
+                        "charge"
+                    } else {
+                        "order"
+                    }
+                    .to_owned(),
+                    resource_id: object.to_owned(),
+                }]
             }
             _ => normalize(rule.scheme, event.event_type.as_deref(), &event.body).map_err(|e| {
                 HandleError::Permanent(anyhow::Error::new(e).context("invalid payload"))
@@ -324,6 +357,16 @@ async fn apply_fact(
                 status,
             };
             disputes::apply_dispute_fact(tx, &item).await
+        }
+        PaymentFact::RefundedTotal { payment_ref, total } => {
+            refunds::apply_refund_total(tx, provider, event_id, &payment_ref, &total).await
+        }
+        PaymentFact::ChargebackReversed {
+            dispute_ref,
+            payment_ref,
+        } => {
+            disputes::apply_chargeback_reversed(tx, provider, event_id, &dispute_ref, &payment_ref)
+                .await
         }
         PaymentFact::InvoicePaid {
             invoice_ref,

@@ -318,6 +318,23 @@ pub enum PaymentFact {
         /// Observed status.
         status: DisputeStatus,
     },
+    /// The provider says payment `payment_ref` has `total` refunded in all, and gives its refunds no ids of their
+    /// own (Pagar.me's `canceled_amount`): whatever of `total` hookline does not hold yet is one refund, keyed by
+    /// the total.
+    RefundedTotal {
+        /// The refunded payment.
+        payment_ref: String,
+        /// Refunded in all (> 0).
+        total: Money,
+    },
+    /// The provider no longer shows a chargeback on payment `payment_ref` (Pagar.me: a `chargedback` charge
+    /// `paid` again): the dispute `dispute_ref`, if hookline knows it open, was won. Nothing otherwise.
+    ChargebackReversed {
+        /// The dispute's key (`cb_{charge}`).
+        dispute_ref: String,
+        /// The payment.
+        payment_ref: String,
+    },
     /// A paid subscription invoice: charge once per `(subscription_id, billing_cycle)`.
     InvoicePaid {
         /// Provider's invoice id.

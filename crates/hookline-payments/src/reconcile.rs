@@ -14,6 +14,10 @@
 //!   differs from ours (unknown, lower status, other refunded amount) gets a notification stored with the key
 //!   `mp:{id}:reconcile:{date_last_updated}` — the worker fetches the payment and applies it, as for a webhook.
 //!
+//! - **Pagar.me v5**: `GET /core/v5/charges` created in the window: a charge whose state differs from ours gets a
+//!   notification stored with the key `pgv5:{charge}:reconcile:{updated_at}` — the worker reads the charge and
+//!   applies it, as for a webhook (Pagar.me's webhooks are not signed: both paths apply only what the API says).
+//!
 //! The API calls go through the provider's one client ([`crate::gateway::ApiClient`], shared with the dispatcher
 //! and the worker's fetch).
 //!
@@ -33,7 +37,7 @@ use time::OffsetDateTime;
 use crate::apply::payment_state;
 use crate::gateway::{Api, ApiClient};
 use crate::model::{PaymentFact, PaymentStatus};
-use crate::normalize::{normalize, payment_resource};
+use crate::normalize::{normalize, pagarme_v5_object_resource, payment_resource};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -84,7 +88,7 @@ impl Report {
 pub fn supported(provider: &ProviderConfig) -> Result<ApiClient, String> {
     if Api::of(provider.scheme).is_none() {
         return Err(format!(
-            "provider {}: reconciliation supports the stripe and mercadopago schemes, not {}",
+            "provider {}: reconciliation supports the stripe, mercadopago and pagarme-v5 schemes, not {}",
             provider.name,
             provider.scheme.as_str()
         ));
@@ -172,6 +176,7 @@ pub async fn run(
     };
     match provider.scheme {
         Scheme::MercadoPago => ctx.mercadopago(cursor).await?,
+        Scheme::PagarmeV5 => ctx.pagarme(cursor).await?,
         _ => ctx.stripe(cursor).await?,
     }
     let report = ctx.report;
@@ -496,6 +501,136 @@ impl Ctx<'_> {
             save(self.pool, &self.report, Some(&offset.to_string()), false).await?;
             let total = page["paging"]["total"].as_u64().unwrap_or(0);
             if results.is_empty() || offset >= total {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Pagar.me v5: `GET /core/v5/charges` created in the window (Pagar.me filters lists by creation, not by
+    /// update: a charge created before `--since` and refunded inside the window is not listed), page by page
+    /// (`page`/`size`, newest first). A charge whose state differs from ours (unknown, another status, another
+    /// refunded total) gets a notification stored with the key `pgv5:{charge}:reconcile:{updated_at}` — the
+    /// worker reads the charge from the API and applies it, as for a webhook.
+    async fn pagarme(&mut self, cursor: Option<String>) -> anyhow::Result<()> {
+        const SIZE: u64 = 30;
+        let rfc3339 = |t: OffsetDateTime| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default()
+        };
+        let mut page: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(1).max(1);
+        loop {
+            self.pace.wait().await;
+            let query = vec![
+                ("created_since", rfc3339(self.opts.since)),
+                ("created_until", rfc3339(self.opts.until)),
+                ("page", page.to_string()),
+                ("size", SIZE.to_string()),
+            ];
+            let listed =
+                crate::gateway::pagarme_orders::get_json(&self.api, "core/v5/charges", &query)
+                    .await
+                    .map_err(anyhow::Error::msg)
+                    .context(
+                        "list the charges (the provider's API may be unavailable; run again)",
+                    )?;
+            let Some(charges) = listed["data"].as_array() else {
+                anyhow::bail!("the charge list has no \"data\" list");
+            };
+            let mut rows = Vec::new();
+            for charge in charges.iter().take(SIZE as usize) {
+                self.report.seen += 1;
+                (self.progress)(1);
+                let id = match charge["id"].as_str() {
+                    Some(id) if crate::params::is_pagarme_id(id, "ch_") => id.to_owned(),
+                    _ => {
+                        self.report
+                            .attention
+                            .push("a charge without a ch_… id in the list".to_owned());
+                        continue;
+                    }
+                };
+                let body = serde_json::to_vec(charge).context("serialise a charge")?;
+                let facts = match pagarme_v5_object_resource(&body, &id) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.report.attention.push(format!("charge {id}: {e}"));
+                        continue;
+                    }
+                };
+                let theirs = facts.iter().find_map(|f| match f {
+                    PaymentFact::Payment { status, .. } => Some(*status),
+                    _ => None,
+                });
+                let refunded: i64 = facts
+                    .iter()
+                    .map(|f| match f {
+                        PaymentFact::RefundedTotal { total, .. } => total.amount,
+                        _ => 0,
+                    })
+                    .sum();
+                let ours = payment_state(self.pool, &self.provider.name, &id)
+                    .await
+                    .context("read our payment")?;
+                match (ours, theirs) {
+                    (Some((status, ours_refunded)), Some(t))
+                        if status == t && ours_refunded == refunded =>
+                    {
+                        self.report.present += 1;
+                        continue;
+                    }
+                    (Some((status, _)), Some(t)) if status > t => {
+                        self.report.mismatched += 1;
+                        self.report.attention.push(format!(
+                            "charge {id}: ours is {}, the provider says {}",
+                            status.as_str(),
+                            t.as_str()
+                        ));
+                        continue;
+                    }
+                    (Some(_), _) => self.report.mismatched += 1,
+                    (None, _) => self.report.missing += 1,
+                }
+                let updated: String = charge["updated_at"]
+                    .as_str()
+                    .unwrap_or("unknown")
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | '.' | '+'))
+                    .take(40)
+                    .collect();
+                let kind: String = charge["status"]
+                    .as_str()
+                    .unwrap_or("updated")
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(20)
+                    .collect();
+                let event_type = format!("charge.{kind}");
+                let notification = serde_json::json!({
+                    "id": format!("reconcile-{id}-{updated}"),
+                    "type": event_type,
+                    "data": { "id": id },
+                });
+                rows.push(OwnedEvent {
+                    provider: self.provider.name.clone(),
+                    provider_event_id: hookline_signature::pagarme_v5_dedupe_key(
+                        Some(&id),
+                        &format!("reconcile:{updated}"),
+                    ),
+                    event_type: Some(event_type),
+                    signed_at: None,
+                    headers: vec![("x-hookline-source".into(), "reconcile".into())],
+                    query: String::new(),
+                    body: serde_json::to_vec(&notification)
+                        .context("serialise a notification")?
+                        .into(),
+                });
+            }
+            store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
+            page += 1;
+            save(self.pool, &self.report, Some(&page.to_string()), false).await?;
+            if charges.is_empty() || listed["paging"]["next"].as_str().is_none() {
                 return Ok(());
             }
         }

@@ -1255,6 +1255,16 @@ fn check_facts(facts: &[PaymentFact]) -> Result<(), TestCaseError> {
                     check_money(m)?;
                 }
             }
+            PaymentFact::RefundedTotal { payment_ref, total } => {
+                prop_assert!(!payment_ref.is_empty());
+                check_money(total)?;
+            }
+            PaymentFact::ChargebackReversed {
+                dispute_ref,
+                payment_ref,
+            } => {
+                prop_assert!(!dispute_ref.is_empty() && !payment_ref.is_empty());
+            }
             PaymentFact::Refund {
                 refund_ref,
                 payment_ref,

@@ -171,8 +171,9 @@ impl SandboxControl {
     /// A chargeback: Stripe opens a dispute on the payment intent's (or charge's) charge — closed at once when
     /// `status` is `won` or `lost`; Mercado Pago marks the payment `charged_back` (`status` is then its
     /// `status_detail`, default `settled`); Pagar.me marks the charge (`ch_…`, or its order `or_…`) `chargedback`
-    /// (`opened`, the default, or `lost`; `charge.chargedback`) or returns a chargedback one to `paid` (`won`;
-    /// `charge.paid`). Returns the dispute, payment or charge as JSON.
+    /// (`opened`, the default, or `lost`, which also marks its last transaction `chargedback` for good;
+    /// `charge.chargedback`) or returns an open one to `paid` (`won`; `charge.paid`). Returns the dispute, payment
+    /// or charge as JSON.
     pub fn chargeback(
         &self,
         provider: &str,

@@ -54,6 +54,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use error::{UnknownScheme, VerifyError};
+pub use schemes::pagarme_v5::dedupe_key as pagarme_v5_dedupe_key;
 
 /// A webhook signature scheme, one per provider family.
 ///

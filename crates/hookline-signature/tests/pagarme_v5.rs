@@ -26,6 +26,37 @@ fn run(
     verify(Scheme::PagarmeV5, secrets, &headers, "", body)
 }
 
+/// `data.id` reaches the key (and later an API path) only when it is a plain id; anything else gives a key naming
+/// no object, and the event is still accepted (200): what it means is the worker's business.
+#[test]
+fn only_a_plain_data_id_is_named_in_the_key() {
+    let auth = sign::pagarme_v5(CRED.as_bytes());
+    for (data, key) in [
+        (r#"{"id":"or_Ab-9_z"}"#, "pgv5:or_Ab-9_z:hook_1"),
+        (r#"{"id":"../admin"}"#, "pgv5::hook_1"),
+        (r#"{"id":"ch_1?x=1"}"#, "pgv5::hook_1"),
+        (r#"{"id":"ch:1"}"#, "pgv5::hook_1"),
+        (r#"{"id":""}"#, "pgv5::hook_1"),
+        (r#"{"id":12}"#, "pgv5::hook_1"),
+        (r#"{"code":"x"}"#, "pgv5::hook_1"),
+        (r#""ch_1""#, "pgv5::hook_1"),
+    ] {
+        let body = format!(r#"{{"id":"hook_1","type":"charge.paid","data":{data}}}"#);
+        let ok = run(&[CRED], Some(&auth), body.as_bytes()).unwrap();
+        assert_eq!(ok.dedupe_key, key, "{data}");
+    }
+    let long = format!(
+        r#"{{"id":"hook_1","type":"charge.paid","data":{{"id":"ch_{}"}}}}"#,
+        "a".repeat(70)
+    );
+    let ok = run(&[CRED], Some(&auth), long.as_bytes()).unwrap();
+    assert_eq!(ok.dedupe_key, "pgv5::hook_1");
+    assert_eq!(
+        hookline_signature::pagarme_v5_dedupe_key(Some("ch_9"), "hook_2"),
+        "pgv5:ch_9:hook_2"
+    );
+}
+
 #[test]
 fn known_answer_header_and_ids() {
     // base64("hookline:s3cr3t-pass"), computed independently.
@@ -35,7 +66,8 @@ fn known_answer_header_and_ids() {
     );
     let ok = run(&[CRED], Some("Basic aG9va2xpbmU6czNjcjN0LXBhc3M="), BODY).unwrap();
     assert_eq!(ok.event_id, "hook_RyEKQO789TRpZjv5");
-    assert_eq!(ok.dedupe_key, "hook_RyEKQO789TRpZjv5");
+    // The key names the object the worker re-reads, then the delivery.
+    assert_eq!(ok.dedupe_key, "pgv5:ch_1:hook_RyEKQO789TRpZjv5");
     assert_eq!(ok.event_type.as_deref(), Some("charge.paid"));
     assert_eq!(ok.signed_at, None);
     assert_eq!(ok.secret_index, 0);

@@ -13,7 +13,8 @@
 //!   where the scheme signs one, as a provider's retry is. The edge must answer them `200` with
 //!   `"duplicate": true`, and the pipeline must apply each event once.
 //! - Mercado Pago notifications name only a payment, which the worker reads from `api_base`: with the sandbox
-//!   there the payments are created at it first (`sandbox_payments`); with another API the run is refused.
+//!   there the payments are created at it first (`sandbox_payments`); with another API the run is refused. The
+//!   same for Pagar.me v5, whose unsigned webhooks decide nothing: the charges they name are made at the sandbox.
 //! - Exit codes: 0 every request got 200, 1 some did not, 2 usage error (unknown provider or scenario), 3 the
 //!   edge is unreachable.
 //!
@@ -37,7 +38,9 @@ use futures::StreamExt;
 use hookline_core::Config;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use scenarios::{mercadopago_notifications_for, scenario_help, scenarios, Gen};
+use scenarios::{
+    mercadopago_notifications_for, pagarme_v5_webhooks_for, scenario_help, scenarios, Gen,
+};
 use send::{plan, send, signed_request};
 use stats::Stats;
 
@@ -181,6 +184,40 @@ pub async fn run(config: &Config, args: &SimulateArgs) -> anyhow::Result<ExitCod
                         .unwrap_or_default()
                 );
                 events = mercadopago_notifications_for(&mut gen, ids);
+            }
+            Ok(None) => {}
+            Err(e @ sandbox_payments::PrepareError::NotSandbox { .. }) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(3));
+            }
+        }
+    }
+
+    // Pagar.me v5 webhooks are not signed: the worker applies what the API shows of the charge named, which
+    // must therefore exist there.
+    if scheme == hookline_signature::Scheme::PagarmeV5 && provider.api_base.is_some() {
+        let refunded = scenario.name == "refunded";
+        let count = if refunded {
+            events.len() / 2
+        } else {
+            events.len()
+        };
+        let amounts: Vec<i64> = (0..count).map(|_| gen.fake.amount()).collect();
+        let run = gen.fake.run.clone();
+        match sandbox_payments::create_pagarme(provider, &run, &amounts, refunded, concurrency)
+            .await
+        {
+            Ok(Some(charges)) => {
+                eprintln!(
+                    "simulate: created {} paid orders at the sandbox{} to notify",
+                    charges.len(),
+                    if refunded { ", refunded in full," } else { "" }
+                );
+                events = pagarme_v5_webhooks_for(&mut gen, charges, refunded);
             }
             Ok(None) => {}
             Err(e @ sandbox_payments::PrepareError::NotSandbox { .. }) => {

@@ -4,6 +4,10 @@
 //! creates the payments there — a card token with Mercado Pago's approving test holder `APRO`, then the payment,
 //! under an idempotency key of the run — and notifies those; when it is any other API (the real Mercado Pago), it
 //! refuses before sending anything rather than invent payments the worker cannot read.
+//!
+//! Pagar.me v5 webhooks are not signed, so the worker applies only what the API shows of the charge a webhook
+//! names: the same holds for them ([`create_pagarme`]: paid card orders — refunded in full for the `refunded`
+//! scenario — with Pagar.me's approving test card, under keys of the run).
 
 use std::time::Duration;
 
@@ -170,4 +174,126 @@ pub(super) async fn create(
             .collect()
             .await;
     results.into_iter().collect::<Result<Vec<_>, _>>().map(Some)
+}
+
+/// A charge made at the sandbox for a Pagar.me v5 simulation: `(ch_…, or_…, amount)`.
+pub(super) type PagarmeCharge = (String, String, i64);
+
+/// Creates `amounts.len()` paid card orders at the sandbox that `provider`'s `api_base` names (and refunds each
+/// in full when `refund`); their charges, in order. `Ok(None)` when the provider has no API.
+pub(super) async fn create_pagarme(
+    provider: &hookline_core::ProviderConfig,
+    run: &str,
+    amounts: &[i64],
+    refund: bool,
+    concurrency: usize,
+) -> Result<Option<Vec<PagarmeCharge>>, PrepareError> {
+    let Some(api_base) = &provider.api_base else {
+        return Ok(None);
+    };
+    let api = api_base.as_str().trim_end_matches('/').to_string();
+    let failed = |n: usize, detail: String| PrepareError::Failed {
+        api_base: api.clone(),
+        n,
+        detail,
+    };
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| failed(0, format!("cannot build the HTTP client: {e}")))?;
+    if !plays(&client, &api, &provider.name).await {
+        return Err(PrepareError::NotSandbox {
+            provider: provider.name.clone(),
+            api_base: api,
+        });
+    }
+    let key = provider
+        .api_token
+        .as_ref()
+        .map(|t| t.expose_secret().to_owned())
+        .unwrap_or_default();
+    let results: Vec<Result<PagarmeCharge, PrepareError>> =
+        futures::stream::iter(amounts.iter().copied().enumerate())
+            .map(|(n, amount)| {
+                let (client, api, key) = (&client, &api, &key);
+                async move {
+                    let code = format!("hookline-simulate-{run}-{n}");
+                    create_pagarme_one(client, api, key, amount, &code, refund)
+                        .await
+                        .map_err(|detail| failed(n, detail))
+                }
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
+    results.into_iter().collect::<Result<Vec<_>, _>>().map(Some)
+}
+
+/// One paid card order (Pagar.me's approving test card, through a card token made with the public key — the
+/// sandbox's is the secret key with `pk_` for `sk_`), refunded in full when `refund`.
+async fn create_pagarme_one(
+    client: &reqwest::Client,
+    api: &str,
+    key: &str,
+    amount: i64,
+    code: &str,
+    refund: bool,
+) -> Result<PagarmeCharge, String> {
+    let public = key.replacen("sk_", "pk_", 1);
+    let token = pagarme_send(
+        client
+            .post(format!("{api}/core/v5/tokens"))
+            .query(&[("appId", public.as_str())])
+            .json(&json!({"type": "card", "card": {"number": "4000000000000010",
+                "holder_name": "Hookline Simulate", "exp_month": 12, "exp_year": 2035, "cvv": "123"}})),
+    )
+    .await?;
+    let token = token["id"].as_str().ok_or("a card token without an id")?;
+    let order = pagarme_send(
+        client
+            .post(format!("{api}/core/v5/orders"))
+            .basic_auth(key, Some(""))
+            .header("Idempotency-Key", code)
+            .json(&json!({
+                "code": code,
+                "customer": {"name": "Hookline Simulate", "email": "simulate@example.com.br",
+                             "document": "12345678909", "type": "individual"},
+                "items": [{"amount": amount, "description": "hookline simulate", "quantity": 1, "code": "simulate"}],
+                "payments": [{"payment_method": "credit_card", "credit_card": {"card_token": token,
+                              "installments": 1, "operation_type": "auth_and_capture"}}],
+                "closed": true,
+            })),
+    )
+    .await?;
+    let order_id = order["id"]
+        .as_str()
+        .ok_or("an order without an id")?
+        .to_owned();
+    let charge = order["charges"][0]["id"]
+        .as_str()
+        .ok_or("an order without a charge")?
+        .to_owned();
+    if refund {
+        pagarme_send(
+            client
+                .delete(format!("{api}/core/v5/charges/{charge}"))
+                .basic_auth(key, Some(""))
+                .header("Idempotency-Key", format!("{code}-refund"))
+                .json(&json!({"amount": amount})),
+        )
+        .await?;
+    }
+    Ok((charge, order_id, amount))
+}
+
+async fn pagarme_send(request: reqwest::RequestBuilder) -> Result<Value, String> {
+    let response = request.send().await.map_err(|e| format!("{e}"))?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| format!("{e}"))?;
+    if !status.is_success() {
+        let excerpt: String = text.chars().take(200).collect();
+        return Err(format!("{status}: {excerpt}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("an answer that is not JSON: {e}"))
 }

@@ -254,6 +254,32 @@ fn pagarme_v5_refunded(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> 
     Ok(events)
 }
 
+/// The webhooks of scenario `refunded` (or `paid`) about charges made at the sandbox (`(ch_…, or_…, amount)`), in
+/// the order and number the scenario's own generator gives, so that the run's plan still fits.
+pub(super) fn pagarme_v5_webhooks_for(
+    g: &mut Gen,
+    charges: Vec<(String, String, i64)>,
+    refunded: bool,
+) -> Vec<Event> {
+    let f = &mut g.fake;
+    let mut events = Vec::with_capacity(charges.len() * 2);
+    for (n, (id, order, amount)) in charges.into_iter().enumerate() {
+        let mut payment = Payment::new(f, n);
+        payment.amount = amount;
+        let c = pagarme_v5::Charge {
+            id,
+            order,
+            amount,
+            payment,
+        };
+        events.push(c.webhook(f, "charge.paid", "paid", 0));
+        if refunded {
+            events.push(c.webhook(f, "charge.refunded", "canceled", c.amount));
+        }
+    }
+    events
+}
+
 fn mercadopago_payment(g: &mut Gen, count: usize) -> anyhow::Result<Vec<Event>> {
     let f = &mut g.fake;
     let user_id = mercadopago::user_id(f);

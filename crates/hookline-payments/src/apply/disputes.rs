@@ -144,3 +144,35 @@ pub(super) async fn post_dispute_loss(
         .await?;
     Ok(())
 }
+
+/// A chargeback the provider no longer shows (Pagar.me: the charge `paid` again): the dispute, when hookline
+/// holds it open, is won; a dispute it does not know, or one already decided, is left as it is.
+pub(super) async fn apply_chargeback_reversed(
+    tx: &mut PgConnection,
+    provider: &str,
+    event_id: i64,
+    dispute_ref: &str,
+    payment_ref: &str,
+) -> Result<Applied, HandleError> {
+    let known: Option<(DisputeStatus, i64, String)> = sqlx::query_as(
+        "SELECT status, amount, currency FROM disputes
+          WHERE provider = $1 AND provider_dispute_id = $2",
+    )
+    .bind(provider)
+    .bind(dispute_ref)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((DisputeStatus::Open, amount, currency)) = known else {
+        return Ok((OutcomeKind::Ignored, None));
+    };
+    let amount = Money { amount, currency };
+    let item = DisputeItem {
+        event_id,
+        provider,
+        dispute_ref,
+        payment_ref,
+        amount: &amount,
+        status: DisputeStatus::Won,
+    };
+    apply_dispute_fact(tx, &item).await
+}

@@ -142,3 +142,39 @@ pub(super) async fn apply_refund(
     .await?;
     Ok(None)
 }
+
+/// A running refund total from a provider that gives refunds no ids (Pagar.me's `canceled_amount`): what of
+/// `total` the payment's refunds do not hold yet (rejected ones aside) is one refund, keyed by the total
+/// (`{payment}-refunded-{total}`), applied like any other. Under the payment's row lock, so two events reporting
+/// the same total record it once, and totals read in any order end at the latest total.
+pub(super) async fn apply_refund_total(
+    tx: &mut PgConnection,
+    provider: &str,
+    event_id: i64,
+    payment_ref: &str,
+    total: &Money,
+) -> Result<Applied, HandleError> {
+    let payment = lock_payment(tx, provider, payment_ref).await?;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(amount), 0)::bigint FROM refunds
+          WHERE payment_id = $1 AND status <> 'rejected'",
+    )
+    .bind(payment.id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if total.amount <= held {
+        return Ok((
+            OutcomeKind::Applied,
+            Some(format!(
+                "refunds of {payment_ref} up to {} already recorded",
+                total.amount
+            )),
+        ));
+    }
+    let refund_ref = format!("{payment_ref}-refunded-{}", total.amount);
+    let amount = Money {
+        amount: total.amount - held,
+        currency: total.currency.clone(),
+    };
+    apply_refund_fact(tx, provider, event_id, &refund_ref, payment_ref, &amount).await
+}

@@ -56,6 +56,7 @@ impl Api {
         match scheme {
             Scheme::Stripe => Some(Api::Stripe),
             Scheme::MercadoPago => Some(Api::MercadoPago),
+            Scheme::PagarmeV5 => Some(Api::PagarmeV5),
             _ => None,
         }
     }
@@ -230,15 +231,26 @@ impl ApiClient {
     /// redirect (never followed: it would carry the token wherever `Location` points), 404, refused credentials
     /// or another 4xx is permanent, with what to check.
     pub(crate) async fn get(&self, url: url::Url) -> Result<Vec<u8>, HandleError> {
-        let started = Instant::now();
-        let result = match self.http() {
-            Ok(http) => {
-                let mut req = http.get(url.clone());
-                if let Some(token) = &self.token {
-                    req = req.bearer_auth(token.expose_secret());
-                }
-                self.read(req, &url).await
+        let req = self.http().map(|http| {
+            let mut req = http.get(url.clone());
+            if let Some(token) = &self.token {
+                req = req.bearer_auth(token.expose_secret());
             }
+            req
+        });
+        self.get_counted(req, url).await
+    }
+
+    /// Sends a GET built by the caller (`Err`: why it could not be built, which is transient), classified as
+    /// [`ApiClient::get`] says, counted and timed in [`metric`].
+    pub(crate) async fn get_counted(
+        &self,
+        req: Result<reqwest::RequestBuilder, String>,
+        url: url::Url,
+    ) -> Result<Vec<u8>, HandleError> {
+        let started = Instant::now();
+        let result = match req {
+            Ok(req) => self.read(req, &url).await,
             Err(e) => Err((
                 "transient",
                 HandleError::Transient(anyhow::anyhow!("GET {url}: {e}")),

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::{bounded, ApiClient, Object, PostError, Verdict};
 use crate::params::{is_pagarme_id, PagarmeParams};
+use hookline_core::handler::HandleError;
 use secrecy::ExposeSecret;
 
 /// Longest order `code` Pagar.me takes.
@@ -315,6 +316,39 @@ pub async fn get_json(
     let req = req.query(query);
     let body = api.read(req, &url).await.map_err(|(_, e)| format!("{e}"))?;
     serde_json::from_slice(&body).map_err(|e| format!("GET {url}: the answer is not JSON: {e}"))
+}
+
+/// The charge (`ch_…`) or order (`or_…`) `id` for the worker, which applies what the API says of it rather than
+/// the unsigned webhook: `GET /core/v5/charges/{id}` or `/core/v5/orders/{id}`, classified as
+/// [`ApiClient::get`] classifies (transient: no answer, 5xx, 429; permanent: 404, refused credentials, a
+/// redirect, another id). Read-only, so it may run several times for one event.
+pub async fn fetch_object(api: &ApiClient, id: &str) -> Result<Vec<u8>, HandleError> {
+    let path = if is_pagarme_id(id, "ch_") {
+        format!("core/v5/charges/{id}")
+    } else if is_pagarme_id(id, "or_") {
+        format!("core/v5/orders/{id}")
+    } else {
+        return Err(HandleError::permanent(format!(
+            "{:?} is neither a Pagar.me charge nor an order id",
+            id.chars().take(80).collect::<String>()
+        )));
+    };
+    let url = api.url(&path).map_err(HandleError::permanent)?;
+    let req = match request(api, reqwest::Method::GET, &path) {
+        Ok(req) => Ok(req),
+        Err(PostError::Refused(e)) => return Err(HandleError::permanent(e)),
+        Err(PostError::NoClient(e)) => Err(e),
+    };
+    let body = api.get_counted(req, url.clone()).await?;
+    let json: Value = serde_json::from_slice(&body)
+        .map_err(|e| HandleError::permanent(format!("GET {url}: the answer is not JSON: {e}")))?;
+    if json["id"].as_str() != Some(id) {
+        return Err(HandleError::permanent(format!(
+            "GET {url}: the answer is not {id} (check providers.{}.api_base)",
+            api.provider()
+        )));
+    }
+    Ok(body)
 }
 
 /// The order whose `code` is `public_id`, if any: `GET /core/v5/orders?code=…` (only an exact match counts).

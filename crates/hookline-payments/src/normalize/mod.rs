@@ -19,8 +19,8 @@
 //! This module owns the entry point, the dispatch on the signature scheme, and the error and validation helpers
 //! every dialect shares (field paths in messages, ids, amounts, currencies), so all of them refuse the same bad
 //! values with the same words. Each dialect has its own file, as in `hookline-signature`'s `schemes/`:
-//! `stripe.rs` (JSON events), `pagarme.rs` (form-urlencoded postbacks) and `mercadopago.rs` (notifications that
-//! only name a resource to fetch). The two payload formats have theirs too: `json.rs` (the path-tracking
+//! `stripe.rs` (JSON events), `pagarme.rs` (form-urlencoded postbacks), `mercadopago.rs` (notifications that
+//! only name a resource to fetch) and `pagarme_v5.rs` (the charge or order a v5 webhook names, read from the API). The two payload formats have theirs too: `json.rs` (the path-tracking
 //! accessor `Obj`) and `form.rs` (the strict form parser).
 
 mod form;
@@ -28,6 +28,10 @@ mod json;
 mod mercadopago;
 pub(crate) use mercadopago::payment_resource;
 mod pagarme;
+mod pagarme_v5;
+pub(crate) use pagarme_v5::{
+    keyed_object as pagarme_v5_object, object_resource as pagarme_v5_object_resource,
+};
 mod stripe;
 
 use std::fmt::Display;
@@ -77,13 +81,13 @@ pub fn normalize(
         Scheme::Stripe => stripe::normalize(event_type, body),
         Scheme::Pagarme => pagarme::normalize(event_type, body),
         Scheme::MercadoPago => mercadopago::normalize(body),
+        Scheme::PagarmeV5 => pagarme_v5::normalize(event_type),
         // Listed one by one rather than `_`, so that adding a scheme forces a decision here.
         Scheme::StandardWebhooks
         | Scheme::Svix
         | Scheme::Github
         | Scheme::Shopify
-        | Scheme::Adyen
-        | Scheme::PagarmeV5 => Ok(vec![ignored(format!(
+        | Scheme::Adyen => Ok(vec![ignored(format!(
             "no payments mapping for scheme {scheme}"
         ))]),
     }

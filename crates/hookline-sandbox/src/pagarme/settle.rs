@@ -133,9 +133,11 @@ pub(crate) fn set_status(
 }
 
 /// A chargeback on a paid charge: `opened` (default) and `lost` make it `chargedback` (`charge.chargedback`; a
-/// lost one that already was is notified again, its status final); `won` returns a chargedback charge to `paid`
-/// (`charge.paid`). Pagar.me documents only `chargedback` and `charge.chargedback`; the won/lost convention is
-/// the sandbox's.
+/// lost one that already was is notified again); `lost` also marks the last transaction `chargedback`, which is
+/// final; `won` returns an open chargeback's charge to `paid` (`charge.paid`). Pagar.me documents only the charge
+/// status `chargedback` and `charge.chargedback`
+/// (<https://docs.pagar.me/page/chargeback-novo-status-na-cobran%C3%A7a>); how an opened, a won and a lost
+/// chargeback look apart is the sandbox's convention, which hookline reads the same way.
 pub(crate) fn chargeback(
     state: &mut State,
     edge_url: &Url,
@@ -151,10 +153,20 @@ pub(crate) fn chargeback(
         .get_mut(&charge_id)
         .ok_or("no such charge")?;
     let status = status.unwrap_or("opened");
+    let lost = charge.transaction.status == "chargedback";
     let event = match (status, charge.status.as_str()) {
         ("opened" | "lost", "paid" | "overpaid") | ("lost", "chargedback") => {
             charge.status = "chargedback".into();
+            if status == "lost" {
+                charge.transaction.status = "chargedback".into();
+                charge.transaction.updated_at = now;
+            }
             "chargedback"
+        }
+        ("won", "chargedback") if lost => {
+            return Err(format!(
+                "charge {charge_id}'s chargeback is lost: a lost chargeback is final"
+            ))
         }
         ("won", "chargedback") => {
             charge.status = "paid".into();

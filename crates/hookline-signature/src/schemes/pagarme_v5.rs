@@ -8,8 +8,10 @@
 //! the body, so hookline never decides a money effect from this body: the worker re-reads the charge/order from
 //! the API first (see `hookline-payments`' `normalize::pagarme_v5`).
 //!
-//! The event id and the dedupe key are the body's `id` (`hook_…`, Pagar.me's id of the delivery, repeated on
-//! its retries); the type is `type`. Both are bounded and printable.
+//! The event id is the body's `id` (`hook_…`, Pagar.me's id of the delivery, repeated on its retries); the type
+//! is `type`. Both are bounded and printable. The dedupe key is `pgv5:{data.id}:{hook id}` ([`dedupe_key`]): it
+//! names the charge or order the worker must re-read (the worker sees only the key before its transaction, as for
+//! Mercado Pago's `mp:{data.id}:…`), and a retry of the same delivery repeats both parts.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -81,6 +83,28 @@ fn bounded_field(
     }
 }
 
+/// Longest `data.id` carried into the dedupe key (Pagar.me's `ch_…`/`or_…` ids are ~20 characters).
+pub(crate) const MAX_OBJECT_ID_BYTES: usize = 64;
+
+/// `data.id` when it can name an object to fetch: 1 to [`MAX_OBJECT_ID_BYTES`] ASCII letters, digits, `_`, `-`
+/// (it ends up in an API path, so nothing else — no `/`, `.`, `?`, `:` — gets through). Anything else is `None`:
+/// the event is still stored, under a key that names no object, and the worker has nothing to fetch.
+fn object_id(map: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let id = map.get("data")?.as_object()?.get("id")?.as_str()?;
+    let valid = !id.is_empty()
+        && id.len() <= MAX_OBJECT_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    valid.then(|| id.to_owned())
+}
+
+/// The stored key of a Pagar.me v5 event: `pgv5:{object}:{hook}` (`object` empty when `data.id` names none).
+/// `object` has no `:`, so the worker reads it back as the text between the first two colons.
+pub fn dedupe_key(object: Option<&str>, hook_id: &str) -> String {
+    format!("pgv5:{}:{hook_id}", object.unwrap_or_default())
+}
+
 pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
     let value = util::required_header(ctx.req, HEADER)?;
     let presented = parse(value)?;
@@ -103,11 +127,12 @@ pub(crate) fn verify(ctx: &Ctx<'_, '_>) -> Result<Verified, VerifyError> {
         })?;
     let event_type =
         bounded_field(&map, "type").map_err(|detail| VerifyError::MalformedPayload { detail })?;
+    let object = object_id(&map);
     Ok(Verified {
         // Not signed (nothing is): the hook id names Pagar.me's delivery and is repeated on its retries. The
         // worker's effects are idempotent on the object it re-reads from the API, so a forged id can make a new
         // event but never a second effect.
-        dedupe_key: event_id.clone(),
+        dedupe_key: dedupe_key(object.as_deref(), &event_id),
         event_id,
         event_type,
         signed_at: None,
