@@ -44,6 +44,7 @@ mod operator_simulate;
 mod order;
 mod outbound;
 mod outbound_saved_cards;
+mod pagarme_outbound;
 mod pipeline;
 mod provider_api;
 mod purge;
