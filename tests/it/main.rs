@@ -45,6 +45,7 @@ mod order;
 mod outbound;
 mod outbound_saved_cards;
 mod pagarme_inbound;
+mod pagarme_outbound;
 mod pipeline;
 mod provider_api;
 mod purge;

@@ -1,6 +1,6 @@
-//! A pipeline whose providers `mp` (Mercado Pago) and `st` (Stripe) call the provider sandbox (a real HTTP server
-//! playing their APIs), and the sandbox sending their webhooks to the pipeline's edge. Used by the provider-API,
-//! reconciliation and outbound suites.
+//! A pipeline whose providers `mp` (Mercado Pago), `st` (Stripe) and `pg` (Pagar.me v5) call the provider sandbox
+//! (a real HTTP server playing their APIs), and the sandbox sending their webhooks to the pipeline's edge. Used by
+//! the provider-API, reconciliation and outbound suites.
 
 use std::time::Duration;
 
@@ -12,6 +12,10 @@ use crate::TestPipeline;
 pub const MP_TOKEN: &str = "TEST-mp-access-token";
 /// The Stripe secret key the sandbox requires from `st`.
 pub const STRIPE_KEY: &str = "sk_test_sandbox_key";
+/// The Pagar.me secret key the sandbox requires from `pg` (HTTP Basic user, empty password).
+pub const PAGARME_KEY: &str = "sk_test_pagarme_key";
+/// The `user:password` the sandbox's Pagar.me webhooks carry and `pg` requires.
+pub const PAGARME_WEBHOOK_AUTH: &str = "hookline:pg_webhook_password";
 
 /// Starts the pipeline (edge + relay; workers separately) and the sandbox, seeded with `seed`, with fast webhook
 /// retries.
@@ -22,6 +26,15 @@ pub async fn start(seed: u64) -> (TestPipeline, RunningSandbox) {
 /// [`start`] with the sandbox keeping idempotency keys for `window` (Stripe's 24 h by default): a few seconds lets
 /// a test outlive a key.
 pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, RunningSandbox) {
+    start_with_tail(seed, window, "").await
+}
+
+/// [`start_with_window`] with `extra` TOML appended to the pipeline's configuration (an `[api]` section, say).
+pub async fn start_with_tail(
+    seed: u64,
+    window: Duration,
+    extra: &str,
+) -> (TestPipeline, RunningSandbox) {
     // The sandbox's port goes into the pipeline's configuration, the edge's address into the sandbox's.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let sandbox_port = listener.local_addr().expect("addr").port();
@@ -31,7 +44,9 @@ pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, Ru
         "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\
          api_base = \"{api}\"\napi_token = \"{MP_TOKEN}\"\n\
          [providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_sandbox\"]\nfee_bps = 399\nfee_fixed = 39\n\
-         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n"
+         api_base = \"{api}\"\napi_token = \"{STRIPE_KEY}\"\n\
+         [providers.pg]\nscheme = \"pagarme-v5\"\nwebhook_basic_auth = [\"{PAGARME_WEBHOOK_AUTH}\"]\n\
+         fee_bps = 299\napi_base = \"{api}\"\napi_token = \"{PAGARME_KEY}\"\n{extra}"
     );
     let p = TestPipeline::start_with(&tail).await;
     let mut settings = SandboxSettings::new(
@@ -52,6 +67,9 @@ pub async fn start_with_window(seed: u64, window: Duration) -> (TestPipeline, Ru
                 api_token: Some(STRIPE_KEY.into()),
                 webhook_basic_auth: None,
             },
+            SandboxProvider::new("pg", Scheme::PagarmeV5, Vec::new())
+                .with_api_token(PAGARME_KEY)
+                .with_webhook_basic_auth(PAGARME_WEBHOOK_AUTH),
         ],
     );
     settings.seed = seed;

@@ -14,7 +14,6 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
 use hookline_payments::intents;
-use hookline_signature::Scheme;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -245,6 +244,7 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             "billing_cycle",
             "stripe",
             "mercadopago",
+            "pagarme",
         ],
     )?;
     let provider = required(&m, "provider")?.as_str().ok_or_else(|| {
@@ -257,13 +257,11 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             "no provider of that name is configured",
         )
     })?;
-    if !matches!(configured.scheme, Scheme::Stripe | Scheme::MercadoPago)
-        || configured.api_base.is_none()
-    {
+    if params::field_of(configured.scheme).is_none() || configured.api_base.is_none() {
         return Err(ApiError::field(
             "provider_not_supported",
             "provider",
-            "this provider cannot be charged through the API (a stripe or mercadopago provider with api_base is required)",
+            "this provider cannot be charged through the API (a stripe, mercadopago or pagarme-v5 provider with api_base is required)",
         ));
     }
     let amount = amount(&m)?;
@@ -399,7 +397,7 @@ fn parse_confirm(body: &[u8]) -> Result<Option<ProviderObject>, ApiError> {
         return Ok(None);
     }
     let m = parse_object(body)?;
-    refuse_unknown(&m, &["stripe", "mercadopago"])?;
+    refuse_unknown(&m, &["stripe", "mercadopago", "pagarme"])?;
     params::from_body(&m, None)
 }
 

@@ -27,7 +27,7 @@ id (charged as a merchant-initiated card-on-file payment: hookline mints the car
 Periods start on the anchor's day of the month (yearly: its month and day) at its time of day, UTC; a day the \
 month lacks is its last day. `hookline billing run` charges each subscription's running period once.")]
     Add {
-        /// Configured provider (stripe or mercadopago scheme)
+        /// Configured provider (stripe, mercadopago or pagarme-v5 scheme)
         #[arg(long)]
         provider: String,
         /// The customer AT THE PROVIDER (Stripe cus_…; Mercado Pago customer id)
@@ -153,12 +153,12 @@ fn cycle_allowed(cycle: &str, allow: Option<&str>, today: time::Date) -> Result<
     ))
 }
 
-/// The scheme of a provider that can be charged (stripe or mercadopago).
+/// The scheme of a provider that can be charged (stripe, mercadopago or pagarme-v5).
 fn chargeable(config: &Config, provider: &str) -> Result<Scheme, String> {
     match config.providers.get(provider) {
         None => Err(format!("no provider named {provider:?} is configured")),
-        Some(p) if !matches!(p.scheme, Scheme::Stripe | Scheme::MercadoPago) => Err(format!(
-            "provider {provider:?} is not a stripe or mercadopago provider"
+        Some(p) if hookline_payments::gateway::Api::of(p.scheme).is_none() => Err(format!(
+            "provider {provider:?} is not a stripe, mercadopago or pagarme-v5 provider"
         )),
         Some(p) => Ok(p.scheme),
     }

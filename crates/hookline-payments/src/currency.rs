@@ -28,11 +28,16 @@ pub const STRIPE: &[&str] = &[
 /// Pago's developer documentation (`currency_id` of `/v1/payments`).
 pub const MERCADO_PAGO: &[&str] = &["ars", "brl", "clp", "cop", "mxn", "pen", "usd", "uyu"];
 
+/// Currencies Pagar.me charges in: only the Brazilian real (its Core API v5 takes amounts in centavos and has no
+/// currency field on an order, <https://docs.pagar.me/reference/criar-pedido-2>).
+pub const PAGARME_V5: &[&str] = &["brl"];
+
 /// The currencies a provider of `scheme` can be charged in; empty for schemes hookline does not charge.
 pub fn accepted(scheme: Scheme) -> &'static [&'static str] {
     match scheme {
         Scheme::Stripe => STRIPE,
         Scheme::MercadoPago => MERCADO_PAGO,
+        Scheme::PagarmeV5 => PAGARME_V5,
         _ => &[],
     }
 }
@@ -48,7 +53,7 @@ mod tests {
 
     #[test]
     fn lists_are_sorted_lower_case_codes_without_non_currencies() {
-        for list in [STRIPE, MERCADO_PAGO] {
+        for list in [STRIPE, MERCADO_PAGO, PAGARME_V5] {
             assert!(
                 list.windows(2).all(|w| w[0] < w[1]),
                 "sorted, no duplicates"
@@ -68,6 +73,14 @@ mod tests {
         assert!(accepts(Scheme::Stripe, "eur"));
         assert!(!accepts(Scheme::MercadoPago, "eur"));
         assert!(accepts(Scheme::MercadoPago, "brl"));
+        assert!(accepts(Scheme::PagarmeV5, "brl"));
+        for other in ["usd", "eur", "ars"] {
+            assert!(!accepts(Scheme::PagarmeV5, other), "{other}");
+        }
+        assert!(
+            !accepts(Scheme::Pagarme, "brl"),
+            "legacy postbacks are not charged"
+        );
         assert!(!accepts(Scheme::Github, "brl"));
     }
 }

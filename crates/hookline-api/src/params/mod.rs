@@ -43,6 +43,7 @@ pub fn field_of(scheme: Scheme) -> Option<&'static str> {
     match scheme {
         Scheme::Stripe => Some(STRIPE),
         Scheme::MercadoPago => Some(MERCADOPAGO),
+        Scheme::PagarmeV5 => Some(PAGARME),
         _ => None,
     }
 }
@@ -65,7 +66,7 @@ impl std::fmt::Debug for ProviderObject {
 }
 
 impl ProviderObject {
-    /// The JSON field it came in (`stripe`, `mercadopago`).
+    /// The JSON field it came in (`stripe`, `mercadopago`, `pagarme`).
     pub fn field(&self) -> &'static str {
         self.field
     }

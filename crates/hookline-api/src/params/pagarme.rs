@@ -199,6 +199,37 @@ mod tests {
             let e = object(body.clone()).expect_err("invalid");
             assert_eq!(param_of(e), param, "{body}");
         }
+        // A pagarme-v5 provider takes its own object, and only it; its empty object names what is missing.
+        assert_eq!(field_of(Scheme::PagarmeV5), Some("pagarme"));
+        assert_eq!(
+            field_of(Scheme::Pagarme),
+            None,
+            "legacy postbacks are not charged"
+        );
+        let own = from_body(
+            json!({"pagarme": {"payment_method": "pix", "customer_id": "cus_1"}})
+                .as_object()
+                .expect("object"),
+            Some(Scheme::PagarmeV5),
+        )
+        .expect("accepted")
+        .expect("present");
+        assert_eq!(own.field(), "pagarme");
+        for other in ["stripe", "mercadopago"] {
+            let e = from_body(
+                json!({ other: {} }).as_object().expect("object"),
+                Some(Scheme::PagarmeV5),
+            )
+            .expect_err("mismatch");
+            assert!(
+                matches!(&e, ApiError::ProviderObjectMismatch { param, expected: "pagarme" } if param == other),
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            empty(Scheme::PagarmeV5).and_then(|p| p.missing_for_confirm()),
+            Some("pagarme.payment_method")
+        );
         // Named after another scheme than the provider's: refused.
         let e = from_body(
             json!({"pagarme": {}}).as_object().expect("object"),

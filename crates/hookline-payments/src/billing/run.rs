@@ -29,7 +29,7 @@ use crate::intents::{self, CycleRef, NewIntent};
 /// schedule (copied onto each cycle it claims).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderBilling {
-    /// The provider's scheme (stripe or mercadopago).
+    /// The provider's scheme (stripe, mercadopago or pagarme-v5).
     pub scheme: Scheme,
     /// Seconds to wait after the 1st, 2nd, … decline of a cycle.
     pub retry_schedule_secs: Vec<i32>,

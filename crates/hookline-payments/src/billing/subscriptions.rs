@@ -4,7 +4,9 @@
 //! customer AT THE PROVIDER and `payment_method` the saved method ([`charge_params`]). Stripe: `cus_…` + `pm_…`,
 //! sent as `{payment_method, customer, off_session: true}`. Mercado Pago: the customer and the saved card's id,
 //! charged as a merchant-initiated payment ("Pagamentos automáticos", card on file): the dispatcher mints the card
-//! token from the card id itself ([`crate::params::MercadoPagoParams`]).
+//! token from the card id itself ([`crate::params::MercadoPagoParams`]). Pagar.me v5: the customer `cus_…` and
+//! the card saved to it `card_…`, charged as an order with `customer_id` + `credit_card.card_id`
+//! ([`crate::params::PagarmeParams`]).
 //!
 //! Its status follows its cycles ([`super::claims`]): `active`; `past_due` when every attempt of a cycle was
 //! declined; `needs_payment_method` when the gateway called the method unusable. Both park it: the run charges
@@ -17,7 +19,10 @@ use time::OffsetDateTime;
 
 use super::period::Interval;
 use crate::model::UnknownStatus;
-use crate::params::{MercadoPagoParams, PaymentParams, StripeParams, STRIPE_CUSTOMER_PREFIXES};
+use crate::params::{
+    is_pagarme_id, MercadoPagoParams, PagarmeParams, PaymentParams, StripeParams,
+    STRIPE_CUSTOMER_PREFIXES,
+};
 
 /// Where a subscription stands (the column's CHECK lists the same values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +139,8 @@ pub struct NewSubscription<'a> {
 
 /// Whether `customer` and `payment_method` are shaped like what `scheme` saves: Stripe `cus_…` and a
 /// PaymentMethod (`pm_…`, or an older `card_…`/`src_…`); Mercado Pago a customer id (letters, digits, `-`, at
-/// most 64) and a card id (digits, at most 32). Returns which flag is wrong and why.
+/// most 64) and a card id (digits, at most 32); Pagar.me v5 `cus_…` and `card_…` ([`is_pagarme_id`], the rule the
+/// merchant API and the order builder apply). Returns which flag is wrong and why.
 pub fn valid_saved_method(
     scheme: Scheme,
     customer: &str,
@@ -169,13 +175,26 @@ pub fn valid_saved_method(
             }
             Ok(())
         }
-        _ => Err(("--provider", "a stripe or mercadopago provider")),
+        Scheme::PagarmeV5 => {
+            if !is_pagarme_id(customer, "cus_") {
+                return Err(("--customer", "a Pagar.me customer id (cus_…)"));
+            }
+            if !is_pagarme_id(payment_method, "card_") {
+                return Err((
+                    "--payment-method",
+                    "a Pagar.me card id saved to the customer (card_…)",
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(("--provider", "a stripe, mercadopago or pagarme-v5 provider")),
     }
 }
 
 /// What the gateway needs to charge `sub` off-session (see the module documentation): Stripe
 /// `{payment_method, customer, off_session: true}`; Mercado Pago the saved card `{card_id, customer_id,
-/// installments: 1}` (the dispatcher mints its token). Whatever is missing stays missing, and the dispatcher
+/// installments: 1}` (the dispatcher mints its token); Pagar.me v5 an order paid by the saved card
+/// `{payment_method: credit_card, card_id, customer_id, installments: 1}`. Whatever is missing stays missing, and the dispatcher
 /// names it; `None` for any other scheme.
 pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams> {
     match scheme {
@@ -196,6 +215,17 @@ pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams
                 .then(|| sub.customer.clone()),
             installments: Some(1),
             ..MercadoPagoParams::default()
+        })),
+        // A malformed id stays missing rather than being sent: the dispatcher names it.
+        Scheme::PagarmeV5 => Some(PaymentParams::Pagarme(PagarmeParams {
+            payment_method: Some("credit_card".to_owned()),
+            card_id: sub
+                .payment_method
+                .clone()
+                .filter(|id| is_pagarme_id(id, "card_")),
+            customer_id: is_pagarme_id(&sub.customer, "cus_").then(|| sub.customer.clone()),
+            installments: Some(1),
+            ..PagarmeParams::default()
         })),
         _ => None,
     }
@@ -442,6 +472,24 @@ mod tests {
             }))
         );
         assert_eq!(mp.and_then(|p| p.missing_for_confirm()), None);
+        // Pagar.me v5: an order paid by the card saved to the customer.
+        let pg = charge_params(Scheme::PagarmeV5, &sub("cus_Ab12", Some("card_xK8y")));
+        assert_eq!(
+            pg,
+            Some(PaymentParams::Pagarme(PagarmeParams {
+                payment_method: Some("credit_card".into()),
+                card_id: Some("card_xK8y".into()),
+                customer_id: Some("cus_Ab12".into()),
+                installments: Some(1),
+                ..PagarmeParams::default()
+            }))
+        );
+        assert_eq!(pg.and_then(|p| p.missing_for_confirm()), None);
+        let gone = charge_params(Scheme::PagarmeV5, &sub("cus_Ab12", Some("card_../x")));
+        assert_eq!(
+            gone.as_ref().and_then(PaymentParams::missing_for_confirm),
+            Some("pagarme.card_id")
+        );
     }
 
     #[test]
@@ -469,6 +517,16 @@ mod tests {
             valid_saved_method(Scheme::MercadoPago, "c-1", "pm_1").map_err(|e| e.0),
             Err("--payment-method")
         );
+        assert!(valid_saved_method(Scheme::PagarmeV5, "cus_Ab12", "card_xK8y").is_ok());
+        assert_eq!(
+            valid_saved_method(Scheme::PagarmeV5, "cus_a/b", "card_1").map_err(|e| e.0),
+            Err("--customer")
+        );
+        assert_eq!(
+            valid_saved_method(Scheme::PagarmeV5, "cus_1", "pm_card_visa").map_err(|e| e.0),
+            Err("--payment-method")
+        );
+        assert!(valid_saved_method(Scheme::Pagarme, "cus_1", "card_1").is_err());
         assert!(valid_saved_method(Scheme::Github, "cus_1", "pm_1").is_err());
     }
 }

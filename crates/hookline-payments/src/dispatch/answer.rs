@@ -224,8 +224,10 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
 
 /// Pagar.me's refusals that are outcomes, not hookline's problem: a refund answered 412 (the charge cannot be
 /// cancelled, or by that amount: already refunded, failed, charged back) fails that refund and releases its
-/// amount; a charge whose saved card or customer Pagar.me does not find (404) or refuses as invalid (422 naming
-/// `card_id`, `card_token` or the customer) is a decline, [`PAYMENT_METHOD_UNUSABLE`].
+/// amount; a charge whose saved card or customer Pagar.me does not find (404), refuses for that customer (412: the
+/// card belongs to another customer) or refuses as invalid (422 naming `card_id`, `card_token` or the customer)
+/// is a decline, [`PAYMENT_METHOD_UNUSABLE`]: the customer's method must change, not hookline (billing parks the
+/// subscription as `needs_payment_method`).
 fn pagarme_refusal(expected: &Expected<'_>, status: u16, body: &[u8]) -> Option<Answer> {
     let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
     let message = bounded(&json["message"], 300).unwrap_or_else(|| excerpt(body, 300));
@@ -242,7 +244,7 @@ fn pagarme_refusal(expected: &Expected<'_>, status: u16, body: &[u8]) -> Option<
             .keys()
             .any(|k| k.contains("card_id") || k.contains("card_token") || k.contains("customer_id"))
     });
-    (status == 404 || (status == 422 && about_method)).then(|| Answer::Declined {
+    (status == 404 || status == 412 || (status == 422 && about_method)).then(|| Answer::Declined {
         status: Some(status),
         provider_id: None,
         code: PAYMENT_METHOD_UNUSABLE.to_owned(),
@@ -635,6 +637,21 @@ mod tests {
             classify(&expected(Api::PagarmeV5, false), raw(422, r#"{"message": "The request is invalid.", "errors": {"order.payments[0].credit_card.card_id": ["not found"]}}"#)),
             Answer::Declined { ref code, .. } if code == PAYMENT_METHOD_UNUSABLE
         ));
+        for (status, body) in [
+            (404, r#"{"message": "Card not found."}"#),
+            (
+                412,
+                r#"{"message": "The card does not belong to the customer."}"#,
+            ),
+        ] {
+            assert!(
+                matches!(
+                    classify(&expected(Api::PagarmeV5, false), raw(status, body)),
+                    Answer::Declined { status: Some(s), ref code, .. } if s == status && code == PAYMENT_METHOD_UNUSABLE
+                ),
+                "{status}"
+            );
+        }
         // A refund beyond what is left: that refund fails (its amount is released), nothing is retried.
         let refund = Expected {
             refund_public_id: Some("re_hl_1"),

@@ -21,6 +21,7 @@
 //! | a decline: Stripe 402 `card_error` or `requires_payment_method` + `last_payment_error`; Mercado Pago `rejected` | `declined` | `failed` + `failure_code`/`failure_message`, fact `payment_intent.failed` (refund: `failed`, its amount released) | a declined card is an outcome for the merchant, not an incident: `hookline status` stays green |
 //! | a refused method: Stripe 4xx `invalid_request_error` whose `param` is `payment_method` or `customer` (a charge) | `declined` | `failed`, `failure_code` = the error's `code` or `payment_method_unusable`, `failure_message` its `message` | another customer's method, detached, missing, off-session without a saved method: the customer's method, not hookline, must change (billing: `needs_payment_method`) |
 //! | a Mercado Pago saved card's lookup or token answered 400 or 404 | `declined`, no payment sent | `failed`, `payment_method_unusable` | the card or its customer is gone at the gateway: as above |
+//! | a Pagar.me order refused for its card or customer: 404 (not found), 412 (another customer's card), 422 naming `card_id`/`card_token`/`customer_id` | `declined` | `failed`, `payment_method_unusable` | as above |
 //! | a timeout, connection error, 5xx, 429 (`Retry-After` honoured) or 409 (the key still executing) | `pending`, retried with the same key, 1 s … 5 min | unchanged | the gateway replays the key's first answer: a retry cannot charge twice |
 //! | the same, when the next attempt would come after the key's first send + ttl − margin | `unknown` | unchanged | past its lifetime the gateway forgets the key: a resend could charge twice |
 //! | a 2xx that is not its object | retried with the same key; after [`MAX_UNREADABLE_ATTEMPTS`] `failed` | `needs_attention` | the charge may have happened (the key tells); a server that keeps answering so is not the gateway |
@@ -198,7 +199,7 @@ struct Subject {
 
 impl Dispatcher {
     /// A dispatcher for the providers that have an `api_base` and a scheme that can charge (Stripe, Mercado
-    /// Pago). Requests for other providers fail with the reason.
+    /// Pago, Pagar.me v5). Requests for other providers fail with the reason.
     pub fn new<'a>(
         pool: PgPool,
         providers: impl IntoIterator<Item = &'a ProviderConfig>,
@@ -354,7 +355,7 @@ impl Dispatcher {
         };
         let Some(gateway) = self.gateways.get(&claimed.provider) else {
             return Ok(refused(format!(
-                "provider {} has no api_base, or its scheme cannot charge (stripe, mercadopago)",
+                "provider {} has no api_base, or its scheme cannot charge (stripe, mercadopago, pagarme-v5)",
                 claimed.provider
             )));
         };

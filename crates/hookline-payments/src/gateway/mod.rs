@@ -2,7 +2,8 @@
 //! (never follows a redirect) and the bounded body reader, shared by everything that talks to a provider's API —
 //! the dispatcher's charges, refunds and lookups ([`crate::dispatch`]), the worker's Mercado Pago payment fetch
 //! ([`crate::fetch`]) and reconciliation ([`crate::reconcile`]). What each provider's requests and objects look
-//! like lives beside it: [`stripe`] and [`mercadopago`]. Adding a gateway is one module here.
+//! like lives beside it: [`stripe`], [`mercadopago`] and [`pagarme_orders`] (Pagar.me Core API v5). Adding a
+//! gateway is one module here.
 //!
 //! Nothing here touches the database, and nothing here logs a token or a body.
 

@@ -96,7 +96,7 @@ pub struct CycleRef<'a> {
 /// What a new intent charges.
 #[derive(Debug, Clone)]
 pub struct NewIntent<'a> {
-    /// Configured provider name (its scheme must be stripe or mercadopago).
+    /// Configured provider name (its scheme must be stripe, mercadopago or pagarme-v5).
     pub provider: &'a str,
     /// Minor units (> 0).
     pub amount: i64,
