@@ -60,6 +60,16 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 python3-venv
 fi
 
+# Pagar.me's official Node SDK (npm @pagarme/pagarme-nodejs-sdk, pinned by tests/sdk/package-lock.json) drives the
+# sandbox in tests/it/sdk.rs: node and npm (Debian's nodejs and npm; `npm ci` runs under the target dir).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "test.sh: node or npm missing: installing Debian's nodejs and npm" >&2
+  if [ "$(id -u)" -eq 0 ]; then SUDO=(); elif command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+    echo "test.sh: not root and no sudo: install nodejs and npm" >&2; exit 1; fi
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).

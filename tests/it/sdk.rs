@@ -3,21 +3,30 @@
 //! these scripts — written against the SDKs' documented calls, not against the sandbox — would fail. Each test
 //! asserts the script passed and what the sandbox itself counted (charges, refunds, replays per key).
 //!
+//! Pagar.me's official Node SDK (npm `@pagarme/pagarme-nodejs-sdk`) has its base URL fixed at
+//! `https://api.pagar.me/core/v5`: its script reaches the sandbox through `HTTPS_PROXY`, a TLS-terminating
+//! forward proxy for `api.pagar.me` whose test CA the script trusts through `NODE_EXTRA_CA_CERTS`
+//! ([`PagarmeProxy`]), as a deployment behind an inspecting egress proxy would; the SDK and the script are
+//! unchanged.
+//!
 //! The `*_sdk_*` tests go end to end: the merchant's Python code (`hookline_stripe.py`,
 //! `hookline_mercadopago.py`) charges through hookline's merchant API and uses the SDKs at the gateway (card
 //! tokens, counting payments by hookline's reference), with hookline's API, dispatcher, relay and worker live and
 //! the sandbox's webhooks flowing to the edge; each test then checks rows, facts, ledger postings and the
 //! sandbox's own count.
 //!
-//! The first run on a machine makes the venv (`pip install` from PyPI, about a minute); later runs reuse it.
+//! The first run on a machine makes the venv (`pip install` from PyPI, about a minute) and the Node modules
+//! (`npm ci`, some seconds); later runs reuse them.
 
 use std::time::Duration;
 
 use hookline_sandbox::{RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme, Url};
-use hookline_tests::sdk::{run_script, ScriptRun};
+use hookline_tests::sdk::{run_node_script, run_script, PagarmeProxy, ScriptRun};
 
 const STRIPE_KEY: &str = "sk_test_sdk_harness";
 const MP_TOKEN: &str = "TEST-sdk-harness-token";
+/// Pagar.me's secret key (its public key, for card tokens, is `pk_test_sdk_harness_pg`).
+const PAGARME_KEY: &str = "sk_test_sdk_harness_pg";
 
 /// A sandbox playing `stripe` and `mercadopago` (webhooks to a closed port: the deliveries are recorded and fail).
 async fn sandbox(seed: u64) -> RunningSandbox {
@@ -38,6 +47,13 @@ async fn sandbox(seed: u64) -> RunningSandbox {
                 webhook_secret: b"mp_sdk".to_vec(),
                 api_token: Some(MP_TOKEN.into()),
                 webhook_basic_auth: None,
+            },
+            SandboxProvider {
+                name: "pagarme".into(),
+                scheme: Scheme::PagarmeV5,
+                webhook_secret: b"pg_sdk".to_vec(),
+                api_token: Some(PAGARME_KEY.into()),
+                webhook_basic_auth: Some("hookline:sdk".into()),
             },
         ],
     );
@@ -133,6 +149,77 @@ async fn mercadopago_python_sdk_drives_the_sandbox_as_a_merchant() {
         .filter(|d| d.provider == "mercadopago")
         .count();
     assert_eq!(notified, 5);
+    sandbox.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pagarme_node_sdk_drives_the_sandbox_as_a_merchant() {
+    let sandbox = sandbox(2703).await;
+    let proxy = PagarmeProxy::start(sandbox.local_addr())
+        .await
+        .expect("the api.pagar.me proxy");
+    let mut env = proxy.env();
+    env.push(("PAGARME_SECRET_KEY", PAGARME_KEY.to_owned()));
+    env.push(("SDK_RUN", "pg29".to_owned()));
+    let run = run_node_script("pagarme_merchant.mjs", &env)
+        .await
+        .expect("run the script");
+    assert_passed(&run, 22);
+    // The SDK went through the proxy (it knows no other way to the sandbox).
+    assert!(proxy.tunnels() >= 1, "no CONNECT reached the proxy");
+    let report = sandbox.control().charges();
+    let pagarme = report.provider("pagarme").expect("pagarme");
+    // One order and one charge although the create was sent twice; refunded in two parts, 1500 then 3500.
+    assert_eq!(
+        (pagarme.orders, pagarme.charges, pagarme.captured_charges),
+        (1, 1, 1),
+        "{pagarme:?}"
+    );
+    assert_eq!((pagarme.refunds, pagarme.refunded_amount), (2, 5000));
+    // The key made the order and its charge once, the ones the script printed; the second send replayed them.
+    let printed = |what: &str| {
+        run.output
+            .lines()
+            .find_map(|l| l.strip_prefix(what))
+            .unwrap_or_else(|| panic!("the script printed no {what:?} line"))
+            .trim()
+            .to_owned()
+    };
+    let (order, charge) = (printed("= order "), printed("= charge "));
+    let create = report.key("pagarme", "pg29-order-1").expect("order key");
+    assert_eq!(
+        (create.executed, create.replays, create.charges),
+        (1, 1, 1),
+        "{create:?}"
+    );
+    assert_eq!(create.objects, vec![order, charge.clone()]);
+    for key in ["pg29-refund-1", "pg29-refund-2"] {
+        let refund = report.key("pagarme", key).expect("refund key");
+        assert_eq!(
+            (refund.executed, refund.replays),
+            (1, 0),
+            "{key}: {refund:?}"
+        );
+    }
+    // The charge as the sandbox holds it, read by the test itself (Basic auth, the secret key as user).
+    let read: serde_json::Value = reqwest::Client::new()
+        .get(sandbox.url(&format!("/core/v5/charges/{charge}")))
+        .basic_auth(PAGARME_KEY, Some(""))
+        .send()
+        .await
+        .expect("GET the charge")
+        .json()
+        .await
+        .expect("charge JSON");
+    assert_eq!(
+        (&read["status"], &read["amount"], &read["canceled_amount"]),
+        (
+            &serde_json::json!("canceled"),
+            &serde_json::json!(5000),
+            &serde_json::json!(5000)
+        ),
+        "{read}"
+    );
     sandbox.stop().await;
 }
 
