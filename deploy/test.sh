@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against the real PostgreSQL and RabbitMQ (started or installed if needed).
 # Usage: deploy/test.sh [extra cargo test arguments]
+# Skips: HOOKLINE_SKIP_CONTAINERS=1, HOOKLINE_SKIP_DISRUPTIVE=1, HOOKLINE_SKIP_CLUSTER=1, HOOKLINE_SKIP_NEWCOMER=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -104,4 +105,14 @@ fi
 # arguments narrowed the run or HOOKLINE_SKIP_CLUSTER=1.
 if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_CLUSTER:-0}" != 1 ]; then
   bash deploy/test-cluster.sh
+fi
+
+# The newcomer check (deploy/newcomer.sh, README "Quick start"): the README's marked command blocks run against
+# the stack deploy/up.sh starts, on the debug binaries built above (HOOKLINE_PROFILE=debug: no second build),
+# after every test so that its stack (fixed ports, the `hookline` database) never meets them; it stops the stack
+# again. Skipped when arguments narrowed the run or HOOKLINE_SKIP_NEWCOMER=1.
+if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_NEWCOMER:-0}" != 1 ]; then
+  newcomer_start=$(date +%s)
+  HOOKLINE_PROFILE=debug bash deploy/newcomer.sh
+  echo "test.sh: the newcomer check took $(( $(date +%s) - newcomer_start )) s"
 fi

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The newcomer check: runs every command block of README.md that is marked to be run, in order, against the stack
+# deploy/up.sh starts, and fails naming the first block that fails — so the manual cannot drift from the product.
+#
+# A block is run when the line before its ```sh fence (blank lines aside) is exactly
+#     <!-- newcomer: run -->
+# Each block runs as its own `bash -euo pipefail` script from the repository's root, with a time limit
+# (NEWCOMER_BLOCK_TIMEOUT, default 120 s), as a newcomer would paste it, with two differences that are the
+# newcomer's own setup, not the manual's:
+# - HOOKLINE_API_KEY and HOOKLINE_CONSOLE_PASSWORD are set to the key and password up.sh printed (the README asks
+#   the reader to export them);
+# - `target/release/` is replaced by the directory of the binaries up.sh ran (HOOKLINE_PROFILE=debug and
+#   CARGO_TARGET_DIR move them: deploy/test.sh runs this on the debug binaries it built, without a second build).
+# The stack is brought up here (deploy/up.sh) and down at the end (deploy/down.sh), so a stack that already runs
+# is refused rather than taken down. up.sh's output is shown with the key and password masked (CI keeps logs).
+# Usage: deploy/newcomer.sh [--list] [README]   (--list: print the marked blocks, run nothing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+list=""
+if [ "${1:-}" = --list ]; then list=1; shift; fi
+readme=${1:-README.md}
+block_timeout=${NEWCOMER_BLOCK_TIMEOUT:-120}
+bin=${CARGO_TARGET_DIR:-target}/${HOOKLINE_PROFILE:-release}
+
+work=$(umask 077; mktemp -d)
+# Stops the stack this script started, and removes the extracted blocks and up.sh's unmasked output.
+started=""
+finish() {
+  local rc=$?
+  if [ -n "$started" ]; then bash deploy/down.sh || rc=1; fi
+  rm -rf "$work"
+  exit "$rc"
+}
+trap finish EXIT
+
+# Extract the marked blocks: $work/N.sh, and $work/N.where = "README.md:LINE (under HEADING)". A marker not
+# followed by a ```sh fence is an error (a typo would silently check nothing).
+awk -v dir="$work" -v file="$readme" '
+  function fail(msg) { print "newcomer: " file ":" NR ": " msg > "/dev/stderr"; bad = 1; exit 1 }
+  /^```/ {
+    if (inblock) { inblock = 0; close(dir "/" n ".sh"); next }
+    if (marked) {
+      if ($0 !~ /^```(sh|bash)[[:space:]]*$/) fail("<!-- newcomer: run --> must be followed by a ```sh block")
+      marked = 0; inblock = 1; n++
+      printf "%s:%d (under \"%s\")\n", file, NR, heading > (dir "/" n ".where"); close(dir "/" n ".where")
+      printf "" > (dir "/" n ".sh")
+      next
+    }
+    infence = !infence; next
+  }
+  inblock { print > (dir "/" n ".sh"); next }
+  infence { next }
+  marked && /^[[:space:]]*$/ { next }
+  marked { fail("<!-- newcomer: run --> must be followed by a ```sh block") }
+  /^#+ / { heading = $0; sub(/^#+ /, "", heading) }
+  /^<!-- newcomer: run -->[[:space:]]*$/ { marked = 1 }
+  END {
+    if (bad) exit 1
+    if (marked || inblock) { print "newcomer: " file ": the last marked block is not closed" > "/dev/stderr"; exit 1 }
+    print n + 0 > (dir "/count")
+  }
+' "$readme"
+count=$(cat "$work/count")
+[ "$count" -gt 0 ] || { echo "newcomer: no block of $readme is marked <!-- newcomer: run -->" >&2; exit 1; }
+
+if [ -n "$list" ]; then
+  for i in $(seq "$count"); do
+    echo "== block $i/$count, $(cat "$work/$i.where")"
+    cat "$work/$i.sh"
+  done
+  exit 0
+fi
+
+for pidfile in .run/*.pid; do
+  [ -e "$pidfile" ] || continue
+  if kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "newcomer: a stack is already running ($pidfile): stop it with deploy/down.sh first" >&2
+    exit 1
+  fi
+done
+
+echo "newcomer: deploy/up.sh (HOOKLINE_PROFILE=${HOOKLINE_PROFILE:-release})"
+started=1
+# Streamed masked; the unmasked copy stays in $work (mode 700) until the end, only to read the credentials from.
+bash deploy/up.sh 2>&1 | tee "$work/up.out" |
+  sed -u -e 's/\(HOOKLINE_API_KEY=\).*/\1***/' -e 's/\(password: \).*/\1***/'
+HOOKLINE_API_KEY=$(sed -n 's/^ *export HOOKLINE_API_KEY=\([^ ]*\)$/\1/p' "$work/up.out" | tail -n 1)
+HOOKLINE_CONSOLE_PASSWORD=$(sed -n 's/^ *operator: operator *password: \([^ ]*\)$/\1/p' "$work/up.out" | tail -n 1)
+[ -n "$HOOKLINE_API_KEY" ] || { echo "newcomer: deploy/up.sh printed no HOOKLINE_API_KEY" >&2; exit 1; }
+[ -n "$HOOKLINE_CONSOLE_PASSWORD" ] || { echo "newcomer: deploy/up.sh printed no console password" >&2; exit 1; }
+export HOOKLINE_API_KEY HOOKLINE_CONSOLE_PASSWORD
+
+for i in $(seq "$count"); do
+  where=$(cat "$work/$i.where")
+  # `target/release/` as written in the README, or `./target/release/`: the binaries up.sh ran.
+  sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/release/#\1$bin/#g" "$work/$i.sh" >"$work/$i.run"
+  echo
+  echo "newcomer: block $i/$count, $where"
+  sed 's/^/  $ /' "$work/$i.run"
+  start=$(date +%s)
+  set +e
+  timeout "$block_timeout" bash -euo pipefail "$work/$i.run" </dev/null
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    if [ "$rc" -eq 124 ]; then rc="timed out after ${block_timeout} s"; else rc="exit status $rc"; fi
+    echo "newcomer: FAILED: block $i/$count, $where: $rc (logs: .run/*.log)" >&2
+    for log in .run/*.log; do [ -e "$log" ] && { echo "--- last lines of $log" >&2; tail -n 20 "$log" >&2; }; done
+    exit 1
+  fi
+  echo "newcomer: block $i/$count passed in $(( $(date +%s) - start )) s"
+done
+echo
+echo "newcomer: all $count marked blocks of $readme ran"
