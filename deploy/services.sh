@@ -48,15 +48,51 @@ ensure_postgres() {
   wait_port 5432 PostgreSQL 60
 }
 
+# RabbitMQ needs a file descriptor per connection and per queue segment: Debian's default limit (1024, ~900 for
+# the broker) runs out under the test suite's parallel pipelines, and every test then times out at once. The
+# broker is started with a raised limit, and one already running with the default limit is restarted with it
+# (only when we may: root, and a broker started the Debian way).
+RABBITMQ_NOFILE=65536
+rabbitmq_fd_limit() {
+  rabbitmqctl -q status 2>/dev/null | sed -n 's/.*Total: [0-9]*, limit: \([0-9]*\).*/\1/p' | head -n1
+}
+
+start_rabbitmq() {
+  if [ -x /etc/init.d/rabbitmq-server ] && [ "$(id -u)" -eq 0 ]; then
+    # Debian's init script raises the limit from /etc/default/rabbitmq-server before it drops to the rabbitmq
+    # user (`rabbitmq-server -detached` goes through su, which resets it to 1024): as many as asked, else the
+    # hard limit.
+    if ! grep -qE '^[[:space:]]*ulimit -n' /etc/default/rabbitmq-server 2>/dev/null; then
+      printf '%s\n' "# deploy/services.sh: a file descriptor per connection and queue segment" \
+        "ulimit -n $RABBITMQ_NOFILE 2>/dev/null || ulimit -n \"\$(ulimit -Hn)\"" >>/etc/default/rabbitmq-server
+    fi
+    /etc/init.d/rabbitmq-server start >/dev/null 2>&1 || true
+  else
+    ( ulimit -n "$RABBITMQ_NOFILE" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+      rabbitmq-server -detached >/dev/null 2>&1 || true )
+  fi
+  rabbitmqctl -q await_startup --timeout 120 >/dev/null 2>&1 || wait_port 5672 RabbitMQ 120
+  wait_port 5672 RabbitMQ 120
+}
+
 ensure_rabbitmq() {
-  if port_open 5672; then return 0; fi
+  if port_open 5672; then
+    local limit
+    limit=$(rabbitmq_fd_limit)
+    if [ -n "$limit" ] && [ "$limit" -lt 10000 ] && [ "$(id -u)" -eq 0 ]; then
+      log "RabbitMQ runs with $limit file descriptors: restarting it with up to $RABBITMQ_NOFILE"
+      rabbitmqctl -q stop >/dev/null 2>&1 || true
+      for _ in $(seq 1 60); do port_open 5672 || break; sleep 1; done
+      start_rabbitmq
+      log "RabbitMQ file descriptor limit: $(rabbitmq_fd_limit)"
+    fi
+    return 0
+  fi
   if ! command -v rabbitmq-server >/dev/null 2>&1; then
     apt_install rabbitmq-server
   fi
   log "starting RabbitMQ"
-  rabbitmq-server -detached >/dev/null 2>&1 || true
-  rabbitmqctl -q await_startup --timeout 120 >/dev/null 2>&1 || wait_port 5672 RabbitMQ 120
-  wait_port 5672 RabbitMQ 120
+  start_rabbitmq
 }
 
 ensure_postgres
