@@ -607,8 +607,11 @@ async fn key_expired_while_unknown(seed: u64, reached: bool) {
         assert_eq!(generation, 0);
         assert_eq!(posts_next, 0);
     } else {
-        assert_eq!(generation, 1);
-        let stats = report.key("pg", &next).expect("the new key's stats");
+        // Generation 1, or a later one when the faults (cleared once the request turned unknown) still failed
+        // generation 1 on a loaded machine: only the last generation charges.
+        assert!(generation >= 1, "sent under a new key");
+        let last = format!("{base}-g{generation}");
+        let stats = report.key("pg", &last).expect("the new key's stats");
         assert_eq!(stats.charges, 1, "{stats:?}");
     }
     sandbox.stop().await;

@@ -862,11 +862,15 @@ async fn failing_past_the_key_lifetime(provider: &str, seed: u64, reached: bool)
     .fetch_one(live.p.pool())
     .await
     .unwrap();
-    assert_eq!(
-        generation,
-        if reached { 0 } else { 1 },
-        "reached: found by the lookup; else one new key"
-    );
+    // Reached: found by the lookup (generation 0). Not reached: a new key — generation 1, or a later one when the
+    // gateway still failed while generation 1 lived (the test clears its faults when the request turns unknown,
+    // which a loaded machine can do after the dispatcher's lookup and first resend): each generation is resolved
+    // the same way, and only the last one charges.
+    if reached {
+        assert_eq!(generation, 0, "reached: found by the lookup");
+    } else {
+        assert!(generation >= 1, "not reached: sent under a new key");
+    }
     let base = hookline_payments::intents::charge_key(intent_id);
     let requests = control.requests();
     let lookup = requests
@@ -883,10 +887,14 @@ async fn failing_past_the_key_lifetime(provider: &str, seed: u64, reached: bool)
     );
     let stats = control.charges();
     let charged_under = |key: &str| stats.key(provider, key).map_or(0, |k| k.charges);
-    let next = format!("{base}-g1");
+    let last = if generation == 0 {
+        base.clone()
+    } else {
+        format!("{base}-g{generation}")
+    };
     assert_eq!(
-        (charged_under(&base), charged_under(&next)),
-        if reached { (1, 0) } else { (0, 1) },
+        (charged_under(&base), charged_under(&last)),
+        if reached { (1, 1) } else { (0, 1) },
         "{stats:?}"
     );
     let book = live.book(provider);
