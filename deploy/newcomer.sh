@@ -11,6 +11,9 @@
 #   the reader to export them);
 # - `target/release/` is replaced by the directory of the binaries up.sh ran (HOOKLINE_PROFILE=debug and
 #   CARGO_TARGET_DIR move them: deploy/test.sh runs this on the debug binaries it built, without a second build).
+# - `deploy/hookline.toml` is replaced by a copy whose database is `hookline_newcomer`, dropped and created again
+#   for each run: a newcomer's first run meets an empty database, and a developer's `hookline` database (whose
+#   earlier intents would answer the quick start's idempotency keys as replays) is left alone.
 # The stack is brought up here (deploy/up.sh) and down at the end (deploy/down.sh), so a stack that already runs
 # is refused rather than taken down. up.sh's output is shown with the key and password masked (CI keeps logs).
 # Usage: deploy/newcomer.sh [--list] [README]   (--list: print the marked blocks, run nothing)
@@ -79,10 +82,19 @@ for pidfile in .run/*.pid; do
   fi
 done
 
-echo "newcomer: deploy/up.sh (HOOKLINE_PROFILE=${HOOKLINE_PROFILE:-release})"
+# The README's configuration on a database of its own, empty.
+config="$work/hookline.toml"
+sed -e 's#^\(database_url *= *"postgres://[^"]*/\)[^/"?]*#\1hookline_newcomer#' deploy/hookline.toml >"$config"
+grep -q '^database_url *= *"postgres://[^"]*/hookline_newcomer' "$config" ||
+  { echo "newcomer: deploy/hookline.toml has no postgres database_url to point at hookline_newcomer" >&2; exit 1; }
+bash deploy/services.sh
+psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS hookline_newcomer WITH (FORCE)' >/dev/null
+psql -h 127.0.0.1 -U postgres -qc 'CREATE DATABASE hookline_newcomer' >/dev/null
+
+echo "newcomer: deploy/up.sh (HOOKLINE_PROFILE=${HOOKLINE_PROFILE:-release}, database hookline_newcomer)"
 started=1
 # Streamed masked; the unmasked copy stays in $work (mode 700) until the end, only to read the credentials from.
-bash deploy/up.sh 2>&1 | tee "$work/up.out" |
+bash deploy/up.sh "$config" 2>&1 | tee "$work/up.out" |
   sed -u -e 's/\(HOOKLINE_API_KEY=\).*/\1***/' -e 's/\(password: \).*/\1***/'
 HOOKLINE_API_KEY=$(sed -n 's/^ *export HOOKLINE_API_KEY=\([^ ]*\)$/\1/p' "$work/up.out" | tail -n 1)
 HOOKLINE_CONSOLE_PASSWORD=$(sed -n 's/^ *operator: operator *password: \([^ ]*\)$/\1/p' "$work/up.out" | tail -n 1)
@@ -93,7 +105,8 @@ export HOOKLINE_API_KEY HOOKLINE_CONSOLE_PASSWORD
 for i in $(seq "$count"); do
   where=$(cat "$work/$i.where")
   # `target/release/` as written in the README, or `./target/release/`: the binaries up.sh ran.
-  sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/release/#\1$bin/#g" "$work/$i.sh" >"$work/$i.run"
+  sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/release/#\1$bin/#g" \
+    -e "s#deploy/hookline\.toml#$config#g" "$work/$i.sh" >"$work/$i.run"
   echo
   echo "newcomer: block $i/$count, $where"
   sed 's/^/  $ /' "$work/$i.run"
