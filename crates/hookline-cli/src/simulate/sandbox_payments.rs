@@ -97,6 +97,12 @@ async fn post(
     if let Some(key) = idempotency_key {
         request = request.header("X-Idempotency-Key", key);
     }
+    send_json(request).await
+}
+
+/// Sends `request` and reads its JSON answer; `Err`: the transport's error, a non-2xx status with an excerpt of the
+/// answer, or an answer that is not JSON.
+async fn send_json(request: reqwest::RequestBuilder) -> Result<Value, String> {
     let response = request.send().await.map_err(|e| format!("{e}"))?;
     let status = response.status();
     let text = response.text().await.map_err(|e| format!("{e}"))?;
@@ -105,6 +111,39 @@ async fn post(
         return Err(format!("{status}: {excerpt}"));
     }
     serde_json::from_str(&text).map_err(|e| format!("an answer that is not JSON: {e}"))
+}
+
+/// The sandbox `provider`'s `api_base` names: a client, the base without its trailing `/`, and the provider's
+/// token. `Ok(None)` when the provider has no API; [`PrepareError::NotSandbox`] when the API is not a sandbox
+/// playing it.
+async fn sandbox(
+    provider: &hookline_core::ProviderConfig,
+) -> Result<Option<(reqwest::Client, String, String)>, PrepareError> {
+    let Some(api_base) = &provider.api_base else {
+        return Ok(None);
+    };
+    let api = api_base.as_str().trim_end_matches('/').to_string();
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| PrepareError::Failed {
+            api_base: api.clone(),
+            n: 0,
+            detail: format!("cannot build the HTTP client: {e}"),
+        })?;
+    if !plays(&client, &api, &provider.name).await {
+        return Err(PrepareError::NotSandbox {
+            provider: provider.name.clone(),
+            api_base: api,
+        });
+    }
+    let token = provider
+        .api_token
+        .as_ref()
+        .map(|t| t.expose_secret().to_owned())
+        .unwrap_or_default();
+    Ok(Some((client, api, token)))
 }
 
 /// Whether `api` is a hookline sandbox playing `provider` (its `GET /_sandbox/health` lists it).
@@ -131,30 +170,9 @@ pub(super) async fn create(
     amounts: &[i64],
     concurrency: usize,
 ) -> Result<Option<Vec<String>>, PrepareError> {
-    let Some(api_base) = &provider.api_base else {
+    let Some((client, api, token)) = sandbox(provider).await? else {
         return Ok(None);
     };
-    let api = api_base.as_str().trim_end_matches('/').to_string();
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| PrepareError::Failed {
-            api_base: api.clone(),
-            n: 0,
-            detail: format!("cannot build the HTTP client: {e}"),
-        })?;
-    if !plays(&client, &api, &provider.name).await {
-        return Err(PrepareError::NotSandbox {
-            provider: provider.name.clone(),
-            api_base: api,
-        });
-    }
-    let token = provider
-        .api_token
-        .as_ref()
-        .map(|t| t.expose_secret().to_owned())
-        .unwrap_or_default();
     let results: Vec<Result<String, PrepareError>> =
         futures::stream::iter(amounts.iter().copied().enumerate())
             .map(|(n, amount)| {
@@ -188,31 +206,14 @@ pub(super) async fn create_pagarme(
     refund: bool,
     concurrency: usize,
 ) -> Result<Option<Vec<PagarmeCharge>>, PrepareError> {
-    let Some(api_base) = &provider.api_base else {
+    let Some((client, api, key)) = sandbox(provider).await? else {
         return Ok(None);
     };
-    let api = api_base.as_str().trim_end_matches('/').to_string();
     let failed = |n: usize, detail: String| PrepareError::Failed {
         api_base: api.clone(),
         n,
         detail,
     };
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| failed(0, format!("cannot build the HTTP client: {e}")))?;
-    if !plays(&client, &api, &provider.name).await {
-        return Err(PrepareError::NotSandbox {
-            provider: provider.name.clone(),
-            api_base: api,
-        });
-    }
-    let key = provider
-        .api_token
-        .as_ref()
-        .map(|t| t.expose_secret().to_owned())
-        .unwrap_or_default();
     let results: Vec<Result<PagarmeCharge, PrepareError>> =
         futures::stream::iter(amounts.iter().copied().enumerate())
             .map(|(n, amount)| {
@@ -241,7 +242,7 @@ async fn create_pagarme_one(
     refund: bool,
 ) -> Result<PagarmeCharge, String> {
     let public = key.replacen("sk_", "pk_", 1);
-    let token = pagarme_send(
+    let token = send_json(
         client
             .post(format!("{api}/core/v5/tokens"))
             .query(&[("appId", public.as_str())])
@@ -250,7 +251,7 @@ async fn create_pagarme_one(
     )
     .await?;
     let token = token["id"].as_str().ok_or("a card token without an id")?;
-    let order = pagarme_send(
+    let order = send_json(
         client
             .post(format!("{api}/core/v5/orders"))
             .basic_auth(key, Some(""))
@@ -275,7 +276,7 @@ async fn create_pagarme_one(
         .ok_or("an order without a charge")?
         .to_owned();
     if refund {
-        pagarme_send(
+        send_json(
             client
                 .delete(format!("{api}/core/v5/charges/{charge}"))
                 .basic_auth(key, Some(""))
@@ -285,15 +286,4 @@ async fn create_pagarme_one(
         .await?;
     }
     Ok((charge, order_id, amount))
-}
-
-async fn pagarme_send(request: reqwest::RequestBuilder) -> Result<Value, String> {
-    let response = request.send().await.map_err(|e| format!("{e}"))?;
-    let status = response.status();
-    let text = response.text().await.map_err(|e| format!("{e}"))?;
-    if !status.is_success() {
-        let excerpt: String = text.chars().take(200).collect();
-        return Err(format!("{status}: {excerpt}"));
-    }
-    serde_json::from_str(&text).map_err(|e| format!("an answer that is not JSON: {e}"))
 }
