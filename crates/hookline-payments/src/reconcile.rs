@@ -454,25 +454,8 @@ impl Ctx<'_> {
                 let ours = payment_state(self.pool, &self.provider.name, &id)
                     .await
                     .context("read our payment")?;
-                match (ours, theirs) {
-                    (Some((status, ours_refunded)), Some(t))
-                        if status == t && ours_refunded == refunded =>
-                    {
-                        self.report.present += 1;
-                        continue;
-                    }
-                    (Some((status, _)), Some(t)) if status > t => {
-                        // Ours is further than the provider's: nothing we store can fix that.
-                        self.report.mismatched += 1;
-                        self.report.attention.push(format!(
-                            "payment {id}: ours is {}, the provider says {}",
-                            status.as_str(),
-                            t.as_str()
-                        ));
-                        continue;
-                    }
-                    (Some(_), _) => self.report.mismatched += 1,
-                    (None, _) => self.report.missing += 1,
+                if !self.differs(&format!("payment {id}"), ours, theirs, refunded) {
+                    continue;
                 }
                 let updated = payment["date_last_updated"]
                     .as_str()
@@ -573,24 +556,8 @@ impl Ctx<'_> {
                 let ours = payment_state(self.pool, &self.provider.name, &id)
                     .await
                     .context("read our payment")?;
-                match (ours, theirs) {
-                    (Some((status, ours_refunded)), Some(t))
-                        if status == t && ours_refunded == refunded =>
-                    {
-                        self.report.present += 1;
-                        continue;
-                    }
-                    (Some((status, _)), Some(t)) if status > t => {
-                        self.report.mismatched += 1;
-                        self.report.attention.push(format!(
-                            "charge {id}: ours is {}, the provider says {}",
-                            status.as_str(),
-                            t.as_str()
-                        ));
-                        continue;
-                    }
-                    (Some(_), _) => self.report.mismatched += 1,
-                    (None, _) => self.report.missing += 1,
+                if !self.differs(&format!("charge {id}"), ours, theirs, refunded) {
+                    continue;
                 }
                 let updated: String = charge["updated_at"]
                     .as_str()
@@ -632,6 +599,46 @@ impl Ctx<'_> {
             save(self.pool, &self.report, Some(&page.to_string()), false).await?;
             if charges.is_empty() || listed["paging"]["next"].as_str().is_none() {
                 return Ok(());
+            }
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// Counts how our record of a payment (`ours`: status and refunded amount) compares with what the provider
+    /// says (`theirs`, `refunded`): present, missing or mismatched. `true` when a notification must be stored;
+    /// `false` when ours matches, or is further than the provider's (then `what` needs an operator: nothing we
+    /// store can fix that).
+    fn differs(
+        &mut self,
+        what: &str,
+        ours: Option<(PaymentStatus, i64)>,
+        theirs: Option<PaymentStatus>,
+        refunded: i64,
+    ) -> bool {
+        match (ours, theirs) {
+            (Some((status, ours_refunded)), Some(t))
+                if status == t && ours_refunded == refunded =>
+            {
+                self.report.present += 1;
+                false
+            }
+            (Some((status, _)), Some(t)) if status > t => {
+                self.report.mismatched += 1;
+                self.report.attention.push(format!(
+                    "{what}: ours is {}, the provider says {}",
+                    status.as_str(),
+                    t.as_str()
+                ));
+                false
+            }
+            (Some(_), _) => {
+                self.report.mismatched += 1;
+                true
+            }
+            (None, _) => {
+                self.report.missing += 1;
+                true
             }
         }
     }
