@@ -6,7 +6,6 @@
 //! set `HOOKLINE_CHROMEDRIVER` / `HOOKLINE_CHROMIUM` to use other paths. Screenshots of the main views are
 //! saved under `target/console-screenshots/`.
 
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -415,10 +414,7 @@ impl Browser {
             std::path::Path::new(&chromedriver).exists() && std::path::Path::new(&chromium).exists(),
             "{chromedriver} or {chromium} is missing: install Debian's chromium and chromium-driver (deploy/test.sh does)"
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let driver = std::process::Command::new(&chromedriver)
             .arg(format!("--port={port}"))
             // Its own process group, which Chromium joins: Drop kills them all at once.
@@ -965,9 +961,7 @@ async fn exit_status(
 async fn the_edge_does_not_serve_the_console_even_when_configured_and_acks_webhooks() {
     let hash = hash_password(PASSWORD).await;
     let db = TestDb::new().await;
-    let port = |l: TcpListener| l.local_addr().expect("local address").port();
-    let edge_port = port(TcpListener::bind("127.0.0.1:0").expect("bind"));
-    let console_port = port(TcpListener::bind("127.0.0.1:0").expect("bind"));
+    let (edge_port, console_port) = (free_port(), free_port());
     let toml = test_config_toml(
         &db.url,
         "",

@@ -23,14 +23,6 @@ const MAX_FAILURES: usize = 5;
 /// The memory target: at most this much above the idle RSS during a login flood.
 const MEMORY_BUDGET_KIB: u64 = 64 * 1024;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local address")
-        .port()
-}
-
 /// The real edge and the real console as child processes, the console's one operator `alice` / [`PASSWORD`].
 struct ConsoleEdge {
     _child: Child,

@@ -13,12 +13,6 @@ use tokio::net::TcpStream;
 /// Upper bound for anything a healthy edge does quickly (start, stop, answer).
 const WAIT: Duration = Duration::from_secs(8);
 
-/// A port that was free a moment ago: the child needs a fixed one, so bind port 0, read it and let it go.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
-
 /// A configuration file in the temporary directory, removed on drop.
 struct ConfigFile(PathBuf);
 

@@ -1172,9 +1172,7 @@ struct Gatewayed {
 
 impl Gatewayed {
     async fn start() -> Gatewayed {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let sandbox_port = listener.local_addr().expect("addr").port();
-        drop(listener);
+        let sandbox_port = free_port();
         let providers = format!(
             "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_refused\"]\n\
              api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"sk_test_refused\"\n"

@@ -361,8 +361,24 @@ async fn lost_answer_is_retried_with_the_same_key_and_charges_once() {
     sandbox.stop().await;
 }
 
-/// The dispatcher dies between the gateway's answer and recording it (emulated: claimed with a 1 s lease,
-/// sent, never recorded). After the lease expires the real dispatcher sends it again with the same key: ONE
+/// The lease of a request "crashed" on by a test: long enough that no send on a loaded machine outlives it
+/// (a 1 s lease did in CI, and a second dispatcher took the request before the test said it could not).
+pub(crate) const CRASH_LEASE: Duration = Duration::from_secs(120);
+
+/// The crashed dispatcher's lease runs out: every lease of the test's database ends now, as if its time had
+/// passed (the clock of the row, not a sleep racing the machine's load).
+pub(crate) async fn expire_leases(p: &TestPipeline) {
+    sqlx::query(
+        "UPDATE outbound_requests SET lease_until = now() - interval '1 second'
+          WHERE lease_until IS NOT NULL",
+    )
+    .execute(p.pool())
+    .await
+    .expect("expire the leases");
+}
+
+/// The dispatcher dies between the gateway's answer and recording it (emulated: claimed with a lease, sent,
+/// never recorded). After the lease expires the real dispatcher sends it again with the same key: ONE
 /// charge at the gateway, and the intent is recorded from the replayed answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dispatcher_killed_between_send_and_record_charges_once() {
@@ -371,7 +387,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     let st = create_intent(&p, "st", 1990, "cliente-2").await;
     let mp = create_intent(&p, "mp", 5000, "c@example.com").await;
     let d = dispatcher(&p);
-    let claimed = outbound_requests::claim_due(p.pool(), 16, Duration::from_secs(1))
+    let claimed = outbound_requests::claim_due(p.pool(), 16, CRASH_LEASE)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
@@ -386,7 +402,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     assert_eq!(gateway_charges(&sandbox, "mp"), 1);
     // A dispatcher running now does not take the leased requests.
     assert_eq!(d.dispatch_once().await.unwrap(), 0);
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    expire_leases(&p).await;
     let (cancel, task) = spawn_dispatcher(&p);
     outbox_drained(&p).await;
     for (provider, i) in [("st", &st), ("mp", &mp)] {

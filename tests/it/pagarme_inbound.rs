@@ -24,9 +24,7 @@ const DECLINED: &str = "4000000000000028";
 /// The pipeline with one Pagar.me v5 provider `pg` (fee 3.99 % + R$ 0.39) calling the sandbox, and the sandbox
 /// sending `pg`'s webhooks to the pipeline's edge.
 async fn start() -> (TestPipeline, RunningSandbox, reqwest::Client) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    drop(listener);
+    let port = free_port();
     let tail = format!(
         "[providers.pg]\nscheme = \"pagarme-v5\"\nwebhook_basic_auth = [\"{PG_WEBHOOK}\"]\n\
          fee_bps = 399\nfee_fixed = 39\napi_base = \"http://127.0.0.1:{port}\"\napi_token = \"{PG_KEY}\"\n"

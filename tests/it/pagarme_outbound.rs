@@ -19,7 +19,8 @@ use hookline_tests::*;
 use serde_json::{json, Value};
 
 use crate::outbound::{
-    create_intent_with, fast_settings, intent, settle, short_key_dispatcher, spawn, WAIT,
+    create_intent_with, expire_leases, fast_settings, intent, settle, short_key_dispatcher, spawn,
+    CRASH_LEASE, WAIT,
 };
 use hookline_payments::dispatch::{Answer, Dispatcher};
 use hookline_payments::outbound_requests;
@@ -32,10 +33,7 @@ const DECLINED: &str = "4000000000000028";
 
 /// The sandboxed pipeline (providers `st`, `mp`, `pg`) with the merchant API on its own port; its base URL.
 async fn start(seed: u64) -> (TestPipeline, RunningSandbox, String) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").port()
-    };
+    let port = free_port();
     let tail = format!(
         "[api]\nlisten = \"127.0.0.1:{port}\"\n\
          [[api.clients]]\nname = \"shop\"\nkeys = [\"{API_KEY}\"]\n"
@@ -416,7 +414,7 @@ async fn a_double_click_through_the_merchant_api_makes_one_pagarme_order() {
 
 /// Pagar.me makes the order but its answer is lost (the connection closes): the dispatcher resends with the SAME
 /// `Idempotency-Key`, Pagar.me replays the order, and there is ONE order. Likewise when the dispatcher dies
-/// between Pagar.me's answer and recording it (emulated: claimed with a 1 s lease, sent, never recorded).
+/// between Pagar.me's answer and recording it (emulated: claimed with a lease, sent, never recorded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
     let (p, sandbox, _) = start(42).await;
@@ -442,10 +440,10 @@ async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
     cancel.cancel();
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
 
-    // The dispatcher "crash": sent, never recorded; once the 1 s lease expired the next one sends it again.
+    // The dispatcher "crash": sent, never recorded; once its lease expired the next one sends it again.
     let crashed = create_intent_with(&p, "pg", 1990, "cliente-pg-2", Some(&params)).await;
     let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
-    let claimed = outbound_requests::claim_due(p.pool(), 16, Duration::from_secs(1))
+    let claimed = outbound_requests::claim_due(p.pool(), 16, CRASH_LEASE)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
@@ -453,7 +451,7 @@ async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
     assert!(matches!(answer, Answer::Accepted { .. }), "{answer:?}");
     assert_eq!(intent(&p, crashed.id).await.provider_payment_id, None);
     assert_eq!(d.dispatch_once().await.unwrap(), 0, "leased");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    expire_leases(&p).await;
     let (cancel, task) = spawn(d);
     all_answered(&p).await;
     cancel.cancel();

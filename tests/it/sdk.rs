@@ -236,8 +236,8 @@ use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
 use hookline_sandbox::{FaultAction, FaultSpec};
 use hookline_tests::sandboxed::{MP_TOKEN as LIVE_MP_TOKEN, STRIPE_KEY as LIVE_STRIPE_KEY};
 use hookline_tests::{
-    assert_ledger_balanced, parse_config, test_config_toml, wait_for_count, wait_until, within,
-    TestDb, TestEdge, TestPipeline, WorkerGuard, FAST_PIPELINE,
+    assert_ledger_balanced, free_port, parse_config, test_config_toml, wait_for_count, wait_until,
+    within, TestDb, TestEdge, TestPipeline, WorkerGuard, FAST_PIPELINE,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -264,9 +264,7 @@ impl Live {
     /// lifetime (default: Stripe's 24 h).
     async fn start(seed: u64, key_ttl: Option<Duration>) -> Live {
         // The sandbox's port goes into hookline's configuration, the edge's address into the sandbox's.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let sandbox_port = listener.local_addr().expect("addr").port();
-        drop(listener);
+        let sandbox_port = free_port();
         let gateway = format!("http://127.0.0.1:{sandbox_port}");
         let tail = format!(
             "{FAST_PIPELINE}\n\

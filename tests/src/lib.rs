@@ -189,9 +189,34 @@ pub fn parse_config(toml: &str) -> Config {
 static TOML_BY_PREFIX: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// A free port of 127.0.0.1 a moment ago: a child process needs a fixed one, so bind port 0, read it, let it go.
-/// Private: `faults::free_port` is glob-imported next to this crate's items by the fault tests.
-fn free_port() -> u16 {
+/// A port of 127.0.0.1 that is free now, for a server the test starts later (a child process needs a fixed port;
+/// a cluster restarts its children on the same one).
+///
+/// Taken from BELOW the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768–60999 on Debian): a
+/// port read from `bind(0)` and let go is an ephemeral one, and every outgoing connection the tests open (to
+/// PostgreSQL, RabbitMQ, the edges) draws from that same range, so under the suite's parallel load one of them
+/// took such a port before the child bound it ("cannot listen on 127.0.0.1:…", seen in CI). Below the range
+/// only a listener can take a port; this process hands each port out once (a counter from an offset of its pid,
+/// so that two test processes start apart), and skips the ones a bind shows are in use (RabbitMQ's 25672, say).
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&first| first > LOW + 1_000)
+        .unwrap_or(32_768);
+    let span = high - LOW;
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let port = LOW + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).expect("a port number");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    // Every port of the range taken: the kernel's choice, raceable as described above.
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind a free port")
         .local_addr()

@@ -36,9 +36,7 @@ pub async fn start_with_tail(
     extra: &str,
 ) -> (TestPipeline, RunningSandbox) {
     // The sandbox's port goes into the pipeline's configuration, the edge's address into the sandbox's.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let sandbox_port = listener.local_addr().expect("addr").port();
-    drop(listener);
+    let sandbox_port = crate::free_port();
     let api = format!("http://127.0.0.1:{sandbox_port}");
     let tail = format!(
         "[providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_sandbox_secret\"]\nfee_bps = 499\n\

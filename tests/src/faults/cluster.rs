@@ -19,11 +19,7 @@ use sqlx::PgPool;
 use super::START_TIMEOUT;
 use crate::{binary, parse_config, test_config_toml, Child, TestDb};
 
-/// A port that was free a moment ago: the child needs a fixed one (it is restarted on the same port).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
+pub use crate::free_port;
 
 /// Settings of a [`Cluster`].
 #[derive(Debug, Clone)]
