@@ -9,7 +9,7 @@
 # newcomer's own setup, not the manual's:
 # - HOOKLINE_API_KEY and HOOKLINE_CONSOLE_PASSWORD are set to the key and password up.sh printed (the README asks
 #   the reader to export them);
-# - `target/release/` is replaced by the directory of the binaries up.sh ran (HOOKLINE_PROFILE=debug and
+# - `target/quick/` is replaced by the directory of the binaries up.sh ran (HOOKLINE_PROFILE=debug and
 #   CARGO_TARGET_DIR move them: deploy/test.sh runs this on the debug binaries it built, without a second build).
 # - `deploy/hookline.toml` is replaced by a copy whose database is `hookline_newcomer`, dropped and created again
 #   for each run: a newcomer's first run meets an empty database, and a developer's `hookline` database (whose
@@ -23,7 +23,7 @@ list=""
 if [ "${1:-}" = --list ]; then list=1; shift; fi
 readme=${1:-README.md}
 block_timeout=${NEWCOMER_BLOCK_TIMEOUT:-120}
-bin=${CARGO_TARGET_DIR:-target}/${HOOKLINE_PROFILE:-release}
+bin=${CARGO_TARGET_DIR:-target}/${HOOKLINE_PROFILE:-quick}
 
 work=$(umask 077; mktemp -d)
 # Stops the stack this script started, and removes the extracted blocks and up.sh's unmasked output.
@@ -91,7 +91,7 @@ bash deploy/services.sh
 psql -h 127.0.0.1 -U postgres -qc 'DROP DATABASE IF EXISTS hookline_newcomer WITH (FORCE)' >/dev/null
 psql -h 127.0.0.1 -U postgres -qc 'CREATE DATABASE hookline_newcomer' >/dev/null
 
-echo "newcomer: deploy/up.sh (HOOKLINE_PROFILE=${HOOKLINE_PROFILE:-release}, database hookline_newcomer)"
+echo "newcomer: deploy/up.sh (HOOKLINE_PROFILE=${HOOKLINE_PROFILE:-quick}, database hookline_newcomer)"
 started=1
 # Streamed masked; the unmasked copy stays in $work (mode 700) until the end, only to read the credentials from.
 bash deploy/up.sh "$config" 2>&1 | tee "$work/up.out" |
@@ -104,8 +104,8 @@ export HOOKLINE_API_KEY HOOKLINE_CONSOLE_PASSWORD
 
 for i in $(seq "$count"); do
   where=$(cat "$work/$i.where")
-  # `target/release/` as written in the README, or `./target/release/`: the binaries up.sh ran.
-  sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/release/#\1$bin/#g" \
+  # `target/quick/` as written in the README, or `./target/quick/`: the binaries up.sh ran.
+  sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/quick/#\1$bin/#g" \
     -e "s#deploy/hookline\.toml#$config#g" "$work/$i.sh" >"$work/$i.run"
   echo
   echo "newcomer: block $i/$count, $where"
