@@ -383,8 +383,8 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
 }
 
 /// A chromedriver process (killed by its pid when dropped) and a WebDriver session on headless Chromium.
-struct Browser {
-    client: Client,
+pub(crate) struct Browser {
+    pub(crate) client: Client,
     driver: std::process::Child,
     _profile: PathBuf,
 }
@@ -405,7 +405,7 @@ impl Drop for Browser {
 }
 
 impl Browser {
-    async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         let chromium =
             std::env::var("HOOKLINE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         let chromedriver = std::env::var("HOOKLINE_CHROMEDRIVER")
@@ -462,7 +462,7 @@ impl Browser {
         }
     }
 
-    async fn screenshot(&self, name: &str) {
+    pub(crate) async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.expect("screenshot");
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("..")
@@ -472,7 +472,7 @@ impl Browser {
         std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
     }
 
-    async fn fill(&self, id: &str, text: &str) {
+    pub(crate) async fn fill(&self, id: &str, text: &str) {
         let field = self
             .client
             .wait()
@@ -483,7 +483,7 @@ impl Browser {
         field.send_keys(text).await.expect("type");
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         self.client
             .wait()
             .for_element(Locator::Css(css))
@@ -494,7 +494,7 @@ impl Browser {
             .unwrap_or_else(|e| panic!("click {css}: {e}"));
     }
 
-    async fn text_of(&self, id: &str) -> String {
+    pub(crate) async fn text_of(&self, id: &str) -> String {
         self.client
             .wait()
             .for_element(Locator::Id(id))
@@ -505,7 +505,7 @@ impl Browser {
             .expect("text")
     }
 
-    async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         self.client
             .current_url()
             .await

@@ -26,6 +26,7 @@ mod console_billing;
 mod console_input;
 mod console_login;
 mod console_pages;
+mod console_pictures;
 mod disruptive;
 mod domain_events;
 mod edge;

@@ -605,6 +605,7 @@ mod tests {
             }],
             session_ttl: Duration::from_secs(60),
             secure_cookie: false,
+            history_sample: Duration::from_secs(60),
         })
         .expect("auth")
     }

@@ -29,6 +29,8 @@
 //! `#charging`, `#unpaid-cycles`, `#billing-attention`).
 
 mod auth;
+pub mod charts;
+pub mod history;
 mod pages;
 mod views;
 
@@ -233,6 +235,8 @@ pub struct ConsoleState {
     http: reqwest::Client,
     /// [`edge_metrics_url`].
     edge_metrics_url: String,
+    /// The overview's last day, one sample a minute of the figures it read ([`history`]).
+    history: Mutex<history::History>,
     /// What the supervised loops report; `/healthz` answers from it.
     liveness: Liveness,
     /// Cancelled when the console stops: background replays stop at a page boundary (resumable).
@@ -287,7 +291,47 @@ impl ConsoleState {
             billing,
         });
         *self.overview.lock().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
+        self.sample_history(&snapshot).await;
         snapshot
+    }
+
+    /// Keeps a [`history::Sample`] of `snap` when the last one is `history_sample_secs` old (a twelfth less:
+    /// the loop's tick and a browser's refresh do not line up), with the destinations' backlog read for it.
+    async fn sample_history(&self, snap: &Snapshot) {
+        let every = self.console.history_sample;
+        let due = {
+            let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            h.last_at()
+                .is_none_or(|t| snap.read_at - t >= every.saturating_sub(every / 12))
+        };
+        if !due {
+            return;
+        }
+        let backlog = match hookline_delivery::destinations::status(&self.pool).await {
+            Ok(rows) => Some(rows.into_iter().map(|d| (d.name, d.pending)).collect()),
+            Err(e) => {
+                tracing::warn!(error.message = %e, "console overview: cannot read the destinations' backlog");
+                None
+            }
+        };
+        let report = snap.result.as_ref().ok();
+        let sample = history::Sample {
+            at: Some(snap.read_at),
+            received: report.map(|r| r.totals.received),
+            processed: report.map(|r| r.totals.processed),
+            dead_lettered: report.map(|r| r.totals.dead_lettered),
+            ack_buckets: snap
+                .edge_metrics
+                .as_ref()
+                .ok()
+                .map(|text| views::histogram_buckets(text, pages::ACK_METRIC)),
+            relay_lag_secs: report.map(|r| r.totals.oldest_unpublished_secs.unwrap_or(0.0)),
+            backlog,
+        };
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(sample);
     }
 
     /// The subscriptions past due or waiting for a payment method. Only the parked subscriptions are read (not
@@ -325,14 +369,21 @@ impl ConsoleState {
         }
     }
 
-    /// The supervised overview loop: one refresh each time a request found the snapshot stale.
+    /// The supervised overview loop: one refresh each time a request found the snapshot stale, and one each
+    /// `[console] history_sample_secs` when nobody looks, so that the overview's history has its minutes.
     async fn overview_loop(self: Arc<Self>, cancel: CancellationToken) -> anyhow::Result<()> {
         // A refresh that panicked left the flag set: clear it, or no request would ask again.
         self.refreshing.store(false, Ordering::Release);
+        // The first tick one interval from now, not at once: the first overview request reads the database
+        // itself (a snapshot taken at start would be served, stale, for its first seconds).
+        let every = self.console.history_sample;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
                 _ = self.refresh_wanted.notified() => {}
+                _ = tick.tick() => {}
             }
             self.refresh_overview().await;
             self.refreshing.store(false, Ordering::Release);
@@ -394,6 +445,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/dead-letters", web::get().to(pages::dead_letters))
         .route("/dead-letters/redrive", web::post().to(pages::redrive))
         .route("/payments", web::get().to(pages::payments))
+        .route("/payments/{id}", web::get().to(pages::payment_detail))
         .route("/audit", web::get().to(pages::audit))
         .route("/intents", web::get().to(pages::intents))
         .route("/billing", web::get().to(pages::billing))
@@ -448,6 +500,7 @@ pub fn start(
         overview: Mutex::new(None),
         refreshing: AtomicBool::new(false),
         refresh_wanted: tokio::sync::Notify::new(),
+        history: Mutex::new(history::History::default()),
         http: hookline_core::http::client(EDGE_METRICS_TIMEOUT, EDGE_METRICS_TIMEOUT)?,
         edge_metrics_url: edge_metrics_url(config),
         liveness: liveness.clone(),

@@ -148,9 +148,33 @@ pub fn money(amount: i64) -> String {
 }
 
 /// Percentiles of a Prometheus histogram, estimated from its cumulative buckets summed over every label set
-/// (`name_bucket{…,le="x"} n` lines of the exposition text): the upper bound of the bucket the rank falls in.
-/// `None` when there is no observation.
+/// ([`histogram_buckets`]): the upper bound of the bucket the rank falls in. `None` when there is no
+/// observation.
 pub fn histogram_percentiles(exposition: &str, name: &str, quantiles: &[f64]) -> Option<Vec<f64>> {
+    let buckets = histogram_buckets(exposition, name);
+    let total = buckets.last().map(|(_, n)| *n).unwrap_or(0.0);
+    if total <= 0.0 {
+        return None;
+    }
+    Some(
+        quantiles
+            .iter()
+            .map(|q| {
+                let rank = q * total;
+                buckets
+                    .iter()
+                    .find(|(_, n)| *n >= rank)
+                    .map(|(le, _)| *le)
+                    .unwrap_or(f64::INFINITY)
+            })
+            .collect(),
+    )
+}
+
+/// The cumulative buckets `(le, count)` of a Prometheus histogram, summed over every label set
+/// (`name_bucket{…,le="x"} n` lines of the exposition text), sorted by `le`; lines that do not parse are
+/// skipped. The overview's history keeps them to read each minute's latency from two of them.
+pub fn histogram_buckets(exposition: &str, name: &str) -> Vec<(f64, f64)> {
     let prefix = format!("{name}_bucket{{");
     let mut buckets: Vec<(f64, f64)> = Vec::new();
     for line in exposition.lines().filter(|l| l.starts_with(&prefix)) {
@@ -181,23 +205,7 @@ pub fn histogram_percentiles(exposition: &str, name: &str, quantiles: &[f64]) ->
         }
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total = buckets.last().map(|(_, n)| *n).unwrap_or(0.0);
-    if total <= 0.0 {
-        return None;
-    }
-    Some(
-        quantiles
-            .iter()
-            .map(|q| {
-                let rank = q * total;
-                buckets
-                    .iter()
-                    .find(|(_, n)| *n >= rank)
-                    .map(|(le, _)| *le)
-                    .unwrap_or(f64::INFINITY)
-            })
-            .collect(),
-    )
+    buckets
 }
 
 #[cfg(test)]

@@ -45,6 +45,20 @@ pub async fn payments<'c>(
     .await
 }
 
+/// Payment `id`, if it exists.
+pub async fn payment<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+) -> Result<Option<Payment>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, provider, provider_payment_id, status, amount, currency, amount_refunded, updated_at
+         FROM payments WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
 /// The payments stored event `event_id` touched (a transition or a posting names it).
 pub async fn payments_of_event<'c>(
     conn: impl PgExecutor<'c>,

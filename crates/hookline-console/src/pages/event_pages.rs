@@ -6,7 +6,7 @@ use super::*;
 // ---------------------------------------------------------------------------------------------- overview
 
 /// The edge's acknowledgement latency metric (read from the edge's `/metrics`), for the overview's percentiles.
-const ACK_METRIC: &str = "hookline_edge_ack_seconds";
+pub(crate) const ACK_METRIC: &str = "hookline_edge_ack_seconds";
 
 fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
     let age = snap.at.elapsed().as_secs();
@@ -85,6 +85,42 @@ fn figures(state: &ConsoleState, snap: &crate::Snapshot) -> Markup {
                     }
                 }
                 @if let Some(e) = &r.queues.error { p.bad { "RabbitMQ: " (e) } }
+            }
+        }
+        (history_section(state))
+    }
+}
+
+/// The last hour (per minute) and the last day (per 10 minutes) as pictures, from the console's own samples of
+/// the figures above ([`crate::history`]: no query of their own).
+fn history_section(state: &ConsoleState) -> Markup {
+    use crate::charts::columns;
+    let now = OffsetDateTime::now_utc();
+    let (hour, day) = {
+        let h = state.history.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            h.window(now, 60, time::Duration::minutes(1)),
+            h.window(now, 144, time::Duration::minutes(10)),
+        )
+    };
+    let every = state.console.history_sample.as_secs();
+    let since = |w: &crate::history::Window| match w.since {
+        Some(t) => format!("sampled every {every} s since {}", ts(t)),
+        None => format!("nothing sampled yet: the console samples every {every} s from its start"),
+    };
+    html! {
+        div #history {
+            @for (key, name, w) in [("hour", "Last hour, per minute", &hour), ("day", "Last day, per 10 minutes", &day)] {
+                h2 { (name) }
+                p.muted { (since(w)) "; blank where nothing was sampled." }
+                (columns(&format!("chart-{key}-flow"), "events per minute", "events/min", w.start, w.bucket, &w.flow))
+                (columns(&format!("chart-{key}-ack"), "edge ack latency (bucket bound)", "ms", w.start, w.bucket, &w.ack))
+                (columns(&format!("chart-{key}-relay-lag"), "relay lag (oldest unpublished)", "s", w.start, w.bucket, &w.relay_lag))
+                @if w.backlog.is_empty() {
+                    p.muted id={ "chart-" (key) "-backlog" } { "No destination: no delivery backlog to draw." }
+                } @else {
+                    (columns(&format!("chart-{key}-backlog"), "pending deliveries per destination", "deliveries", w.start, w.bucket, &w.backlog))
+                }
             }
         }
     }
@@ -234,9 +270,9 @@ pub async fn events(req: HttpRequest, state: State) -> Result<HttpResponse, Cons
     )))
 }
 
-/// The `{id}` of the path: a stored event id, checked with [`hookline_core::input`] like every other value;
+/// The `{id}` of the path: a stored event or payment id, checked with [`hookline_core::input`] like every other value;
 /// anything that is not one (NUL, too long, not a number) is 404, as an id that does not exist.
-pub(super) fn event_id_from(req: &HttpRequest) -> Result<i64, ConsoleError> {
+pub(super) fn path_id(req: &HttpRequest) -> Result<i64, ConsoleError> {
     req.match_info()
         .get("id")
         .and_then(|v| hookline_core::input::line("id", v, 20).ok())
@@ -338,7 +374,7 @@ fn signature_section(state: &ConsoleState, ev: &events::FullRow) -> Markup {
 /// `GET /events/{id}`: everything about one event, and the replay form.
 pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     let s = session(&req, &state)?;
-    let id = event_id_from(&req)?;
+    let id = path_id(&req)?;
     let ev = events::get_full(&state.pool, id)
         .await
         .context("read the event")?
@@ -359,6 +395,7 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
     let postings = payments_view::postings(&state.pool, &payment_ids)
         .await
         .context("read the postings")?;
+    let story = event_story(&ev, &marks, &dead, &transitions, &postings);
     let (body, body_kind) = views::body_text(&ev.body);
     let headers: Vec<(String, String)> = ev
         .headers
@@ -391,6 +428,7 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
                     }) } }
                     tr { th { "source" } td { (ev.source) } }
                 }
+                (story)
                 h2 { "Signature" }
                 (signature_section(&state, &ev))
                 h2 { "Processing" }
@@ -436,8 +474,85 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
     )))
 }
 
+/// The event's story as a picture: what the database remembers of it, in time order — the provider's signed
+/// timestamp, the edge's commit, the outbox if it still waits there, each consumer's marker, each failure and
+/// dead letter, and the transitions and postings THIS event caused (those of its payments' other events are on
+/// the payment's page). The relay's publish time is not stored (its outbox row is deleted on RabbitMQ's
+/// confirm), nor are the broker's deliveries to the worker: those are in the event's trace.
+fn event_story(
+    ev: &events::FullRow,
+    marks: &[markers::Marker],
+    dead: &[dead_letters::DeadLetter],
+    transitions: &[payments_view::Transition],
+    postings: &[payments_view::Posting],
+) -> Markup {
+    use crate::charts::{timeline, Mark, Tone};
+    let mut story = Vec::new();
+    if let Some(t) = ev.signed_at {
+        story.push(Mark::new(
+            t,
+            format!("signed by {}", ev.provider),
+            Tone::Neutral,
+        ));
+    }
+    story.push(Mark::new(ev.received_at, "stored by the edge", Tone::Ok));
+    if let Some(t) = ev.unpublished_since {
+        story.push(Mark::new(t, "waiting in the outbox", Tone::Bad));
+    }
+    for m in marks {
+        let tone = match m.outcome.as_str() {
+            "applied" | "ignored" => Tone::Ok,
+            _ => Tone::Neutral,
+        };
+        story.push(Mark::new(
+            m.processed_at,
+            format!("{} by {}", m.outcome, m.consumer),
+            tone,
+        ));
+    }
+    for d in dead {
+        story.push(Mark::new(
+            d.first_failed_at,
+            format!("failed in {}", d.consumer),
+            Tone::Bad,
+        ));
+        if d.last_failed_at != d.first_failed_at {
+            story.push(Mark::new(
+                d.last_failed_at,
+                format!("dead-lettered after {} attempts", d.attempts),
+                Tone::Bad,
+            ));
+        }
+        if let Some(t) = d.resolved_at {
+            let how = d.resolution.as_deref().unwrap_or("resolved");
+            story.push(Mark::new(t, format!("dead letter {how}"), Tone::Neutral));
+        }
+    }
+    for t in transitions.iter().filter(|t| t.event_id == ev.id) {
+        story.push(Mark::new(
+            t.at,
+            format!("{} → {}", t.from_status, t.to_status),
+            Tone::Neutral,
+        ));
+    }
+    let mut posted = std::collections::BTreeSet::new();
+    for l in postings.iter().filter(|l| l.event_id == ev.id) {
+        if posted.insert(l.transaction_id) {
+            story.push(Mark::new(
+                l.created_at,
+                format!("{} posted", l.kind),
+                Tone::Ok,
+            ));
+        }
+    }
+    html! {
+        h2 { "Timeline" }
+        (timeline("event-timeline", &format!("Event {}", ev.id), &story))
+    }
+}
+
 /// An event's payments with their transitions, and the ledger postings of those payments.
-fn payments_section(
+pub(super) fn payments_section(
     payments: &[payments_view::Payment],
     transitions: &[payments_view::Transition],
     postings: &[payments_view::Posting],
@@ -447,7 +562,7 @@ fn payments_section(
         @if payments.is_empty() { p.muted { "This event changed no payment." } }
         @for p in payments {
             div.card.payment {
-                p { strong { (p.provider) " " (p.provider_payment_id) } " — " (p.status) " — "
+                p { strong { a href={ "/payments/" (p.id) } { "Payment " (p.id) } ": " (p.provider) " " (p.provider_payment_id) } " — " (p.status) " — "
                     (p.amount.map(money).unwrap_or_else(|| "?".into())) " " (p.currency.as_deref().unwrap_or(""))
                     " (refunded " (money(p.amount_refunded)) ")" }
                 table.transitions {
@@ -475,7 +590,7 @@ fn payments_section(
 /// `GET /events/{id}/body`: the stored body, byte for byte.
 pub async fn event_body(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     session(&req, &state)?;
-    let id = event_id_from(&req)?;
+    let id = path_id(&req)?;
     let ev = events::get(&state.pool, id)
         .await
         .context("read the event")?

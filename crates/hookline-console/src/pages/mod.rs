@@ -28,11 +28,12 @@ mod replays;
 mod tables;
 
 pub use billing::billing;
-use event_pages::event_id_from;
+use event_pages::path_id;
+pub(crate) use event_pages::ACK_METRIC;
 pub use event_pages::{event_body, event_detail, events, overview, overview_figures};
 pub use login::{login, login_form, logout};
 pub use replays::{dead_letters, redrive, replay_one, replay_set};
-pub use tables::{audit, deliveries, intents, payments, redeliver};
+pub use tables::{audit, deliveries, intents, payment_detail, payments, redeliver};
 
 /// Rows per page of the lists.
 const PAGE_ROWS: u32 = 50;

@@ -63,7 +63,7 @@ pub async fn replay_one(
     form: Form,
 ) -> Result<HttpResponse, ConsoleError> {
     let s = session_with_csrf(&req, &state, &form)?;
-    let id = event_id_from(&req)?;
+    let id = path_id(&req)?;
     let reason = form.reason()?;
     if !events::exists(&state.pool, id)
         .await

@@ -35,13 +35,62 @@ pub async fn payments(req: HttpRequest, state: State) -> Result<HttpResponse, Co
                 tr { th { "id" } th { "provider" } th { "provider payment id" } th { "status" } th { "amount" } th { "refunded" } th { "updated" } }
                 @for p in &rows {
                     tr {
-                        td.num { (p.id) } td { (p.provider) } td { (p.provider_payment_id) } td { (p.status) }
+                        td.num { a href={ "/payments/" (p.id) } { (p.id) } } td { (p.provider) } td { (p.provider_payment_id) } td { (p.status) }
                         td.num { (p.amount.map(money).unwrap_or_else(|| "?".into())) " " (p.currency.as_deref().unwrap_or("")) }
                         td.num { (money(p.amount_refunded)) } td { (ts(p.updated_at)) }
                     }
                 }
             }
             @if let Some(n) = next { p { a href={ "/payments?before=" (n) } { "older »" } } }
+        },
+    )))
+}
+
+/// `GET /payments/{id}`: one payment's story — its transitions and postings over time as a picture (from
+/// `payment_transitions` and `ledger_transactions`, each read by the payment's index), then the same as tables.
+pub async fn payment_detail(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
+    use crate::charts::{timeline, Mark, Tone};
+    let s = session(&req, &state)?;
+    let id = path_id(&req)?;
+    let p = payments_view::payment(&state.pool, id)
+        .await
+        .context("read the payment")?
+        .ok_or(ConsoleError::NotFound)?;
+    let transitions = payments_view::transitions(&state.pool, &[id])
+        .await
+        .context("read the transitions")?;
+    let postings = payments_view::postings(&state.pool, &[id])
+        .await
+        .context("read the postings")?;
+    let mut story: Vec<Mark> = transitions
+        .iter()
+        .map(|t| {
+            let tone = match t.to_status.as_str() {
+                "failed" | "canceled" => Tone::Bad,
+                "succeeded" => Tone::Ok,
+                _ => Tone::Neutral,
+            };
+            Mark::new(t.at, format!("{} → {}", t.from_status, t.to_status), tone)
+        })
+        .collect();
+    let mut posted = std::collections::BTreeSet::new();
+    for l in &postings {
+        if posted.insert(l.transaction_id) {
+            story.push(Mark::new(
+                l.created_at,
+                format!("{} {} posted", l.kind, l.reference),
+                Tone::Ok,
+            ));
+        }
+    }
+    Ok(html_response(page(
+        &format!("Payment {id}"),
+        Some(&s),
+        html! {
+            h1 { "Payment " (id) }
+            h2 { "Timeline" }
+            (timeline("payment-timeline", &format!("Payment {id}"), &story))
+            (super::event_pages::payments_section(std::slice::from_ref(&p), &transitions, &postings))
         },
     )))
 }

@@ -26,6 +26,9 @@ pub struct ConsoleConfig {
     pub session_ttl: Duration,
     /// Mark the session cookie `Secure` (set it when the console is reached through HTTPS).
     pub secure_cookie: bool,
+    /// How often the overview's history samples the figures (default 60 s, 1 to 3600). It keeps a bounded
+    /// number of samples, so a shorter interval keeps a shorter history; tests set 1 s.
+    pub history_sample: Duration,
 }
 
 /// One `[[console.operators]]` entry.
@@ -54,6 +57,7 @@ pub(super) struct RawConsole {
     operators: Option<Vec<RawConsoleOperator>>,
     session_ttl_secs: Option<u64>,
     secure_cookie: Option<bool>,
+    history_sample_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -143,6 +147,15 @@ pub(super) fn console(
             "console.session_ttl_secs",
         )?),
         secure_cookie: c.secure_cookie.unwrap_or(false),
+        history_sample: match c.history_sample_secs.unwrap_or(60) {
+            s @ 1..=3600 => Duration::from_secs(s),
+            _ => {
+                return Err(ConfigError::invalid(
+                    "console.history_sample_secs",
+                    "must be between 1 and 3600",
+                ))
+            }
+        },
     })
 }
 
