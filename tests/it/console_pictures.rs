@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use fantoccini::Locator;
+use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_tests::console::{console_toml, hash_password, ConsoleHttp, PASSWORD};
+use hookline_tests::receiver::{Behaviour, Receiver};
 use hookline_tests::*;
 
 use crate::console::Browser;
@@ -30,10 +32,24 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
     // One sample a second instead of a minute: the history's columns appear within the test.
     let console_section =
         console_toml(&hash).replacen("[console]\n", "[console]\nhistory_sample_secs = 1\n", 1);
-    let p = TestPipeline::start_with(&console_section).await;
+    // The merchant's endpoint `crm`, which gets every fact: the timelines show each delivery attempt.
+    let receiver = Receiver::start();
+    receiver.configure("crm", Behaviour::Ok, &[secrets::STANDARD]);
+    let destination = format!(
+        "[delivery]\npoll_interval_ms = 50\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n\
+         secrets = [\"{}\"]\nevents = [\"*\"]\n",
+        receiver.url("crm"),
+        secrets::STANDARD
+    );
+    let p = TestPipeline::start_with(&format!("{console_section}{destination}")).await;
     let pool = p.pool().clone();
     let console = p.edge.console.clone().expect("the console listens");
     let worker = p.spawn_worker();
+    // The domain relay and the delivery loops, as the worker process runs them.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
+    let delivery = hookline_delivery::spawn(&p.config, pool.clone(), &supervisor, &cancel)
+        .expect("the delivery loops");
     let mut http = ConsoleHttp::new(&console);
     http.login().await;
 
@@ -55,6 +71,14 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
         WAIT,
         "both events applied",
         "SELECT count(*) FROM processed_events WHERE outcome = 'applied'",
+        2,
+    )
+    .await;
+    wait_for_count(
+        &pool,
+        WAIT,
+        "both facts delivered to crm",
+        "SELECT count(*) FROM domain_deliveries WHERE destination = 'crm' AND status = 'delivered'",
         2,
     )
     .await;
@@ -80,6 +104,12 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
     assert!(stored < applied, "{story}");
     assert!(story.contains("→ succeeded"), "{story}");
     assert!(story.contains(">payment posted<"), "{story}");
+    // The fact this event's processing recorded, and its delivery to the merchant's endpoint after it.
+    let fact = story.find(">fact payment.succeeded<").expect("the fact");
+    let delivered = story
+        .find(">delivered to crm (200)<")
+        .expect("its delivery");
+    assert!(applied < fact && fact < delivered, "{story}");
     assert!(story.matches("<circle").count() >= 4, "{story}");
     assert!(
         !story.contains("refund"),
@@ -98,6 +128,13 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
     assert!(
         story.contains("<title>refund re_pictures posted at "),
         "{story}"
+    );
+    assert!(story.contains(">fact payment.succeeded<"), "{story}");
+    assert!(story.contains(">fact refund.applied<"), "{story}");
+    assert_eq!(
+        story.matches(">delivered to crm (200)<").count(),
+        2,
+        "each fact's delivery: {story}"
     );
     assert!(page.text.contains("id=\"postings\""), "the tables follow");
     assert_eq!(http.get("/payments/999999999").await.status, 404);
@@ -166,5 +203,9 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
         .expect("the payment");
     assert!(b.text_of("payment-timeline").await.contains("succeeded"));
     b.screenshot("pictures-payment").await;
+    cancel.cancel();
+    for task in delivery {
+        within(WAIT, "the delivery loops' stop", task).await.ok();
+    }
     worker.stop().await;
 }

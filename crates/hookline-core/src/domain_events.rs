@@ -340,6 +340,40 @@ pub async fn list<'c>(
     .await
 }
 
+/// A fact as the console's timelines show it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Recorded {
+    /// `domain_events.seq`.
+    pub seq: i64,
+    /// The fact's id.
+    pub id: String,
+    /// Its type.
+    #[sqlx(rename = "type")]
+    pub ty: String,
+    /// When it was recorded (in the transaction of the change it tells).
+    pub created_at: OffsetDateTime,
+    /// The stored webhook whose processing recorded it (`data.webhook_event_id` of its body), when one did.
+    pub webhook_event_id: Option<i64>,
+}
+
+/// The facts among `ids` that exist (each found by the `domain_events_id_key` index), oldest first. The
+/// console computes the ids a payment's facts would have ([`fact_id`]) and reads them here.
+pub async fn by_ids<'c>(
+    conn: impl PgExecutor<'c>,
+    ids: &[String],
+) -> Result<Vec<Recorded>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT seq, id, type, created_at,
+                CASE WHEN jsonb_typeof(convert_from(body, 'UTF8')::jsonb #> '{data,webhook_event_id}') = 'number'
+                     THEN (convert_from(body, 'UTF8')::jsonb #>> '{data,webhook_event_id}')::bigint END
+                    AS webhook_event_id
+           FROM domain_events WHERE id = ANY ($1) ORDER BY seq",
+    )
+    .bind(ids)
+    .fetch_all(conn)
+    .await
+}
+
 /// Number of facts recorded (all time); the replay tests compare it before and after.
 pub async fn count<'c>(conn: impl PgExecutor<'c>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM domain_events")

@@ -417,6 +417,47 @@ pub async fn recent_attempts<'c>(
     .await
 }
 
+/// One delivery attempt of a fact, for the console's timelines.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FactAttempt {
+    /// The destination.
+    pub destination: String,
+    /// The fact (`domain_events.seq`).
+    pub event_seq: i64,
+    /// Attempt number.
+    pub attempt: i32,
+    /// HTTP status, when an answer came.
+    pub http_status: Option<i16>,
+    /// `delivered`, `retry`, `gone` or `dead`.
+    pub outcome: String,
+    /// When.
+    pub at: OffsetDateTime,
+}
+
+/// The first `limit` attempts per destination to deliver the facts `seqs`, oldest first: one index range of
+/// `domain_delivery_attempts_delivery_idx` per known destination, so the cost is bounded by the destinations
+/// and `limit`, not by the table.
+pub async fn attempts_of_facts<'c>(
+    conn: impl PgExecutor<'c>,
+    seqs: &[i64],
+    limit: i64,
+) -> Result<Vec<FactAttempt>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT a.destination, a.event_seq, a.attempt, a.http_status, a.outcome, a.at
+           FROM destinations d
+           CROSS JOIN LATERAL (
+               SELECT destination, event_seq, attempt, http_status, outcome, at, id
+                 FROM domain_delivery_attempts
+                WHERE destination = d.name AND event_seq = ANY ($1)
+                ORDER BY id LIMIT $2) a
+          ORDER BY a.id",
+    )
+    .bind(seqs)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
 /// Which deliveries `hookline events redeliver` selects.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RedeliverFilter {

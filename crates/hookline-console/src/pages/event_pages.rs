@@ -395,7 +395,8 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
     let postings = payments_view::postings(&state.pool, &payment_ids)
         .await
         .context("read the postings")?;
-    let story = event_story(&ev, &marks, &dead, &transitions, &postings);
+    let facts = fact_moments(&state, &payments, &postings, Some(id)).await?;
+    let story = event_story(&ev, &marks, &dead, &transitions, &postings, facts);
     let (body, body_kind) = views::body_text(&ev.body);
     let headers: Vec<(String, String)> = ev
         .headers
@@ -476,8 +477,9 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
 
 /// The event's story as a picture: what the database remembers of it, in time order — the provider's signed
 /// timestamp, the edge's commit, the outbox if it still waits there, each consumer's marker, each failure and
-/// dead letter, and the transitions and postings THIS event caused (those of its payments' other events are on
-/// the payment's page). The relay's publish time is not stored (its outbox row is deleted on RabbitMQ's
+/// dead letter, the transitions and postings THIS event caused (those of its payments' other events are on
+/// the payment's page), and the facts its processing recorded with each attempt to deliver them (`facts`,
+/// from [`fact_moments`]). The relay's publish time is not stored (its outbox row is deleted on RabbitMQ's
 /// confirm), nor are the broker's deliveries to the worker: those are in the event's trace.
 fn event_story(
     ev: &events::FullRow,
@@ -485,6 +487,7 @@ fn event_story(
     dead: &[dead_letters::DeadLetter],
     transitions: &[payments_view::Transition],
     postings: &[payments_view::Posting],
+    facts: Vec<crate::charts::Mark>,
 ) -> Markup {
     use crate::charts::{timeline, Mark, Tone};
     let mut story = Vec::new();
@@ -545,10 +548,94 @@ fn event_story(
             ));
         }
     }
+    // Last: a fact is recorded after the change it tells, in the same transaction (same timestamp), and the
+    // timeline keeps the order of equal moments.
+    story.extend(facts);
     html! {
         h2 { "Timeline" }
         (timeline("event-timeline", &format!("Event {}", ev.id), &story))
     }
+}
+
+/// Most delivery attempts read per destination for one page's facts.
+const MAX_FACT_ATTEMPTS: i64 = 20;
+
+/// The facts hookline told the merchant's systems about `payments` — `payment.*` about each payment, and
+/// `refund.applied` / `dispute.*` about the refunds and disputes its postings name — with each attempt to
+/// deliver them, as timeline moments. With `only_event`, only the facts that event's processing recorded (the
+/// `webhook_event_id` their bodies carry). Each fact is found by its id ([`domain_events::fact_id`] of its
+/// type and subject, the same rule that recorded it) and each destination's attempts by their index: the cost
+/// is bounded by the page's payments and postings, not by the tables.
+pub(super) async fn fact_moments(
+    state: &ConsoleState,
+    payments: &[payments_view::Payment],
+    postings: &[payments_view::Posting],
+    only_event: Option<i64>,
+) -> Result<Vec<crate::charts::Mark>, ConsoleError> {
+    use crate::charts::{Mark, Tone};
+    use hookline_core::domain_events::{self, fact_id, EventType};
+    let mut ids = std::collections::BTreeSet::new();
+    for p in payments {
+        let subject = format!("{}/{}", p.provider, p.provider_payment_id);
+        for ty in [
+            EventType::PaymentSucceeded,
+            EventType::PaymentFailed,
+            EventType::PaymentCanceled,
+        ] {
+            ids.insert(fact_id(ty, &subject));
+        }
+        for l in postings {
+            let subject = format!("{}/{}", p.provider, l.reference);
+            let types: &[EventType] = match l.kind.as_str() {
+                "refund" => &[EventType::RefundApplied],
+                "dispute" => &[
+                    EventType::DisputeOpened,
+                    EventType::DisputeWon,
+                    EventType::DisputeLost,
+                ],
+                _ => &[],
+            };
+            for ty in types {
+                ids.insert(fact_id(*ty, &subject));
+            }
+        }
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<String> = ids.into_iter().collect();
+    let facts: Vec<domain_events::Recorded> = domain_events::by_ids(&state.pool, &ids)
+        .await
+        .context("read the facts")?
+        .into_iter()
+        .filter(|f| only_event.is_none_or(|e| f.webhook_event_id == Some(e)))
+        .collect();
+    let seqs: Vec<i64> = facts.iter().map(|f| f.seq).collect();
+    let attempts = if seqs.is_empty() {
+        Vec::new()
+    } else {
+        destinations::attempts_of_facts(&state.pool, &seqs, MAX_FACT_ATTEMPTS)
+            .await
+            .context("read the facts' delivery attempts")?
+    };
+    let mut moments: Vec<Mark> = facts
+        .iter()
+        .map(|f| Mark::new(f.created_at, format!("fact {}", f.ty), Tone::Neutral))
+        .collect();
+    for a in &attempts {
+        let status = a.http_status.map(|s| format!(" ({s})")).unwrap_or_default();
+        let tone = if a.outcome == "delivered" {
+            Tone::Ok
+        } else {
+            Tone::Bad
+        };
+        moments.push(Mark::new(
+            a.at,
+            format!("{} to {}{status}", a.outcome, a.destination),
+            tone,
+        ));
+    }
+    Ok(moments)
 }
 
 /// An event's payments with their transitions, and the ledger postings of those payments.

@@ -46,8 +46,9 @@ pub async fn payments(req: HttpRequest, state: State) -> Result<HttpResponse, Co
     )))
 }
 
-/// `GET /payments/{id}`: one payment's story — its transitions and postings over time as a picture (from
-/// `payment_transitions` and `ledger_transactions`, each read by the payment's index), then the same as tables.
+/// `GET /payments/{id}`: one payment's story — its transitions, postings, and the facts told about it with each
+/// delivery attempt, over time as a picture (from `payment_transitions` and `ledger_transactions`, each read by
+/// the payment's index, and [`super::event_pages::fact_moments`]), then the transitions and postings as tables.
 pub async fn payment_detail(req: HttpRequest, state: State) -> Result<HttpResponse, ConsoleError> {
     use crate::charts::{timeline, Mark, Tone};
     let s = session(&req, &state)?;
@@ -62,17 +63,17 @@ pub async fn payment_detail(req: HttpRequest, state: State) -> Result<HttpRespon
     let postings = payments_view::postings(&state.pool, &[id])
         .await
         .context("read the postings")?;
-    let mut story: Vec<Mark> = transitions
-        .iter()
-        .map(|t| {
-            let tone = match t.to_status.as_str() {
-                "failed" | "canceled" => Tone::Bad,
-                "succeeded" => Tone::Ok,
-                _ => Tone::Neutral,
-            };
-            Mark::new(t.at, format!("{} → {}", t.from_status, t.to_status), tone)
-        })
-        .collect();
+    let facts =
+        super::event_pages::fact_moments(&state, std::slice::from_ref(&p), &postings, None).await?;
+    let mut story: Vec<Mark> = Vec::new();
+    story.extend(transitions.iter().map(|t| {
+        let tone = match t.to_status.as_str() {
+            "failed" | "canceled" => Tone::Bad,
+            "succeeded" => Tone::Ok,
+            _ => Tone::Neutral,
+        };
+        Mark::new(t.at, format!("{} → {}", t.from_status, t.to_status), tone)
+    }));
     let mut posted = std::collections::BTreeSet::new();
     for l in &postings {
         if posted.insert(l.transaction_id) {
@@ -83,6 +84,8 @@ pub async fn payment_detail(req: HttpRequest, state: State) -> Result<HttpRespon
             ));
         }
     }
+    // Last, as on the event page: a fact shares its change's timestamp and follows it.
+    story.extend(facts);
     Ok(html_response(page(
         &format!("Payment {id}"),
         Some(&s),
