@@ -94,12 +94,31 @@ impl TestDb {
     pub async fn new_on(base: &str) -> TestDb {
         let name = format!("hookline_test_{}", uuid::Uuid::new_v4().simple());
         let url = format!("{base}/{name}");
-        hookline_core::db::migrate(&SecretString::from(url.clone()))
-            .await
-            .expect("create and migrate the test database");
-        let pool = PgPool::connect(&url)
-            .await
-            .expect("connect to the test database");
+        // The server's 100 connections are shared by every test running at once (each with its pools and
+        // child processes); at a peak, a new connection is refused with "too many clients" (SQLSTATE 53300:
+        // 27 tests at once in a clean-clone run). That is a wait, not a failure: retried until connections free.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            match hookline_core::db::migrate(&SecretString::from(url.clone())).await {
+                Ok(()) => break,
+                Err(e) if too_many_clients(&e) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("create and migrate the test database: {e:?}"),
+            }
+        }
+        let pool = loop {
+            match PgPool::connect(&url).await {
+                Ok(pool) => break pool,
+                Err(sqlx::Error::Database(db))
+                    if db.code().as_deref() == Some("53300")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("connect to the test database: {e}"),
+            }
+        };
         TestDb {
             url,
             base: base.to_string(),
@@ -188,6 +207,16 @@ pub fn parse_config(toml: &str) -> Config {
 /// The text of every configuration [`parse_config`] parsed, by RabbitMQ prefix.
 static TOML_BY_PREFIX: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Whether `e`'s cause chain holds PostgreSQL's "too many clients" (SQLSTATE 53300).
+fn too_many_clients(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<sqlx::Error>()
+            .and_then(|s| s.as_database_error())
+            .is_some_and(|db| db.code().as_deref() == Some("53300"))
+    }) || format!("{e:#}").contains("too many clients already")
+}
 
 /// A port of 127.0.0.1 that is free now, for a server the test starts later (a child process needs a fixed port;
 /// a cluster restarts its children on the same one).
