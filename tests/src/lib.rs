@@ -96,12 +96,19 @@ impl TestDb {
         let url = format!("{base}/{name}");
         // The server's 100 connections are shared by every test running at once (each with its pools and
         // child processes); at a peak, a new connection is refused with "too many clients" (SQLSTATE 53300:
-        // 27 tests at once in a clean-clone run). That is a wait, not a failure: retried until connections free.
+        // 27 tests at once in a clean-clone run). That is a wait, not a failure: a refusal with a SQLSTATE
+        // that hookline itself retries (`is_transient_sqlstate`, class 53 among them) is retried until
+        // connections free up.
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             match hookline_core::db::migrate(&SecretString::from(url.clone())).await {
                 Ok(()) => break,
-                Err(e) if too_many_clients(&e) && std::time::Instant::now() < deadline => {
+                Err(e)
+                    if e.chain()
+                        .filter_map(|c| c.downcast_ref::<sqlx::Error>())
+                        .any(refused_for_now)
+                        && std::time::Instant::now() < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 Err(e) => panic!("create and migrate the test database: {e:?}"),
@@ -110,10 +117,7 @@ impl TestDb {
         let pool = loop {
             match PgPool::connect(&url).await {
                 Ok(pool) => break pool,
-                Err(sqlx::Error::Database(db))
-                    if db.code().as_deref() == Some("53300")
-                        && std::time::Instant::now() < deadline =>
-                {
+                Err(e) if refused_for_now(&e) && std::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 Err(e) => panic!("connect to the test database: {e}"),
@@ -208,14 +212,12 @@ pub fn parse_config(toml: &str) -> Config {
 static TOML_BY_PREFIX: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
-/// Whether `e`'s cause chain holds PostgreSQL's "too many clients" (SQLSTATE 53300).
-fn too_many_clients(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<sqlx::Error>()
-            .and_then(|s| s.as_database_error())
-            .is_some_and(|db| db.code().as_deref() == Some("53300"))
-    }) || format!("{e:#}").contains("too many clients already")
+/// PostgreSQL refused with a SQLSTATE that a retry can cure ([`hookline_core::db::is_transient_sqlstate`]:
+/// "too many clients", an administrator's shutdown, …) — not a closed port or a bad statement.
+fn refused_for_now(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|c| hookline_core::db::is_transient_sqlstate(&c))
 }
 
 /// A port of 127.0.0.1 that is free now, for a server the test starts later (a child process needs a fixed port;

@@ -251,18 +251,10 @@ fn merge(into: &mut Vec<(f64, f64)>, d: &[(f64, f64)]) {
     }
 }
 
-/// The upper bound of the bucket holding quantile `q` of a cumulative histogram (what Prometheus's
-/// `histogram_quantile` would interpolate inside); `None` without observations or beyond the last finite bound.
+/// The bound of the bucket holding quantile `q` ([`crate::views::bucket_bound`]); `None` without observations
+/// or beyond the last finite bound (a column cannot be drawn to infinity).
 pub fn percentile(h: &[(f64, f64)], q: f64) -> Option<f64> {
-    let total = h.last()?.1;
-    if total <= 0.0 {
-        return None;
-    }
-    let rank = q * total;
-    h.iter()
-        .find(|(_, n)| *n >= rank)
-        .map(|(le, _)| *le)
-        .filter(|le| le.is_finite())
+    crate::views::bucket_bound(h, q).filter(|le| le.is_finite())
 }
 
 #[cfg(test)]

@@ -152,22 +152,22 @@ pub fn money(amount: i64) -> String {
 /// observation.
 pub fn histogram_percentiles(exposition: &str, name: &str, quantiles: &[f64]) -> Option<Vec<f64>> {
     let buckets = histogram_buckets(exposition, name);
-    let total = buckets.last().map(|(_, n)| *n).unwrap_or(0.0);
-    if total <= 0.0 {
-        return None;
-    }
+    quantiles
+        .iter()
+        .map(|q| bucket_bound(&buckets, *q))
+        .collect()
+}
+
+/// The upper bound (`le`, `+Inf` included) of the bucket that holds quantile `q` of the cumulative histogram `h`
+/// (what Prometheus's `histogram_quantile` would interpolate inside); `None` without observations. The one rule
+/// for the overview's percentiles, over the edge's whole life here and over one minute in [`crate::history`].
+pub fn bucket_bound(h: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = h.last().map(|(_, n)| *n).filter(|n| *n > 0.0)?;
+    let rank = q * total;
     Some(
-        quantiles
-            .iter()
-            .map(|q| {
-                let rank = q * total;
-                buckets
-                    .iter()
-                    .find(|(_, n)| *n >= rank)
-                    .map(|(le, _)| *le)
-                    .unwrap_or(f64::INFINITY)
-            })
-            .collect(),
+        h.iter()
+            .find(|(_, n)| *n >= rank)
+            .map_or(f64::INFINITY, |(le, _)| *le),
     )
 }
 

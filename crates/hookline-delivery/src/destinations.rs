@@ -379,6 +379,8 @@ pub async fn status<'c>(conn: impl PgExecutor<'c>) -> Result<Vec<Status>, sqlx::
 /// One recorded attempt (for `hookline destinations status --attempts` and the console).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Attempt {
+    /// The destination.
+    pub destination: String,
     /// The fact.
     pub event_seq: i64,
     /// The fact's id.
@@ -406,8 +408,8 @@ pub async fn recent_attempts<'c>(
     limit: i64,
 ) -> Result<Vec<Attempt>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT a.event_seq, e.id AS event_id, a.attempt, a.http_status, a.latency_ms, a.outcome, a.error,
-                a.response, a.at
+        "SELECT a.destination, a.event_seq, e.id AS event_id, a.attempt, a.http_status, a.latency_ms,
+                a.outcome, a.error, a.response, a.at
            FROM domain_delivery_attempts a JOIN domain_events e ON e.seq = a.event_seq
           WHERE a.destination = $1 ORDER BY a.id DESC LIMIT $2",
     )
@@ -417,23 +419,6 @@ pub async fn recent_attempts<'c>(
     .await
 }
 
-/// One delivery attempt of a fact, for the console's timelines.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct FactAttempt {
-    /// The destination.
-    pub destination: String,
-    /// The fact (`domain_events.seq`).
-    pub event_seq: i64,
-    /// Attempt number.
-    pub attempt: i32,
-    /// HTTP status, when an answer came.
-    pub http_status: Option<i16>,
-    /// `delivered`, `retry`, `gone` or `dead`.
-    pub outcome: String,
-    /// When.
-    pub at: OffsetDateTime,
-}
-
 /// The first `limit` attempts per destination to deliver the facts `seqs`, oldest first: one index range of
 /// `domain_delivery_attempts_delivery_idx` per known destination, so the cost is bounded by the destinations
 /// and `limit`, not by the table.
@@ -441,15 +426,16 @@ pub async fn attempts_of_facts<'c>(
     conn: impl PgExecutor<'c>,
     seqs: &[i64],
     limit: i64,
-) -> Result<Vec<FactAttempt>, sqlx::Error> {
+) -> Result<Vec<Attempt>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT a.destination, a.event_seq, a.attempt, a.http_status, a.outcome, a.at
+        "SELECT a.destination, a.event_seq, e.id AS event_id, a.attempt, a.http_status, a.latency_ms,
+                a.outcome, a.error, a.response, a.at
            FROM destinations d
            CROSS JOIN LATERAL (
-               SELECT destination, event_seq, attempt, http_status, outcome, at, id
-                 FROM domain_delivery_attempts
+               SELECT * FROM domain_delivery_attempts
                 WHERE destination = d.name AND event_seq = ANY ($1)
                 ORDER BY id LIMIT $2) a
+           JOIN domain_events e ON e.seq = a.event_seq
           ORDER BY a.id",
     )
     .bind(seqs)

@@ -38,13 +38,60 @@ pub struct PaymentFact<'a> {
     pub webhook_event_id: i64,
 }
 
+/// The subject of the facts about one of `provider`'s objects — a payment, a refund, a dispute: `{provider}/{id}`.
+/// One rule for whoever records those facts (here, and the set-based apply) and whoever looks them up by their
+/// ids ([`ids_about`]).
+pub fn subject(provider: &str, id: &str) -> String {
+    format!("{provider}/{id}")
+}
+
+/// What a fact is about, for [`ids_about`]: the provider's id of a payment, a refund or a dispute.
+#[derive(Debug, Clone, Copy)]
+pub enum About<'a> {
+    /// A payment: `payment.succeeded`, `payment.failed`, `payment.canceled`.
+    Payment(&'a str),
+    /// A refund: `refund.applied`.
+    Refund(&'a str),
+    /// A dispute: `dispute.opened`, `dispute.won`, `dispute.lost`.
+    Dispute(&'a str),
+}
+
+/// The ids every fact about `about` at `provider` has if it was recorded ([`domain_events::fact_id`] of each
+/// type that can be told about it and its [`subject`]): how the console finds them without scanning.
+pub fn ids_about(provider: &str, about: About<'_>) -> Vec<String> {
+    let (id, types): (&str, &[EventType]) = match about {
+        About::Payment(id) => (
+            id,
+            &[
+                EventType::PaymentSucceeded,
+                EventType::PaymentFailed,
+                EventType::PaymentCanceled,
+            ],
+        ),
+        About::Refund(id) => (id, &[EventType::RefundApplied]),
+        About::Dispute(id) => (
+            id,
+            &[
+                EventType::DisputeOpened,
+                EventType::DisputeWon,
+                EventType::DisputeLost,
+            ],
+        ),
+    };
+    let subject = subject(provider, id);
+    types
+        .iter()
+        .map(|ty| domain_events::fact_id(*ty, &subject))
+        .collect()
+}
+
 /// Records `payment.succeeded` / `payment.failed` / `payment.canceled`.
 pub async fn payment(
     tx: &mut PgConnection,
     ty: EventType,
     fact: &PaymentFact<'_>,
 ) -> Result<(), HandleError> {
-    let subject = format!("{}/{}", fact.provider, fact.provider_payment_id);
+    let subject = subject(fact.provider, fact.provider_payment_id);
     domain_events::record(tx, ty, &subject, fact).await?;
     Ok(())
 }
@@ -76,7 +123,7 @@ pub struct RefundFact<'a> {
 
 /// Records `refund.applied`.
 pub async fn refund(tx: &mut PgConnection, fact: &RefundFact<'_>) -> Result<(), HandleError> {
-    let subject = format!("{}/{}", fact.provider, fact.provider_refund_id);
+    let subject = subject(fact.provider, fact.provider_refund_id);
     domain_events::record(tx, EventType::RefundApplied, &subject, fact).await?;
     Ok(())
 }
@@ -112,7 +159,7 @@ pub async fn dispute(
     ty: EventType,
     fact: &DisputeFact<'_>,
 ) -> Result<(), HandleError> {
-    let subject = format!("{}/{}", fact.provider, fact.provider_dispute_id);
+    let subject = subject(fact.provider, fact.provider_dispute_id);
     domain_events::record(tx, ty, &subject, fact).await?;
     Ok(())
 }

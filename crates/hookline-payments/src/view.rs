@@ -29,16 +29,19 @@ pub struct Payment {
     pub updated_at: OffsetDateTime,
 }
 
+/// The columns of a [`Payment`], for every query that reads one.
+const PAYMENT_SELECT: &str = "SELECT id, provider, provider_payment_id, status, amount, currency,
+                                     amount_refunded, updated_at FROM payments";
+
 /// Payments, newest first, with `id < before` (keyset pagination).
 pub async fn payments<'c>(
     conn: impl PgExecutor<'c>,
     before: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Payment>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, provider, provider_payment_id, status, amount, currency, amount_refunded, updated_at
-         FROM payments WHERE id < coalesce($1, 9223372036854775807) ORDER BY id DESC LIMIT $2",
-    )
+    sqlx::query_as(&format!(
+        "{PAYMENT_SELECT} WHERE id < coalesce($1, 9223372036854775807) ORDER BY id DESC LIMIT $2"
+    ))
     .bind(before)
     .bind(limit)
     .fetch_all(conn)
@@ -50,13 +53,10 @@ pub async fn payment<'c>(
     conn: impl PgExecutor<'c>,
     id: i64,
 ) -> Result<Option<Payment>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, provider, provider_payment_id, status, amount, currency, amount_refunded, updated_at
-         FROM payments WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(conn)
-    .await
+    sqlx::query_as(&format!("{PAYMENT_SELECT} WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
 }
 
 /// The payments stored event `event_id` touched (a transition or a posting names it).
@@ -64,13 +64,12 @@ pub async fn payments_of_event<'c>(
     conn: impl PgExecutor<'c>,
     event_id: i64,
 ) -> Result<Vec<Payment>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, provider, provider_payment_id, status, amount, currency, amount_refunded, updated_at
-         FROM payments WHERE id IN (
+    sqlx::query_as(&format!(
+        "{PAYMENT_SELECT} WHERE id IN (
              SELECT payment_id FROM payment_transitions WHERE event_id = $1
              UNION SELECT payment_id FROM ledger_transactions WHERE event_id = $1)
-         ORDER BY id",
-    )
+         ORDER BY id"
+    ))
     .bind(event_id)
     .fetch_all(conn)
     .await

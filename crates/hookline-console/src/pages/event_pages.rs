@@ -563,8 +563,8 @@ const MAX_FACT_ATTEMPTS: i64 = 20;
 /// The facts hookline told the merchant's systems about `payments` — `payment.*` about each payment, and
 /// `refund.applied` / `dispute.*` about the refunds and disputes its postings name — with each attempt to
 /// deliver them, as timeline moments. With `only_event`, only the facts that event's processing recorded (the
-/// `webhook_event_id` their bodies carry). Each fact is found by its id ([`domain_events::fact_id`] of its
-/// type and subject, the same rule that recorded it) and each destination's attempts by their index: the cost
+/// `webhook_event_id` their bodies carry). Each fact is found by its id ([`hookline_payments::facts::ids_about`],
+/// the same rule that recorded it) and each destination's attempts by their index: the cost
 /// is bounded by the page's payments and postings, not by the tables.
 pub(super) async fn fact_moments(
     state: &ConsoleState,
@@ -573,30 +573,19 @@ pub(super) async fn fact_moments(
     only_event: Option<i64>,
 ) -> Result<Vec<crate::charts::Mark>, ConsoleError> {
     use crate::charts::{Mark, Tone};
-    use hookline_core::domain_events::{self, fact_id, EventType};
+    use hookline_core::domain_events;
+    use hookline_payments::facts::{ids_about, About};
     let mut ids = std::collections::BTreeSet::new();
     for p in payments {
-        let subject = format!("{}/{}", p.provider, p.provider_payment_id);
-        for ty in [
-            EventType::PaymentSucceeded,
-            EventType::PaymentFailed,
-            EventType::PaymentCanceled,
-        ] {
-            ids.insert(fact_id(ty, &subject));
-        }
+        ids.extend(ids_about(
+            &p.provider,
+            About::Payment(&p.provider_payment_id),
+        ));
         for l in postings {
-            let subject = format!("{}/{}", p.provider, l.reference);
-            let types: &[EventType] = match l.kind.as_str() {
-                "refund" => &[EventType::RefundApplied],
-                "dispute" => &[
-                    EventType::DisputeOpened,
-                    EventType::DisputeWon,
-                    EventType::DisputeLost,
-                ],
-                _ => &[],
-            };
-            for ty in types {
-                ids.insert(fact_id(*ty, &subject));
+            match l.kind.as_str() {
+                "refund" => ids.extend(ids_about(&p.provider, About::Refund(&l.reference))),
+                "dispute" => ids.extend(ids_about(&p.provider, About::Dispute(&l.reference))),
+                _ => {}
             }
         }
     }

@@ -257,7 +257,7 @@ fn step<'a>(
             index: Some(item.index),
             error: HandleError::Permanent(anyhow::Error::new(e)),
         })?;
-        let subject = format!("{}/{}", item.provider, item.payment_ref);
+        let subject = crate::facts::subject(item.provider, &item.payment_ref);
         changes.facts.push((ty, subject, data));
     }
     // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
