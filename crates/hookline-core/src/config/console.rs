@@ -222,5 +222,24 @@ mod tests {
             op("alice", HASH)
         ))
         .starts_with("console.session_ttl_secs:"));
+        assert_eq!(console.history_sample, Duration::from_secs(60));
+        for hostile in ["0", "3601", "18446744073709551615", "-1", "\"60\"", "1.5"] {
+            let e = err(&format!(
+                "[console]\nhistory_sample_secs = {hostile}\n{}",
+                op("alice", HASH)
+            ));
+            assert!(e.contains("history_sample_secs"), "{hostile}: {e}");
+        }
+        let c = Config::from_toml_str(
+            &format!("[console]\nhistory_sample_secs = 1\n{}", op("alice", HASH)),
+            "t",
+            &NO_ENV,
+        )
+        .unwrap();
+        assert_eq!(
+            c.console.unwrap().history_sample,
+            Duration::from_secs(1),
+            "tests sample every second"
+        );
     }
 }
