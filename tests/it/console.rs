@@ -26,6 +26,7 @@ fn event(provider: &str, id: &str, body: &str, headers: Vec<(String, String)>) -
         headers,
         query: String::new(),
         body: body.as_bytes().to_vec().into(),
+        traceparent: None,
     }
 }
 

@@ -34,6 +34,7 @@ async fn store(pool: &sqlx::PgPool, id: &str, event_type: &str) -> i64 {
             headers: vec![],
             query: String::new(),
             body: format!(r#"{{"id":"{id}"}}"#).into_bytes().into(),
+            traceparent: None,
         },
     )
     .await

@@ -21,6 +21,7 @@ async fn store_signed(pool: &sqlx::PgPool, id: &str, age_secs: i64, secret: &str
             headers: stripe_headers(secret, signed_at, body.as_bytes()),
             query: String::new(),
             body: body.into_bytes().into(),
+            traceparent: None,
         },
     )
     .await
@@ -172,6 +173,7 @@ async fn the_outbound_page_filters_by_status_and_the_banner_links_console_pages(
             headers: vec![],
             query: String::new(),
             body: body.as_bytes().to_vec().into(),
+            traceparent: None,
         },
     )
     .await

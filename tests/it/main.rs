@@ -52,4 +52,5 @@ mod provider_api;
 mod purge;
 mod redelivery;
 mod sdk;
+mod traces;
 mod worker_crash;

@@ -36,6 +36,7 @@ async fn store(pool: &sqlx::PgPool, id: &str) {
             headers: vec![],
             query: String::new(),
             body: format!(r#"{{"id":"{id}"}}"#).into_bytes().into(),
+            traceparent: None,
         },
     )
     .await

@@ -123,6 +123,7 @@ async fn store(pool: &PgPool, events: &[(String, Vec<u8>)]) -> Vec<i64> {
                 headers: vec![],
                 query: String::new(),
                 body: body.clone().into(),
+                traceparent: None,
             },
         )
         .await

@@ -87,6 +87,7 @@ impl Fixture {
             headers: vec![("content-type".into(), "application/json".into())],
             query: String::new(),
             body: body.to_vec().into(),
+            traceparent: None,
         };
         match insert_one(self.pool(), &ev).await.expect("store event") {
             StoreOutcome::Inserted(id) => id,

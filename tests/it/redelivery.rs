@@ -29,6 +29,7 @@ async fn store(pool: &PgPool, body: Vec<u8>) -> i64 {
             headers: vec![],
             query: String::new(),
             body: body.into(),
+            traceparent: None,
         },
     )
     .await

@@ -26,8 +26,10 @@ pub const API_KEY: &str = "sk_hl_billing_proof_key";
 pub const ANCHOR: &str = "2026-10-01T00:00:00Z";
 /// How long anything in flight may take to settle (debug binaries on a loaded machine).
 pub const WAIT: Duration = Duration::from_secs(90);
-const WEBHOOK_SECRET: &str = "whsec_billing_proof";
-const STRIPE_KEY: &str = "sk_test_billing_proof";
+/// The Stripe provider's webhook signing secret.
+pub const WEBHOOK_SECRET: &str = "whsec_billing_proof";
+/// The Stripe API key the dispatcher sends.
+pub const STRIPE_KEY: &str = "sk_test_billing_proof";
 
 /// The totals of one `hookline billing run --json`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,6 +116,11 @@ impl BillingRig {
     /// charges sent) and the sandbox; `dunning_retry_secs` is the provider's schedule, the dispatcher's lease is
     /// 2 s (a killed dispatcher's charge is sent again soon).
     pub async fn start(name: &str, dunning_retry_secs: &[u32]) -> BillingRig {
+        Self::start_with(name, dunning_retry_secs, "").await
+    }
+
+    /// [`BillingRig::start`] with more configuration (sections not set above, e.g. `[telemetry]`).
+    pub async fn start_with(name: &str, dunning_retry_secs: &[u32], extra: &str) -> BillingRig {
         let receiver = Receiver::start();
         receiver.configure(DESTINATION, Behaviour::Ok, &[secrets::STANDARD]);
         let sandbox_port = free_port();
@@ -129,7 +136,7 @@ impl BillingRig {
              [[destinations]]\nname = \"{DESTINATION}\"\nurl = \"{url}\"\nsecrets = [\"{secret}\"]\n\
              events = [\"*\"]\n\
              [api]\nlisten = \"127.0.0.1:{api_port}\"\n\
-             [[api.clients]]\nname = \"shop\"\nkeys = [\"{API_KEY}\"]\n",
+             [[api.clients]]\nname = \"shop\"\nkeys = [\"{API_KEY}\"]\n{extra}",
             schedule = schedule.join(", "),
             url = receiver.url(DESTINATION),
             secret = secrets::STANDARD,
@@ -254,11 +261,25 @@ impl BillingRig {
 
     /// A POST to the merchant API as the client `shop` (with an `Idempotency-Key` when given): status and JSON.
     pub async fn api_post(&self, path: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
+        self.api_post_with(path, key, &[], body).await
+    }
+
+    /// [`BillingRig::api_post`] with more headers (a caller's `traceparent`).
+    pub async fn api_post_with(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> (u16, Value) {
         let mut req = self
             .http
             .post(format!("{}{path}", self.api))
             .bearer_auth(API_KEY)
             .json(body);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(key) = key {
             req = req.header("idempotency-key", key);
         }

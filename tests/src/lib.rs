@@ -457,6 +457,7 @@ pub fn stripe_event(event_id: &str, payment_id: &str, amount: i64) -> Vec<u8> {
 pub mod billing;
 pub mod console;
 pub mod faults;
+pub mod otlp;
 pub mod pipeline;
 pub mod proxy;
 pub mod receiver;

@@ -47,6 +47,8 @@ pub struct Received {
     pub body: Vec<u8>,
     /// The status answered.
     pub status: u16,
+    /// The W3C `traceparent` header, when the sender set one.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Default)]
@@ -256,6 +258,7 @@ async fn receive(
             signature_valid,
             body: body.to_vec(),
             status,
+            traceparent: Some(header("traceparent")).filter(|t| !t.is_empty()),
         });
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;

@@ -191,6 +191,37 @@ async fn read_body(
         })
 }
 
+/// Every API request in an `api.request` span: the root of an outbound intent's trace, or the child of the
+/// merchant's own span when the request carries a W3C `traceparent` (parsed and bounded; a malformed one only
+/// means a new trace). The intent's queued charge is stored in this trace, so the dispatcher's attempts join it.
+async fn trace_request(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "api.request",
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    let caller = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    hookline_core::telemetry::set_parent(&span, caller);
+    hookline_core::telemetry::record_trace_id(&span);
+    let res = next.call(req).instrument(span.clone()).await?;
+    // The route's pattern (`/v1/payment_intents/{id}`), never the raw path: bounded, and no caller's text.
+    if let Some(route) = res.request().match_pattern() {
+        span.record("http.route", route.as_str());
+    }
+    span.record("http.response.status_code", res.status().as_u16());
+    Ok(res)
+}
+
 /// Registers the API's routes (and nothing else: no `/webhooks`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/payment_intents", web::post().to(intents::create))
@@ -246,7 +277,12 @@ pub fn start(
         body_read_timeout: edge.body_read_timeout,
     });
     let server = hookline_web::serve(
-        move || App::new().app_data(state.clone()).configure(configure),
+        move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap(actix_web::middleware::from_fn(trace_request))
+                .configure(configure)
+        },
         listener,
         hookline_web::Limits::of_edge(edge),
     )?;

@@ -200,6 +200,7 @@ pub async fn one_row_per_commit(
                         headers,
                         query: String::new(),
                         body: body.clone().into(),
+                        traceparent: None,
                     };
                     let t0 = Instant::now();
                     let result = events::insert_one(&pool, &event).await;

@@ -14,6 +14,11 @@ pub struct EventMessage {
     pub provider_event_id: String,
     /// Event type, when known.
     pub event_type: Option<String>,
+    /// The W3C `traceparent` the relay continues (the edge's request span, stored with the event). Not in the
+    /// body: on the wire the message carries its own `traceparent` header (the relay's publish span), which
+    /// the worker reads from the AMQP headers.
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 /// A `(id, provider, provider_event_id, event_type)` row, as selected from `webhook_events`.
@@ -26,6 +31,7 @@ impl From<EventRow> for EventMessage {
             provider,
             provider_event_id,
             event_type,
+            traceparent: None,
         }
     }
 }
@@ -93,7 +99,7 @@ mod tests {
             long in 0usize..5000,
         ) {
             let provider_event_id = format!("{id}{}", "é".repeat(long));
-            let m = EventMessage { id: 1, provider, provider_event_id, event_type };
+            let m = EventMessage { id: 1, provider, provider_event_id, event_type, traceparent: None };
             prop_assert!(m.routing_key().len() <= AMQP_SHORT_STRING_MAX);
             prop_assert!(m.message_id().len() <= AMQP_SHORT_STRING_MAX);
         }
@@ -106,6 +112,7 @@ mod tests {
             provider: "stripe".into(),
             provider_event_id: id.into(),
             event_type: Some("x".repeat(400)),
+            traceparent: None,
         };
         let a = m(&format!("evt_{}", "L".repeat(300)));
         let b = m(&format!("evt_{}M", "L".repeat(300)));

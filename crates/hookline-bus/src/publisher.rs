@@ -21,6 +21,39 @@ use tokio::time::Instant;
 
 use crate::metric;
 use crate::{EventMessage, Topology};
+use hookline_core::telemetry;
+
+/// The AMQP header carrying the W3C trace context of the span that published a message.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// `properties` with a `traceparent` header naming `span` (when it has a trace): the consumer's span becomes its
+/// child. Any headers already set are kept.
+pub fn with_traceparent(properties: BasicProperties, span: &tracing::Span) -> BasicProperties {
+    let Some(tp) = telemetry::traceparent(span) else {
+        return properties;
+    };
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(
+        TRACEPARENT_HEADER.into(),
+        lapin::types::AMQPValue::LongString(tp.into()),
+    );
+    properties.with_headers(headers)
+}
+
+/// The `traceparent` header of a delivered message, if it has a string one (bounded by
+/// [`telemetry::parse_traceparent`] where it is used).
+pub fn traceparent_of(properties: &BasicProperties) -> Option<String> {
+    let headers = properties.headers().as_ref()?;
+    match headers.inner().get(TRACEPARENT_HEADER)? {
+        lapin::types::AMQPValue::LongString(s) => {
+            let bytes = s.as_bytes();
+            (bytes.len() <= telemetry::MAX_TRACEPARENT_BYTES)
+                .then(|| String::from_utf8_lossy(bytes).into_owned())
+        }
+        lapin::types::AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
 
 /// How long closing a publisher may wait for the broker's answers (channel, then connection).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -180,21 +213,69 @@ impl Publisher {
                 anyhow::Ok((m, m.routing_key(), body))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // One span per message, in the event's own trace (the span it was received in, stored with it), linked
+        // to whatever published it (a relay batch, a replay run): the worker's apply becomes its child through
+        // the `traceparent` header, whichever process or restart publishes it.
+        let spans: Vec<tracing::Span> = msgs
+            .iter()
+            .map(|m| {
+                let span = tracing::info_span!(
+                    "relay.publish",
+                    otel.kind = "producer",
+                    messaging.system = "rabbitmq",
+                    messaging.destination.name = %topology.exchange,
+                    event_id = m.id,
+                    provider = %m.provider,
+                    outcome = tracing::field::Empty,
+                );
+                telemetry::set_parent(&span, m.traceparent.as_deref());
+                telemetry::add_link(&span, telemetry::current_traceparent().as_deref());
+                span
+            })
+            .collect();
         let outgoing = bodies
             .iter()
-            .map(|(m, routing_key, body)| Outgoing {
+            .zip(&spans)
+            .map(|((m, routing_key, body), span)| Outgoing {
                 key: m.id,
                 routing_key: routing_key.as_str(),
                 body: body.as_slice(),
-                properties: BasicProperties::default()
-                    .with_delivery_mode(2) // persistent
-                    .with_content_type("application/json".into())
-                    .with_message_id(m.message_id().into()),
+                properties: with_traceparent(
+                    BasicProperties::default()
+                        .with_delivery_mode(2) // persistent
+                        .with_content_type("application/json".into())
+                        .with_message_id(m.message_id().into()),
+                    span,
+                ),
             })
             .collect();
         let confirmed = self
             .publish_confirmed(topology.exchange.as_str(), outgoing, timeout)
-            .await?;
+            .await;
+        let confirmed = match confirmed {
+            Ok(c) => c,
+            Err(e) => {
+                for span in &spans {
+                    span.record("outcome", "failed");
+                }
+                return Err(e);
+            }
+        };
+        if !spans.is_empty() {
+            let by_id: std::collections::HashMap<i64, &tracing::Span> =
+                msgs.iter().map(|m| m.id).zip(&spans).collect();
+            let mark = |id: &i64, outcome: &str| {
+                if let Some(span) = by_id.get(id) {
+                    span.record("outcome", outcome);
+                }
+            };
+            confirmed.acked.iter().for_each(|id| mark(id, "confirmed"));
+            confirmed
+                .returned
+                .iter()
+                .for_each(|(id, _, _)| mark(id, "returned"));
+            confirmed.nacked.iter().for_each(|id| mark(id, "nacked"));
+        }
         for (id, reply_code, reply_text) in &confirmed.returned {
             metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned").increment(1);
             tracing::error!(

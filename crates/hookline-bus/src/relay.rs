@@ -188,8 +188,13 @@ impl Relay {
             let claimed: Vec<Claimed> = rows.iter().map(ClaimedEvent::claimed).collect();
             let msgs: Vec<EventMessage> = rows
                 .into_iter()
-                .map(|r| {
-                    EventMessage::from((r.event_id, r.provider, r.provider_event_id, r.event_type))
+                .map(|r| EventMessage {
+                    id: r.event_id,
+                    provider: r.provider,
+                    provider_event_id: r.provider_event_id,
+                    event_type: r.event_type,
+                    // Stored with the event: a sweep after a crash continues the trace it was received in.
+                    traceparent: r.traceparent,
                 })
                 .collect();
             let Some(acked) = self.publish_claimed(tx, &claimed, &msgs).await? else {

@@ -97,11 +97,28 @@ enum Command {
     Deliver(destinations::DeliverArgs),
 }
 
+/// The `service.name` of a command's traces: `hookline-{command}` (`hookline-dispatch`, `hookline-deliver`,
+/// `hookline-replay`, …), so that a standalone dispatcher is told apart from the worker that embeds one.
+fn service_name(command: &Command) -> &'static str {
+    match command {
+        Command::Relay { .. } => "hookline-relay",
+        Command::Dispatch(_) => "hookline-dispatch",
+        Command::Deliver(_) => "hookline-deliver",
+        Command::Console(_) => "hookline-console",
+        Command::Replay(_) => "hookline-replay",
+        Command::Dlq(_) => "hookline-dlq",
+        Command::Sandbox(_) => "hookline-sandbox",
+        Command::Reconcile(_) => "hookline-reconcile",
+        Command::Billing(_) => "hookline-billing",
+        _ => "hookline",
+    }
+}
+
 /// Parses the arguments, runs the command and maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    hookline_core::telemetry::init_tracing();
     if let Command::Verify(args) = &cli.command {
+        hookline_core::telemetry::init_tracing();
         return verify::run(args);
     }
     // Needs no configuration: a password hash is made before the config that will hold it exists.
@@ -117,6 +134,8 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Dropped after the runtime (declared before it): the last spans are flushed outside any runtime.
+    let _telemetry = hookline_core::telemetry::init(&config.telemetry, service_name(&cli.command));
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -6,21 +6,24 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
+use hookline_bus::publisher::traceparent_of;
 use hookline_bus::{EventMessage, Topology};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::retry::Backoff;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
+use hookline_core::telemetry;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::acks::Acks;
 use crate::process::{
-    process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, ProcessError,
-    Processed,
+    process_batch_prepared, process_prepared, record_dead_letter, BatchFailed, BatchItem,
+    ProcessError, Processed,
 };
 use hookline_core::handler::{reason_text, EventRef, Handler};
 
@@ -398,7 +401,48 @@ fn delivery_count(delivery: &Delivery) -> u32 {
         .unwrap_or(0)
 }
 
+/// The span of one delivery's apply: a child of the span that published it (the `traceparent` header: the
+/// relay's publish, in the event's own trace), whatever process, batch or redelivery it arrives in.
+fn apply_span(
+    consumer: &str,
+    delivery: &Delivery,
+    event_id: Option<i64>,
+    batch_size: usize,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "worker.apply",
+        otel.kind = "consumer",
+        messaging.system = "rabbitmq",
+        consumer,
+        event_id = tracing::field::Empty,
+        redelivered = delivery.redelivered,
+        delivery_count = delivery_count(delivery),
+        batch_size,
+        outcome = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = event_id {
+        span.record("event_id", id);
+    }
+    telemetry::set_parent(&span, traceparent_of(&delivery.properties).as_deref());
+    telemetry::record_trace_id(&span);
+    span
+}
+
 async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
+    let consumer = ctx.handler.consumer();
+    let span = apply_span(consumer, &delivery, None, 1);
+    handle_delivery_in(ctx, acks, delivery, span.clone())
+        .instrument(span)
+        .await
+}
+
+async fn handle_delivery_in<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: Delivery,
+    span: tracing::Span,
+) {
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
     let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
@@ -414,24 +458,29 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
             reject(acks, &delivery).await;
             metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
                 .increment(1);
+            span.record("outcome", "dead_lettered");
             return;
         }
     };
+    span.record("event_id", msg.id);
     let mut backoff = Duration::from_millis(100);
     loop {
         // Run the transaction in its own task so a panicking handler is contained and the delivery requeued.
         let task = {
             let ctx = ctx.clone();
             let msg = msg.clone();
-            tokio::spawn(async move {
-                // Outside any transaction: a read the effect depends on (no-op for most handlers).
-                let prepared = ctx
-                    .handler
-                    .prepare(event_ref(&msg))
-                    .await
-                    .map_err(ProcessError::from)?;
-                process_prepared(&ctx.pool, ctx.handler.as_ref(), msg.id, prepared).await
-            })
+            tokio::spawn(
+                async move {
+                    // Outside any transaction: a read the effect depends on (no-op for most handlers).
+                    let prepared = ctx
+                        .handler
+                        .prepare(event_ref(&msg))
+                        .await
+                        .map_err(ProcessError::from)?;
+                    process_prepared(&ctx.pool, ctx.handler.as_ref(), msg.id, prepared).await
+                }
+                .instrument(span.clone()),
+            )
         };
         let result = match task.await {
             Ok(Err(ProcessError::Panicked(p))) => Err(format!("handler panicked: {p}")),
@@ -462,6 +511,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
                     "processed"
                 );
                 ack(acks, &delivery, msg.id).await;
+                span.record("outcome", outcome);
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
                 metrics::histogram!(metric::PROCESS_SECONDS, "consumer" => consumer)
@@ -470,6 +520,7 @@ async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: D
             }
             Err(ProcessError::Permanent(e)) => {
                 if dead_letter(ctx, acks, &delivery, &msg, &reason_text(&e)).await {
+                    span.record("outcome", "dead_lettered");
                     return;
                 }
             }
@@ -540,30 +591,47 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
     }
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
+    let batch_size = deliveries.len();
     let mut parsed = Vec::with_capacity(deliveries.len());
     for d in deliveries {
         match serde_json::from_slice::<EventMessage>(&d.data) {
-            Ok(m) => parsed.push((d, m)),
+            Ok(m) => {
+                let span = apply_span(consumer, &d, Some(m.id), batch_size);
+                parsed.push((d, m, span))
+            }
             Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
         }
+    }
+    // The batch's own span, linked to each event's apply: one transaction serves several traces.
+    let batch_span = tracing::info_span!("worker.batch", consumer, batch_size);
+    for (_, _, span) in &parsed {
+        telemetry::add_link(&batch_span, telemetry::traceparent(span).as_deref());
     }
     // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
     // cannot be prepared takes the one-by-one path, which backs off or dead-letters it.
     let prepared = join_all(
         parsed
             .iter()
-            .map(|(_, m)| ctx.handler.prepare(event_ref(m))),
+            .map(|(_, m, span)| ctx.handler.prepare(event_ref(m)).instrument(span.clone())),
     )
     .await;
     let mut items = Vec::with_capacity(parsed.len());
     let mut ready = Vec::with_capacity(parsed.len());
-    for ((delivery, msg), prep) in parsed.into_iter().zip(prepared) {
+    for ((delivery, msg, span), prep) in parsed.into_iter().zip(prepared) {
         match prep {
             Ok(p) => {
-                items.push((msg.id, p));
-                ready.push((delivery, msg));
+                items.push(BatchItem {
+                    event_id: msg.id,
+                    prepared: p,
+                    traceparent: telemetry::traceparent(&span),
+                });
+                ready.push((delivery, msg, span));
             }
-            Err(_) => handle_delivery(ctx, acks, delivery).await,
+            Err(_) => {
+                handle_delivery_in(ctx, acks, delivery, span.clone())
+                    .instrument(span)
+                    .await
+            }
         }
     }
     let parsed = ready;
@@ -573,7 +641,8 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
     let task = {
         let ctx = ctx.clone();
         tokio::spawn(
-            async move { process_batch_prepared(&ctx.pool, ctx.handler.as_ref(), items).await },
+            async move { process_batch_prepared(&ctx.pool, ctx.handler.as_ref(), items).await }
+                .instrument(batch_span),
         )
     };
     let failed = match task.await {
@@ -581,18 +650,19 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.after_commit");
             // After the commit: one `multiple` ack for the batch where no earlier delivery is outstanding.
-            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _)| d).collect();
+            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _, _)| d).collect();
             for tag in acks.ack_committed(&delivered).await {
                 tracing::warn!(
                     delivery_tag = tag,
                     "ack not delivered (channel closed); the event will be redelivered and deduplicated"
                 );
             }
-            for ((_, _), processed) in parsed.iter().zip(results) {
+            for ((_, _, span), processed) in parsed.iter().zip(results) {
                 let outcome = match &processed {
                     Processed::Applied(o) => o.kind.as_str(),
                     Processed::Duplicate => "duplicate",
                 };
+                span.record("outcome", outcome);
                 metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => outcome)
                     .increment(1);
             }
@@ -607,9 +677,9 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
         },
     };
     let mut rest = Vec::with_capacity(parsed.len());
-    for (i, (delivery, msg)) in parsed.into_iter().enumerate() {
+    for (i, (delivery, msg, span)) in parsed.into_iter().enumerate() {
         if Some(i) != failed.index {
-            rest.push(delivery);
+            rest.push((delivery, span));
             continue;
         }
         match &failed.error {
@@ -624,18 +694,22 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
                 .await
             }
             ProcessError::Permanent(e) => {
-                if !dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
-                    rest.push(delivery);
+                if dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
+                    span.record("outcome", "dead_lettered");
+                } else {
+                    rest.push((delivery, span.clone()));
                 }
             }
-            ProcessError::Transient(_) => rest.push(delivery),
+            ProcessError::Transient(_) => rest.push((delivery, span.clone())),
         }
     }
     if failed.index.is_none() {
         tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
     }
-    for d in rest {
-        handle_delivery(ctx, acks, d).await;
+    for (d, span) in rest {
+        handle_delivery_in(ctx, acks, d, span.clone())
+            .instrument(span)
+            .await;
     }
 }
 

@@ -16,5 +16,6 @@ pub mod process;
 pub use consumer::{Worker, WorkerSettings};
 pub use hookline_core::handler::Handler;
 pub use process::{
-    process_batch, process_batch_prepared, process_event, process_prepared, ProcessError, Processed,
+    process_batch, process_batch_prepared, process_event, process_prepared, BatchItem,
+    ProcessError, Processed,
 };

@@ -13,6 +13,7 @@ use std::panic::AssertUnwindSafe;
 use anyhow::Context;
 use futures::FutureExt;
 use sqlx::{PgConnection, PgPool};
+use tracing::Instrument;
 
 use hookline_core::{dead_letters, events, markers};
 
@@ -77,7 +78,9 @@ pub async fn process_prepared<H: Handler>(
     prepared: Option<Prepared>,
 ) -> Result<Processed, ProcessError> {
     let mut tx = pool.begin().await.map_err(db_error("begin transaction"))?;
-    match apply_in_tx(&mut tx, handler, event_id, prepared).await {
+    // The caller's span (the worker's `worker.apply`) is the event's place in its trace.
+    let traceparent = hookline_core::telemetry::current_traceparent();
+    match apply_in_tx(&mut tx, handler, event_id, prepared, traceparent).await {
         Ok(Processed::Applied(outcome)) => {
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.before_commit");
@@ -114,15 +117,33 @@ pub async fn process_batch<H: Handler>(
     handler: &H,
     event_ids: &[i64],
 ) -> Result<Vec<Processed>, BatchFailed> {
-    let items = event_ids.iter().map(|&id| (id, None)).collect();
+    let items = event_ids
+        .iter()
+        .map(|&event_id| BatchItem {
+            event_id,
+            prepared: None,
+            traceparent: None,
+        })
+        .collect();
     process_batch_prepared(pool, handler, items).await
+}
+
+/// One event of a batch given to [`process_batch_prepared`].
+#[derive(Debug, Clone)]
+pub struct BatchItem {
+    /// `webhook_events.id`.
+    pub event_id: i64,
+    /// What [`Handler::prepare`] read for it.
+    pub prepared: Option<Prepared>,
+    /// The `traceparent` of the span applying it ([`StoredEvent::traceparent`]).
+    pub traceparent: Option<String>,
 }
 
 /// [`process_batch`] with what [`Handler::prepare`] read for each event.
 pub async fn process_batch_prepared<H: Handler>(
     pool: &PgPool,
     handler: &H,
-    items: Vec<(i64, Option<Prepared>)>,
+    items: Vec<BatchItem>,
 ) -> Result<Vec<Processed>, BatchFailed> {
     let whole = |error| BatchFailed { index: None, error };
     // Index plans only: the batch's statements join arrays with growing tables (see `begin_without_seqscan`).
@@ -154,14 +175,14 @@ pub async fn process_batch_prepared<H: Handler>(
 async fn apply_batch_in_tx<H: Handler>(
     tx: &mut PgConnection,
     handler: &H,
-    items: Vec<(i64, Option<Prepared>)>,
+    items: Vec<BatchItem>,
 ) -> Result<Vec<Processed>, BatchFailed> {
     let whole = |error| BatchFailed { index: None, error };
     let at = |index: usize, error| BatchFailed {
         index: Some(index),
         error,
     };
-    let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<i64> = items.iter().map(|i| i.event_id).collect();
     // Marker first, for the whole batch: a concurrent duplicate blocks on its key until the other ends.
     let mut claimed: HashMap<i64, markers::Claimed> =
         markers::begin_many(tx, handler.consumer(), &ids)
@@ -190,7 +211,12 @@ async fn apply_batch_in_tx<H: Handler>(
     let mut stored = Vec::with_capacity(items.len());
     let mut positions = Vec::with_capacity(items.len());
     let mut taken = HashSet::new();
-    for (index, (event_id, prepared)) in items.into_iter().enumerate() {
+    for (index, item) in items.into_iter().enumerate() {
+        let BatchItem {
+            event_id,
+            prepared,
+            traceparent,
+        } = item;
         let Some(c) = claimed.remove(&event_id) else {
             if taken.contains(&event_id) || existing.contains(&event_id) {
                 // The marker existed (or an earlier delivery in this batch claimed it): change nothing.
@@ -205,7 +231,7 @@ async fn apply_batch_in_tx<H: Handler>(
             ));
         };
         taken.insert(event_id);
-        let event = checked_event(event_id, c, prepared).map_err(|e| at(index, e))?;
+        let event = checked_event(event_id, c, prepared, traceparent).map_err(|e| at(index, e))?;
         stored.push(event);
         positions.push(index);
     }
@@ -233,7 +259,11 @@ async fn apply_batch_in_tx<H: Handler>(
             Ok(None) => {
                 let mut outcomes = Vec::with_capacity(stored.len());
                 for (k, event) in stored.iter().enumerate() {
+                    // Each event's effects in its own trace (facts recorded here take this span's context).
+                    let span = tracing::info_span!("worker.effects", event_id = event.id);
+                    hookline_core::telemetry::set_parent(&span, event.traceparent.as_deref());
                     let outcome = handle_one(tx, handler, event)
+                        .instrument(span)
                         .await
                         .map_err(|e| at(positions[k], e))?;
                     outcomes.push(outcome);
@@ -267,6 +297,7 @@ fn checked_event(
     event_id: i64,
     claimed: markers::Claimed,
     prepared: Option<Prepared>,
+    traceparent: Option<String>,
 ) -> Result<StoredEvent, ProcessError> {
     let markers::Claimed {
         provider,
@@ -298,6 +329,7 @@ fn checked_event(
         event_type,
         body,
         prepared,
+        traceparent,
     })
 }
 
@@ -330,6 +362,7 @@ async fn apply_in_tx<H: Handler>(
     handler: &H,
     event_id: i64,
     prepared: Option<Prepared>,
+    traceparent: Option<String>,
 ) -> Result<Processed, ProcessError> {
     // Marker first (one round trip: marker, dead-letter resolution, event read). A concurrent duplicate blocks
     // on the marker's key here until the other transaction ends.
@@ -349,7 +382,7 @@ async fn apply_in_tx<H: Handler>(
             )))
         };
     };
-    let event = checked_event(event_id, claimed, prepared)?;
+    let event = checked_event(event_id, claimed, prepared, traceparent)?;
     let outcome = handle_one(tx, handler, &event).await?;
     if outcome != Outcome::applied() {
         markers::record_outcome(

@@ -158,7 +158,9 @@ pub async fn record<D: Serialize>(
     subject: &str,
     data: &D,
 ) -> Result<(String, bool), RecordError> {
-    let created = record_many(tx, &[(ty, subject.to_owned(), data)]).await?;
+    // The fact joins the trace of the span recording it (the worker's apply, the dispatcher's attempt).
+    let traceparent = crate::telemetry::current_traceparent();
+    let created = record_many(tx, &[(ty, subject.to_owned(), data, traceparent)]).await?;
     Ok((fact_id(ty, subject), created > 0))
 }
 
@@ -189,11 +191,11 @@ fn encode<D: Serialize>(
 }
 
 /// Writes several facts in ONE statement (the set-based worker path; [`record`] is this with one fact):
-/// `(type, subject, data)` each, each queued for every destination subscribed to its type. Returns how many
-/// were new.
+/// `(type, subject, data, traceparent)` each — the trace is the one the fact was decided in, its deliveries'
+/// parent — each queued for every destination subscribed to its type. Returns how many were new.
 pub async fn record_many<D: Serialize>(
     tx: &mut PgConnection,
-    facts: &[(EventType, String, D)],
+    facts: &[(EventType, String, D, Option<String>)],
 ) -> Result<u64, RecordError> {
     if facts.is_empty() {
         return Ok(0);
@@ -201,16 +203,19 @@ pub async fn record_many<D: Serialize>(
     let mut ids = Vec::with_capacity(facts.len());
     let mut types = Vec::with_capacity(facts.len());
     let mut bodies = Vec::with_capacity(facts.len());
-    for (ty, subject, data) in facts {
+    let mut traceparents = Vec::with_capacity(facts.len());
+    for (ty, subject, data, traceparent) in facts {
         let (id, body) = encode(*ty, subject, data)?;
         ids.push(id);
         types.push(ty.as_str());
         bodies.push(body);
+        // Only what hookline itself wrote (a span's context) ever gets here; the bound is the column's.
+        traceparents.push(traceparent.as_deref().filter(|t| t.len() <= 64));
     }
     let created: i64 = sqlx::query_scalar(
         "WITH ev AS (
-             INSERT INTO domain_events (id, type, body)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+             INSERT INTO domain_events (id, type, body, traceparent)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[])
              ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
              RETURNING seq, type),
          fanout AS (
@@ -222,6 +227,7 @@ pub async fn record_many<D: Serialize>(
     .bind(&ids)
     .bind(&types)
     .bind(&bodies)
+    .bind(&traceparents)
     .fetch_one(&mut *tx)
     .await?;
     Ok(created as u64)
@@ -241,6 +247,8 @@ pub struct Unpublished {
     pub ty: String,
     /// The exact JSON body.
     pub body: Vec<u8>,
+    /// The trace the fact was decided in.
+    pub traceparent: Option<String>,
 }
 
 /// Whether any fact waits for the domain relay (a look at the outbox, which holds only what is unpublished; no
@@ -267,8 +275,9 @@ pub async fn claim_unpublished(
              USING (SELECT seq FROM domain_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED) d
              WHERE o.seq = d.seq
              RETURNING o.seq, o.enqueued_at)
-         SELECT c.seq, c.enqueued_at, f.id, f.type, f.body
-         FROM c CROSS JOIN LATERAL (SELECT id, type, body FROM domain_events e WHERE e.seq = c.seq LIMIT 1) f
+         SELECT c.seq, c.enqueued_at, f.id, f.type, f.body, f.traceparent
+         FROM c CROSS JOIN LATERAL (SELECT id, type, body, traceparent FROM domain_events e
+                                    WHERE e.seq = c.seq LIMIT 1) f
          ORDER BY c.seq",
     )
     .bind(limit)

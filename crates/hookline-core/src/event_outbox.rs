@@ -39,6 +39,8 @@ pub struct ClaimedEvent {
     pub provider_event_id: String,
     /// Event type, when known.
     pub event_type: Option<String>,
+    /// The trace the event was received in (`webhook_events.traceparent`).
+    pub traceparent: Option<String>,
 }
 
 impl ClaimedEvent {
@@ -85,7 +87,7 @@ pub async fn claim_due(
                     ORDER BY event_id LIMIT $2 FOR UPDATE SKIP LOCKED) d
              WHERE o.event_id = d.event_id
              RETURNING o.event_id, o.enqueued_at)
-         SELECT c.event_id, c.enqueued_at, e.provider, e.provider_event_id, e.event_type
+         SELECT c.event_id, c.enqueued_at, e.provider, e.provider_event_id, e.event_type, e.traceparent
          FROM c JOIN webhook_events e ON e.id = c.event_id
          ORDER BY c.event_id",
     )

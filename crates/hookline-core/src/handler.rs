@@ -29,6 +29,9 @@ pub struct StoredEvent {
     pub body: Vec<u8>,
     /// What [`Handler::prepare`] read for this event before the transaction, if anything.
     pub prepared: Option<Prepared>,
+    /// The W3C `traceparent` of the span applying this event (the worker's `worker.apply`): a fact the
+    /// effect records carries it, so the fact's deliveries join the event's trace. `None` outside a trace.
+    pub traceparent: Option<String>,
 }
 
 /// What [`Handler::prepare`] read from outside for one event.

@@ -26,12 +26,18 @@ pub mod telemetry;
 
 pub use config::{Config, ConfigError, ProviderConfig};
 
-/// The start of every hookline service's `main` after its arguments are parsed: logging, then the
-/// configuration (`--config FILE`, else `$HOOKLINE_CONFIG`, else defaults). Call
-/// [`telemetry::no_error_backtraces`] before parsing arguments.
-pub fn service_config(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
-    telemetry::init_tracing();
-    Config::load(path)
+/// The start of every hookline service's `main` after its arguments are parsed: the configuration
+/// (`--config FILE`, else `$HOOKLINE_CONFIG`, else defaults), then logging and traces as its `[telemetry]` says
+/// (`service` names the process in traces unless `telemetry.service_name` is set). Keep the returned guard
+/// until `main` returns, outside the async runtime. Call [`telemetry::no_error_backtraces`] before parsing
+/// arguments.
+pub fn service_start(
+    path: Option<&std::path::Path>,
+    service: &str,
+) -> Result<(Config, telemetry::Telemetry), ConfigError> {
+    let config = Config::load(path)?;
+    let telemetry = telemetry::init(&config.telemetry, service);
+    Ok((config, telemetry))
 }
 pub use db::MIGRATOR;
 pub mod supervisor;

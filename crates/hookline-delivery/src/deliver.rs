@@ -29,11 +29,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::destinations::{self, Answer, AttemptOutcome, Declared, Due};
 use anyhow::Context;
 use hookline_core::config::{DeliveryConfig, DestinationConfig};
+use hookline_core::telemetry;
 use hookline_core::Config;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Metric names.
 pub mod metric {
@@ -230,7 +232,31 @@ impl Delivery {
             return Ok(Some(self.settings.poll_interval));
         }
         let claimed = due.len() as i64;
-        let answers = futures::future::join_all(due.iter().map(|d| self.attempt(config, d))).await;
+        // One span per attempt, child of the trace the fact was decided in (the event's apply, the dispatcher's
+        // attempt): the merchant's endpoint receives it as `traceparent`.
+        let spans: Vec<tracing::Span> = due
+            .iter()
+            .map(|d| {
+                let span = tracing::info_span!(
+                    "delivery.attempt",
+                    otel.kind = "client",
+                    destination = %name,
+                    domain_event = %d.event_id,
+                    event_type = %d.event_type,
+                    attempt = d.attempt,
+                    http.response.status_code = tracing::field::Empty,
+                    outcome = tracing::field::Empty,
+                );
+                telemetry::set_parent(&span, d.traceparent.as_deref());
+                span
+            })
+            .collect();
+        let answers = futures::future::join_all(
+            due.iter()
+                .zip(&spans)
+                .map(|(d, span)| self.attempt(config, d, span).instrument(span.clone())),
+        )
+        .await;
         let decided: Vec<(Answer, AttemptOutcome)> = due
             .iter()
             .zip(answers)
@@ -256,7 +282,11 @@ impl Delivery {
                 );
             }
         }
-        for (d, (answer, outcome)) in due.iter().zip(decided) {
+        for ((d, (answer, outcome)), span) in due.iter().zip(decided).zip(&spans) {
+            if let Some(status) = answer.http_status {
+                span.record("http.response.status_code", status);
+            }
+            span.record("outcome", outcome.as_str());
             #[cfg(feature = "failpoints")]
             fail::fail_point!("deliver.after_send", |_| Ok(Some(
                 self.settings.poll_interval
@@ -306,7 +336,12 @@ impl Delivery {
 
     /// Sends one delivery and returns what happened, with the answer's `Retry-After` (never an error: a failure
     /// is an answer to record).
-    async fn attempt(&self, config: &DestinationConfig, d: &Due) -> (Answer, Option<Duration>) {
+    async fn attempt(
+        &self,
+        config: &DestinationConfig,
+        d: &Due,
+        span: &tracing::Span,
+    ) -> (Answer, Option<Duration>) {
         let started = Instant::now();
         let timestamp = OffsetDateTime::now_utc().unix_timestamp();
         let signatures: Vec<String> = config
@@ -316,16 +351,19 @@ impl Delivery {
                 hookline_signature::sign::standard_webhooks(s, &d.event_id, timestamp, &d.body).ok()
             })
             .collect();
-        let sent = self
+        let mut request = self
             .http
             .post(config.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("webhook-id", &d.event_id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signatures.join(" "))
-            .body(d.body.clone())
-            .send()
-            .await;
+            .header("webhook-signature", signatures.join(" "));
+        // W3C trace context: the merchant's own tracing continues the payment's trace. Not signed (it is not
+        // part of the fact), and hookline's own value, never one read from outside.
+        if let Some(tp) = telemetry::traceparent(span) {
+            request = request.header("traceparent", tp);
+        }
+        let sent = request.body(d.body.clone()).send().await;
         let mut res = match sent {
             Ok(r) => r,
             Err(e) => {

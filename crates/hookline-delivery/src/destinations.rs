@@ -126,6 +126,8 @@ pub struct Due {
     pub attempt: i32,
     /// Start of the retry window.
     pub window_start: OffsetDateTime,
+    /// The trace the fact was decided in: each attempt is its child and sends its own `traceparent`.
+    pub traceparent: Option<String>,
 }
 
 /// Claims up to `limit` due deliveries of `destination` for `lease` (the attempt counter moves up now, so a
@@ -180,7 +182,7 @@ async fn claim<'c>(
            FROM due, domain_events e
           WHERE d.destination = due.destination AND d.event_seq = due.event_seq AND e.seq = d.event_seq
          RETURNING d.event_seq, e.id AS event_id, e.type AS event_type, e.body, d.attempts AS attempt,
-                   d.window_start"
+                   d.window_start, e.traceparent"
     );
     sqlx::query_as(&sql)
         .bind(destination)

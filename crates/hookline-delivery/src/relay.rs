@@ -16,9 +16,10 @@ use lapin::BasicProperties;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use hookline_bus::publisher::Outgoing;
+use hookline_bus::publisher::{with_traceparent, Outgoing};
 use hookline_bus::{Publisher, Topology};
 use hookline_core::retry::Backoff;
+use hookline_core::telemetry;
 
 /// Metric names of the domain relay.
 pub mod metric {
@@ -181,17 +182,37 @@ async fn publish(
     topology: &Topology,
     facts: &[Unpublished],
 ) -> anyhow::Result<(Vec<i64>, usize)> {
+    // One span per fact published, child of the trace it was decided in; a merchant's consumer of
+    // `{prefix}.domain` continues it from the `traceparent` header.
+    let spans: Vec<tracing::Span> = facts
+        .iter()
+        .map(|f| {
+            let span = tracing::info_span!(
+                "facts.publish",
+                otel.kind = "producer",
+                messaging.system = "rabbitmq",
+                domain_event = %f.id,
+                event_type = %f.ty,
+            );
+            telemetry::set_parent(&span, f.traceparent.as_deref());
+            span
+        })
+        .collect();
     let outgoing = facts
         .iter()
-        .map(|f| Outgoing {
+        .zip(&spans)
+        .map(|(f, span)| Outgoing {
             key: f.seq,
             routing_key: f.ty.as_str(),
             body: &f.body,
-            properties: BasicProperties::default()
-                .with_delivery_mode(2)
-                .with_content_type("application/json".into())
-                .with_message_id(f.id.as_str().into())
-                .with_type(f.ty.as_str().into()),
+            properties: with_traceparent(
+                BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_content_type("application/json".into())
+                    .with_message_id(f.id.as_str().into())
+                    .with_type(f.ty.as_str().into()),
+                span,
+            ),
         })
         .collect();
     let confirmed = publisher

@@ -19,7 +19,8 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     hookline_core::telemetry::no_error_backtraces();
     let args = Args::parse();
-    let config = hookline_core::service_config(args.config.as_deref())?;
+    let (config, _telemetry) =
+        hookline_core::service_start(args.config.as_deref(), "hookline-edge")?;
     // Fault-injection builds read FAILPOINTS=name=action;… from the environment.
     #[cfg(feature = "failpoints")]
     let _scenario = fail::FailScenario::setup();

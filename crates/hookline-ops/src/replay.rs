@@ -21,6 +21,7 @@ use anyhow::Context;
 use hookline_core::{audit, consumers, events};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use hookline_bus::{EventMessage, Publisher, Topology};
 
@@ -51,6 +52,9 @@ fn message(r: &Row) -> EventMessage {
         provider: r.provider.clone(),
         provider_event_id: r.provider_event_id.clone(),
         event_type: r.event_type.clone(),
+        // The replay's publish continues the event's own trace (linked to the run's span): what the worker does
+        // with it is found where the event's first delivery is.
+        traceparent: r.traceparent.clone(),
     }
 }
 
@@ -314,8 +318,17 @@ pub async fn execute(
             break Outcome::Done;
         }
         let msgs: Vec<EventMessage> = rows.iter().map(message).collect();
+        // Each event's publish continues the event's own trace; this span (the run's page) is what they are
+        // linked to, so a trace shows "re-delivered by replay run N" beside the first delivery.
+        let page_span = tracing::info_span!(
+            "replay.page",
+            replay_run = run.id,
+            kind = run.kind.as_str(),
+            events = msgs.len(),
+        );
         let acked = publisher
             .publish(topology, &msgs, target.confirm_timeout)
+            .instrument(page_span)
             .await
             .context("publish to RabbitMQ")?
             .acked;

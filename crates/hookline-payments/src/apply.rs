@@ -187,6 +187,7 @@ impl Handler for PaymentsHandler {
                         status,
                         amount,
                         failure,
+                        traceparent: event.traceparent.clone(),
                     }),
                     PaymentFact::Ignored { reason } => ignored[index].push(reason),
                     _ => return None,
@@ -331,6 +332,8 @@ async fn apply_fact(
                 status,
                 amount,
                 failure,
+                // The per-event path runs inside the event's span (`worker.apply` or `worker.effects`).
+                traceparent: hookline_core::telemetry::current_traceparent(),
             };
             payments::apply_payment(tx, item).await
         }

@@ -81,6 +81,8 @@ pub struct Claimed {
     pub key_generation: i32,
     /// When the current generation's key was first sent (claimed).
     pub key_first_sent_at: Option<OffsetDateTime>,
+    /// The trace the request was queued in (the merchant's API call, a billing run): each attempt is its child.
+    pub traceparent: Option<String>,
 }
 
 impl Claimed {
@@ -95,8 +97,9 @@ impl Claimed {
     }
 }
 
-/// Queues a request in the caller's transaction. The UNIQUE key makes a second enqueue of the same operation a
-/// no-op (returns `false`).
+/// Queues a request in the caller's transaction, in the trace of the current span (the request that asked for
+/// it; see [`Claimed::traceparent`]). The UNIQUE key makes a second enqueue of the same operation a no-op
+/// (returns `false`).
 pub async fn enqueue(
     tx: &mut PgConnection,
     kind: Kind,
@@ -106,8 +109,8 @@ pub async fn enqueue(
     idempotency_key: &str,
 ) -> Result<bool, sqlx::Error> {
     let n = sqlx::query(
-        "INSERT INTO outbound_requests (kind, intent_id, refund_id, provider, idempotency_key)
-         VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO outbound_requests (kind, intent_id, refund_id, provider, idempotency_key, traceparent)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT ON CONSTRAINT outbound_requests_idempotency_key DO NOTHING",
     )
     .bind(kind.as_str())
@@ -115,6 +118,7 @@ pub async fn enqueue(
     .bind(refund_id)
     .bind(provider)
     .bind(idempotency_key)
+    .bind(hookline_core::telemetry::current_traceparent())
     .execute(tx)
     .await?
     .rows_affected();
@@ -144,7 +148,7 @@ pub async fn claim_due<'c>(
                           ORDER BY next_attempt_at, id LIMIT $1
                           FOR UPDATE SKIP LOCKED)
           RETURNING o.id, o.kind, o.intent_id, o.refund_id, o.provider, o.idempotency_key, o.attempts,
-                    o.status, o.key_generation, o.key_first_sent_at",
+                    o.status, o.key_generation, o.key_first_sent_at, o.traceparent",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())

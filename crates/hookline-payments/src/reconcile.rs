@@ -361,6 +361,7 @@ impl Ctx<'_> {
                     body: serde_json::to_vec(event)
                         .context("serialise an event")?
                         .into(),
+                    traceparent: hookline_core::telemetry::current_traceparent(),
                 });
             }
             store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
@@ -477,6 +478,7 @@ impl Ctx<'_> {
                     body: serde_json::to_vec(&notification)
                         .context("serialise a notification")?
                         .into(),
+                    traceparent: hookline_core::telemetry::current_traceparent(),
                 });
             }
             store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
@@ -592,6 +594,7 @@ impl Ctx<'_> {
                     body: serde_json::to_vec(&notification)
                         .context("serialise a notification")?
                         .into(),
+                    traceparent: hookline_core::telemetry::current_traceparent(),
                 });
             }
             store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;

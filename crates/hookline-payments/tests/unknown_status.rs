@@ -93,6 +93,7 @@ async fn stored_success(pool: &PgPool) -> StoredEvent {
         event_type: Some("payment_intent.succeeded".into()),
         body,
         prepared: None,
+        traceparent: None,
     }
 }
 

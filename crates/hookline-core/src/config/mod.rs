@@ -34,6 +34,7 @@ mod providers;
 mod reconcile;
 mod relay;
 mod retention;
+mod telemetry;
 mod worker;
 
 pub use amqp::{
@@ -57,6 +58,7 @@ pub use providers::{
 pub use reconcile::ReconcileConfig;
 pub use relay::RelayConfig;
 pub use retention::RetentionConfig;
+pub use telemetry::{LogFormat, TelemetryConfig, MAX_OTLP_ENDPOINT_BYTES, MAX_TRACE_QUEUE};
 pub use worker::WorkerConfig;
 
 /// Environment variable naming the configuration file when `--config` is not given.
@@ -135,6 +137,8 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// `[dispatcher]`: how charges and refunds are sent to the gateways.
     pub dispatcher: DispatcherConfig,
+    /// `[telemetry]`: trace export (off by default) and the log format.
+    pub telemetry: TelemetryConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -171,6 +175,8 @@ struct RawConfig {
     delivery: delivery::RawDelivery,
     #[serde(default)]
     dispatcher: dispatcher::RawDispatcher,
+    #[serde(default)]
+    telemetry: telemetry::RawTelemetry,
 }
 
 /// Where environment lookups come from; a trait so tests need not mutate the process environment.
@@ -335,6 +341,7 @@ impl Config {
             destinations: delivery::destinations(raw.destinations, env)?,
             delivery: delivery::delivery(raw.delivery)?,
             dispatcher: dispatcher::dispatcher(raw.dispatcher, env)?,
+            telemetry: telemetry::telemetry(raw.telemetry)?,
         })
     }
 }

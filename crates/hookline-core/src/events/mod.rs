@@ -58,6 +58,9 @@ pub struct OwnedEvent {
     pub query: String,
     /// Raw body.
     pub body: bytes::Bytes,
+    /// The W3C `traceparent` of the span that received it (see [`crate::telemetry`]): stored with the row, so
+    /// the relay, a republish after a crash and a replay continue its trace.
+    pub traceparent: Option<String>,
 }
 
 /// Stores one event through the same statement as the edge's group commit ([`insert_events_batch`] with one
@@ -132,6 +135,7 @@ async fn insert_rows(
     let mut headers = Vec::with_capacity(events.len());
     let mut queries = Vec::with_capacity(events.len());
     let mut bodies: Vec<&[u8]> = Vec::with_capacity(events.len());
+    let mut traceparents = Vec::with_capacity(events.len());
     for &i in &order {
         let e = &events[i];
         providers.push(e.provider.as_str());
@@ -141,13 +145,15 @@ async fn insert_rows(
         headers.push(serde_json::to_string(&e.headers).unwrap_or_else(|_| "[]".into()));
         queries.push(e.query.as_str());
         bodies.push(&e.body);
+        traceparents.push(e.traceparent.as_deref());
     }
     let inserted: Vec<(i64, String, String)> = sqlx::query_as(
         "INSERT INTO webhook_events
-             (provider, provider_event_id, event_type, signed_at, headers, query, body, source)
-         SELECT p, i, t, to_timestamp(s), h::jsonb, q, b, $8
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::bytea[])
-              AS u(p, i, t, s, h, q, b)
+             (provider, provider_event_id, event_type, signed_at, headers, query, body, source, traceparent)
+         SELECT p, i, t, to_timestamp(s), h::jsonb, q, b, $8, tp
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::text[], $7::bytea[],
+                     $9::text[])
+              AS u(p, i, t, s, h, q, b, tp)
          ON CONFLICT ON CONSTRAINT webhook_events_provider_event_id_key DO NOTHING
          RETURNING id, provider, provider_event_id",
     )
@@ -159,6 +165,7 @@ async fn insert_rows(
     .bind(&queries)
     .bind(&bodies)
     .bind(source.as_str())
+    .bind(&traceparents)
     .fetch_all(pool)
     .await?;
     let mut fresh: std::collections::HashMap<(String, String), i64> = inserted

@@ -39,6 +39,8 @@ pub struct SelectedEvent {
     pub received_at: time::OffsetDateTime,
     /// `dead`, `unprocessed`, or the markers' outcomes (`applied`, `ignored`, …; comma-separated per consumer).
     pub state: String,
+    /// The trace the event was received in: a replay continues it.
+    pub traceparent: Option<String>,
 }
 
 /// The selection's FROM/WHERE; `$1` cursor (exclusive lower bound on the id), `$2`–`$7` the [`Selection`],
@@ -110,7 +112,7 @@ pub async fn select_page<'c>(
                           THEN 'unprocessed'
                      ELSE (SELECT string_agg(p.outcome, ',' ORDER BY p.consumer) FROM processed_events p
                            WHERE p.consumer = ANY($8) AND p.event_id = e.id)
-                END AS state
+                END AS state, e.traceparent
          {SELECTION} ORDER BY e.id LIMIT {limit}"
     );
     bind_selection(sqlx::query_as(&sql), sel, consumers, cursor)

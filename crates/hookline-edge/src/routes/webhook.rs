@@ -8,7 +8,9 @@ use bytes::BytesMut;
 use hookline_bus::EventMessage;
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
 use hookline_core::input::log_text;
+use hookline_core::telemetry;
 use hookline_signature::{Request, Verified, Verifier};
+use tracing::Instrument;
 
 use crate::writer::WriteError;
 use crate::{AppState, IngestError};
@@ -35,18 +37,48 @@ pub async fn receive(
 ) -> Result<HttpResponse, IngestError> {
     let started = Instant::now();
     let name = path.into_inner();
-    let result = handle(&req, &name, payload, &state).await;
-    // Unknown names come from the client: do not let them create metric series.
+    // Unknown names come from the client: do not let them create metric series (or span attributes).
     let provider_label = if state.providers.contains_key(&name) {
         name.clone()
     } else {
         "unknown".to_string()
     };
+    // The root of the event's trace. A `traceparent` the sender may have set is not followed: a provider is not
+    // part of our trace, and an unauthenticated header must not choose what we record.
+    let span = tracing::info_span!(
+        "webhook.receive",
+        otel.kind = "server",
+        provider = %provider_label,
+        outcome = tracing::field::Empty,
+        event_id = tracing::field::Empty,
+        duplicate = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    telemetry::record_trace_id(&span);
+    let result = handle(&req, &name, payload, &state)
+        .instrument(span.clone())
+        .await;
+    let _entered = span.enter();
     let outcome = match &result {
         Ok((StoreOutcome::Inserted(_), _)) => "stored",
         Ok((StoreOutcome::Duplicate(_), _)) => "duplicate",
         Err(e) => e.outcome(),
     };
+    span.record("outcome", outcome);
+    match &result {
+        Ok((StoreOutcome::Inserted(id), _)) | Ok((StoreOutcome::Duplicate(Some(id)), _)) => {
+            span.record("event_id", id);
+        }
+        _ => {}
+    }
+    span.record(
+        "http.response.status_code",
+        match &result {
+            Ok(_) => 200,
+            Err(e) => actix_web::ResponseError::status_code(e).as_u16(),
+        },
+    );
     metrics::counter!(metric::REQUESTS, "provider" => provider_label.clone(), "outcome" => outcome)
         .increment(1);
     metrics::histogram!(metric::ACK_SECONDS, "provider" => provider_label.clone(), "outcome" => outcome)
@@ -56,6 +88,7 @@ pub async fn receive(
             let (id, duplicate) = match stored {
                 StoreOutcome::Inserted(id) => (Some(id), false),
                 StoreOutcome::Duplicate(id) => {
+                    span.record("duplicate", true);
                     metrics::counter!(metric::DUPLICATES, "provider" => provider_label)
                         .increment(1);
                     (id, true)
@@ -144,6 +177,8 @@ async fn handle(
         headers: events::storable_headers(headers.iter().copied()),
         query: query.to_string(),
         body: body.freeze(),
+        // The request's span (current here): the relay's publish and everything after it are its children.
+        traceparent: telemetry::current_traceparent(),
     };
     // Bounds every downstream relies on (text columns, index rows, AMQP short strings, log lines), decided here
     // so that no value PostgreSQL or RabbitMQ would refuse is ever stored.
@@ -153,7 +188,9 @@ async fn handle(
     // One budget for queueing + INSERT: past it the provider gets 503 and retries. Giving up only drops our
     // wait: the batch statement commits on its own (no explicit transaction), so no pooled connection is left
     // inside a transaction, and a row that commits after the 503 is found as a duplicate on the retry.
+    let commit_span = tracing::info_span!("edge.group_commit");
     let stored = tokio::time::timeout(state.edge.db_timeout, state.writer.store(event))
+        .instrument(commit_span)
         .await
         .map_err(|_| {
             IngestError::Unavailable(anyhow::anyhow!(
@@ -186,6 +223,7 @@ async fn handle(
             provider: name.to_string(),
             provider_event_id: verified.dedupe_key.clone(),
             event_type: verified.event_type.clone(),
+            traceparent: telemetry::current_traceparent(),
         });
     }
     Ok((stored, verified))

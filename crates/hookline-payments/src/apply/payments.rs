@@ -47,6 +47,8 @@ pub(super) struct PaymentItem<'a> {
     pub(super) amount: Option<Money>,
     /// The provider's reason, when it failed.
     pub(super) failure: Option<crate::model::Failure>,
+    /// The trace of the event's apply: its facts carry it, and the intent it completes is linked to it.
+    pub(super) traceparent: Option<String>,
 }
 
 /// Applies one payment status fact of an event: [`apply_payments`] with one item.
@@ -92,8 +94,8 @@ type Payments = HashMap<(String, String), Locked>;
 struct Changes<'a> {
     /// `(payment id, event id, from, to)`.
     transitions: Vec<(i64, i64, PaymentStatus, PaymentStatus)>,
-    /// The payment facts (`payment.succeeded`, …), in event order.
-    facts: Vec<(EventType, String, serde_json::Value)>,
+    /// The payment facts (`payment.succeeded`, …), in event order, with their event's trace.
+    facts: Vec<(EventType, String, serde_json::Value, Option<String>)>,
     /// Intents to complete.
     completed: Vec<crate::intents::Completed<'a>>,
     /// Captures to post.
@@ -258,7 +260,9 @@ fn step<'a>(
             error: HandleError::Permanent(anyhow::Error::new(e)),
         })?;
         let subject = crate::facts::subject(item.provider, &item.payment_ref);
-        changes.facts.push((ty, subject, data));
+        changes
+            .facts
+            .push((ty, subject, data, item.traceparent.clone()));
     }
     // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
     if let Some(intent) = item.status.intent_status() {
@@ -267,6 +271,7 @@ fn step<'a>(
             payment_ref: &item.payment_ref,
             status: intent,
             failure: item.failure.as_ref(),
+            traceparent: item.traceparent.as_deref(),
         });
     }
     if item.status != PaymentStatus::Succeeded {

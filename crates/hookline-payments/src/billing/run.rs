@@ -24,6 +24,7 @@ use super::claims::{self, Claim, ClaimStatus};
 use super::period::{self, Cycle};
 use super::subscriptions::{self, charge_params, Subscription, SubscriptionStatus};
 use crate::intents::{self, CycleRef, NewIntent};
+use tracing::Instrument;
 
 /// What billing needs of a provider: its scheme (the charge's parameters depend on it) and its dunning
 /// schedule (copied onto each cycle it claims).
@@ -378,7 +379,11 @@ pub async fn run(
             let mut conn = pool.acquire().await?;
             would_bill(&mut conn, id, cycle, provider_of, now).await
         } else {
-            bill(pool, id, cycle, provider_of, now).await
+            // Each subscription's charge is its own trace: the dispatcher's attempts and the completing webhook
+            // join it (the queued charge is stored in this span's trace).
+            bill(pool, id, cycle, provider_of, now)
+                .instrument(tracing::info_span!("billing.charge", subscription_id = id))
+                .await
         };
         summary.count(id, billed);
         progress(i as u64 + 1, total);

@@ -60,6 +60,26 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// The classification, as spans and logs name it: `accepted`, `declined`, `retry`, `refused`.
+    pub fn classification(&self) -> &'static str {
+        match self {
+            Answer::Accepted { .. } => "accepted",
+            Answer::Declined { .. } => "declined",
+            Answer::Retry { .. } => "retry",
+            Answer::Refused { .. } => "refused",
+        }
+    }
+
+    /// The HTTP status the gateway answered with, when there was an answer.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            Answer::Accepted { status, .. } => Some(*status),
+            Answer::Declined { status, .. }
+            | Answer::Retry { status, .. }
+            | Answer::Refused { status, .. } => *status,
+        }
+    }
+
     /// The answer a gateway object stands for (`status`: the HTTP status it came with).
     pub fn from_object(status: u16, object: Object) -> Answer {
         match object.verdict {

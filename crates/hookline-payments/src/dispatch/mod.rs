@@ -56,6 +56,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use answer::{classify, Expected};
 pub use answer::{Answer, MAX_UNREADABLE_ATTEMPTS};
+use hookline_core::telemetry;
+use tracing::Instrument;
 
 use crate::gateway::{self, Api, ApiClient, PostError};
 use crate::intents::{self, ChargeAnswer};
@@ -291,8 +293,43 @@ impl Dispatcher {
     }
 
     /// Processes one claimed request: an `unknown` one is looked up ([`Dispatcher::resolve`]), a pending one is
-    /// sent and its answer recorded.
+    /// sent and its answer recorded — in a `dispatch.attempt` span, child of the trace the request was queued
+    /// in (the merchant's API call, a billing run), with the key sent, the gateway's status and the
+    /// classification. What the answer records (the intent's facts) joins that trace too.
     pub async fn process(&self, claimed: &Claimed) -> Result<Outcome, sqlx::Error> {
+        let span = tracing::info_span!(
+            "dispatch.attempt",
+            otel.kind = "client",
+            request = claimed.id,
+            kind = %claimed.kind,
+            provider = %claimed.provider,
+            intent = claimed.intent_id,
+            idempotency_key = %claimed.sent_key(),
+            attempt = claimed.attempts,
+            key_generation = claimed.key_generation,
+            lookup = claimed.is_unknown(),
+            http.response.status_code = tracing::field::Empty,
+            classification = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+        );
+        telemetry::set_parent(&span, claimed.traceparent.as_deref());
+        telemetry::record_trace_id(&span);
+        let result = self
+            .process_in(claimed, &span)
+            .instrument(span.clone())
+            .await;
+        if let Ok(outcome) = &result {
+            span.record("outcome", outcome.as_str());
+        }
+        result
+    }
+
+    async fn process_in(
+        &self,
+        claimed: &Claimed,
+        span: &tracing::Span,
+    ) -> Result<Outcome, sqlx::Error> {
         let started = Instant::now();
         if claimed.is_unknown() {
             let outcome = self.resolve(claimed).await?;
@@ -300,6 +337,10 @@ impl Dispatcher {
             return Ok(outcome);
         }
         let answer = self.send(claimed).await?;
+        span.record("classification", answer.classification());
+        if let Some(status) = answer.http_status() {
+            span.record("http.response.status_code", status);
+        }
         metrics::histogram!(metric::SECONDS, "provider" => claimed.provider.clone())
             .record(started.elapsed().as_secs_f64());
         // Between the gateway's answer and recording it: a crash here leaves the request leased; the next

@@ -19,8 +19,10 @@
 //! what was captured; a refund the gateway refused or failed releases it again, in the transaction that records
 //! the refusal ([`record_refund_answer`]).
 
+use hookline_core::telemetry;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
+use tracing::Instrument;
 
 use hookline_core::domain_events::{self, EventType, RecordError};
 
@@ -487,6 +489,8 @@ pub struct Completed<'a> {
     pub status: IntentStatus,
     /// The provider's reason when it failed (shown as `failure_code` / `failure_message`).
     pub failure: Option<&'a crate::model::Failure>,
+    /// The trace of the webhook that completed it: the intent's own trace gets a span linked to it.
+    pub traceparent: Option<&'a str>,
 }
 
 /// A provider's webhook completed the payment: the intent linked to it follows (called in the payment's
@@ -503,6 +507,7 @@ pub async fn complete_from_payment(
         payment_ref: provider_payment_id,
         status,
         failure: None,
+        traceparent: None,
     }];
     Ok(complete_from_payments(conn, &completed).await? > 0)
 }
@@ -547,7 +552,9 @@ pub async fn complete_from_payments(
                            AND status NOT IN ('succeeded', 'failed')
                          FOR UPDATE) i) old
           WHERE p.id = old.id
-         RETURNING {RETURNED}, old.previous"
+         RETURNING {RETURNED}, old.previous,
+                   (SELECT r.traceparent FROM outbound_requests r
+                     WHERE r.intent_id = p.id AND r.kind = 'charge' ORDER BY r.id DESC LIMIT 1) AS intent_traceparent"
     ))
     .bind(&providers)
     .bind(&refs)
@@ -557,7 +564,33 @@ pub async fn complete_from_payments(
     .fetch_all(&mut *conn)
     .await?;
     for m in &moved {
-        announce_if_completed(conn, m).await?;
+        let webhook = completed
+            .iter()
+            .find(|c| {
+                c.provider == m.intent.provider
+                    && m.intent.provider_payment_id.as_deref() == Some(c.payment_ref)
+            })
+            .and_then(|c| c.traceparent);
+        let Some(webhook) = webhook else {
+            // Completed by the gateway's answer: the caller's span (the dispatcher's attempt) is already in the
+            // intent's trace.
+            announce_if_completed(conn, m).await?;
+            continue;
+        };
+        // Completed by a webhook: the completion belongs to the intent's trace (the merchant's request, the
+        // dispatcher's attempts), linked to the webhook's own trace; an intent without a trace stays in the
+        // webhook's.
+        let span = tracing::info_span!(
+            "payment.intent_completed",
+            intent_id = %m.intent.public_id,
+            status = m.intent.status.as_str(),
+        );
+        if telemetry::set_parent(&span, m.intent_traceparent.as_deref()) {
+            telemetry::add_link(&span, Some(webhook));
+        } else {
+            telemetry::set_parent(&span, Some(webhook));
+        }
+        announce_if_completed(conn, m).instrument(span).await?;
     }
     Ok(moved.len())
 }
@@ -574,6 +607,9 @@ struct Moved {
     #[sqlx(flatten)]
     intent: Intent,
     previous: IntentStatus,
+    /// The trace its charge was queued in (only where the statement reads it).
+    #[sqlx(default)]
+    intent_traceparent: Option<String>,
 }
 
 /// What `payment_intent.succeeded` / `payment_intent.failed` carry.
