@@ -143,6 +143,17 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
         Some(format!("00-{}-{}-01", receive.trace_id, delivery.span_id).as_str()),
         "the merchant's endpoint continues the trace"
     );
+    // The trace as an operator reads it (printed: the README's example comes from here).
+    let mut ordered: Vec<&Span> = trace.iter().collect();
+    ordered.sort_by_key(|s| s.start_ns);
+    for s in ordered {
+        eprintln!(
+            "{:<16} {:<20} {:>8.2} ms",
+            s.service,
+            s.name,
+            (s.end_ns.saturating_sub(s.start_ns)) as f64 / 1e6
+        );
+    }
     // Children end inside their parents' process order: the publish starts after the request began.
     assert!(publish.start_ns >= receive.start_ns && apply.start_ns >= publish.start_ns);
 

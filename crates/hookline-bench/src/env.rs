@@ -51,7 +51,16 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The configuration both children read. Pool sizes, prefetch, concurrency and relay timings are left at their
 /// defaults on purpose: the benchmark measures the shipped configuration (the effective values are printed).
-fn config_toml(db_url: &str, amqp_url: &str, prefix: &str, addr: SocketAddr) -> String {
+fn config_toml(
+    db_url: &str,
+    amqp_url: &str,
+    prefix: &str,
+    addr: SocketAddr,
+    otlp_endpoint: Option<&str>,
+) -> String {
+    let telemetry = otlp_endpoint.map_or(String::new(), |url| {
+        format!("\n[telemetry]\notlp_endpoint = \"{url}\"\n")
+    });
     format!(
         r#"# Written by hookline-bench for one run; the database and queues it names are removed at the end.
 database_url = "{db_url}"
@@ -70,7 +79,7 @@ secrets = ["{STRIPE_SECRET}"]
 tolerance_secs = 300
 fee_bps = {FEE_BPS}
 fee_fixed = {FEE_FIXED}
-"#
+{telemetry}"#
     )
 }
 
@@ -87,7 +96,13 @@ impl BenchEnv {
         let baseline_db_url = format!("{base}/{baseline_db_name}");
         let prefix = format!("bench-{uuid}");
         let edge_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let toml = config_toml(&db_url, &opts.amqp_url, &prefix, edge_addr);
+        let toml = config_toml(
+            &db_url,
+            &opts.amqp_url,
+            &prefix,
+            edge_addr,
+            opts.otlp_endpoint.as_deref(),
+        );
         let no_env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(&toml, "hookline-bench", &no_env)
             .context("the generated configuration is invalid")?;

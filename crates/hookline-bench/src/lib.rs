@@ -92,6 +92,10 @@ pub struct Options {
     pub max_events_per_phase: Option<usize>,
     /// Seed of the duplicate choice and amounts.
     pub seed: u64,
+    /// `[telemetry] otlp_endpoint` of the edge and worker (`None`: traces not exported, the shipped default).
+    /// Pointed at a port where nothing listens it measures a dead collector: every sampled span is batched and
+    /// its export fails (issue 30: throughput and RSS must not change).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Options {
@@ -112,6 +116,7 @@ impl Options {
             pipeline_rate: None,
             max_events_per_phase: None,
             seed: 0x5eed_400c,
+            otlp_endpoint: None,
         }
     }
 

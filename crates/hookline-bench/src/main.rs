@@ -51,6 +51,10 @@ struct Args {
     /// Cap on prepared deliveries per phase.
     #[arg(long, value_name = "N")]
     max_events: Option<usize>,
+    /// Export the edge's and worker's traces to this OTLP collector (`[telemetry] otlp_endpoint`); a port where
+    /// nothing listens measures a dead collector.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 /// Other measurements.
@@ -124,6 +128,7 @@ fn options(args: Args) -> anyhow::Result<Options> {
     opts.pg_base_url = args.pg;
     opts.amqp_url = args.amqp;
     opts.pipeline_rate = args.pipeline_rate;
+    opts.otlp_endpoint = args.otlp_endpoint.clone();
     opts.duplicate_share = args.duplicates;
     opts.max_events_per_phase = args.max_events;
     Ok(opts)

@@ -361,6 +361,8 @@ pub struct FullRow {
     pub query: String,
     /// Raw body.
     pub body: Vec<u8>,
+    /// The trace it was received in (W3C `traceparent`), when it has one.
+    pub traceparent: Option<String>,
 }
 
 /// Reads every column of stored event `id`, if it still exists.
@@ -370,7 +372,7 @@ pub async fn get_full<'c>(
 ) -> Result<Option<FullRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT e.id, e.provider, e.provider_event_id, e.event_type, e.received_at, e.signed_at,
-                o.enqueued_at AS unpublished_since, e.source, e.headers, e.query, e.body
+                o.enqueued_at AS unpublished_since, e.source, e.headers, e.query, e.body, e.traceparent
          FROM webhook_events e LEFT JOIN event_outbox o ON o.event_id = e.id
          WHERE e.id = $1",
     )
