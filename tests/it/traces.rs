@@ -22,6 +22,14 @@ fn telemetry(collector: &Collector) -> String {
     )
 }
 
+/// Whether `spans` hold a span named `name` whose attribute `key` is `value` (any value when `key` is empty).
+/// Processes export on their own schedules: a test waits for every span it reads, never for one as a proxy.
+fn has(spans: &[Span], name: &str, key: &str, value: &str) -> bool {
+    spans
+        .iter()
+        .any(|s| s.name == name && (key.is_empty() || s.attr(key) == Some(value)))
+}
+
 fn one<'a>(spans: &'a [Span], service: &str, name: &str) -> &'a Span {
     let found: Vec<&Span> = spans
         .iter()
@@ -89,10 +97,13 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
     let event_id = answer["id"].as_i64().expect("stored id");
 
     let spans = collector
-        .wait_for(WAIT, "the webhook's delivery attempt", |spans| {
-            spans
-                .iter()
-                .any(|s| s.name == "delivery.attempt" && s.attr("outcome") == Some("delivered"))
+        .wait_for(WAIT, "the webhook's spans, edge to delivery", |spans| {
+            has(spans, "webhook.receive", "outcome", "stored")
+                && has(spans, "edge.group_commit", "", "")
+                && has(spans, "relay.publish", "outcome", "confirmed")
+                && has(spans, "worker.apply", "outcome", "applied")
+                && has(spans, "payment.transition", "", "")
+                && has(spans, "delivery.attempt", "outcome", "delivered")
         })
         .await;
     let receive = spans
@@ -125,6 +136,10 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
     assert_eq!(apply.attr("event_id"), Some(event_id.to_string().as_str()));
     assert_eq!(apply.attr("outcome"), Some("applied"));
     assert_eq!(apply.attr("redelivered"), Some("false"));
+    let transition = one(&trace, "hookline-worker", "payment.transition");
+    assert_eq!(transition.parent_span_id, apply.span_id);
+    assert_eq!(transition.attr("to"), Some("succeeded"));
+    assert_eq!(transition.attr("posting"), Some("payment"));
     let delivery = one(&trace, "hookline-worker", "delivery.attempt");
     assert_eq!(
         delivery.parent_span_id, apply.span_id,
@@ -193,12 +208,18 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
     ])
     .await;
     collector
-        .wait_for(WAIT, "the replayed event's apply", |spans| {
-            spans.iter().any(|s| {
-                s.trace_id == receive.trace_id
-                    && s.name == "worker.apply"
-                    && s.attr("outcome") == Some("duplicate")
-            })
+        .wait_for(WAIT, "the replayed event's publish and apply", |spans| {
+            has(spans, "replay.page", "", "")
+                && spans.iter().any(|s| {
+                    s.trace_id == receive.trace_id
+                        && s.name == "worker.apply"
+                        && s.attr("outcome") == Some("duplicate")
+                })
+                && spans.iter().any(|s| {
+                    s.trace_id == receive.trace_id
+                        && s.name == "relay.publish"
+                        && s.service == "hookline-replay"
+                })
         })
         .await;
     let trace = collector.trace(&receive.trace_id);
@@ -244,6 +265,59 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
     rig.teardown().await;
 }
 
+/// A redelivery stays in the event's trace: a worker killed after its commit and before its ack; RabbitMQ
+/// redelivers the message to the next worker, whose `worker.apply` (`redelivered`, `duplicate`: the marker
+/// found) is the child of the same publish, in the trace the webhook started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redelivery_after_a_crash_stays_in_the_events_trace() {
+    let collector = Collector::start();
+    let mut rig = BillingRig::start_with("traces_redelivery", &[1], &telemetry(&collector)).await;
+    let slot = rig
+        .cluster
+        .start_worker(Some("worker.after_commit=sleep(600000)"))
+        .await;
+    let body = stripe_event("evt_trace_redelivered", "pi_trace_redelivered", 1500);
+    let answer = post_webhook(&rig, &body).await;
+    let event_id = answer["id"].as_i64().expect("stored id");
+    // Committed (the marker is there), not acknowledged (held by the fail point).
+    hookline_tests::wait_for_count(
+        rig.cluster.pool(),
+        WAIT,
+        "the first worker's commit",
+        &format!("SELECT count(*) FROM processed_events WHERE event_id = {event_id}"),
+        1,
+    )
+    .await;
+    rig.cluster.kill_worker(slot);
+    rig.cluster.start_worker(None).await;
+    let spans = collector
+        .wait_for(
+            WAIT,
+            "the request, the publish and the redelivered apply",
+            |spans| {
+                has(spans, "webhook.receive", "outcome", "stored")
+                    && has(spans, "relay.publish", "", "")
+                    && has(spans, "worker.apply", "redelivered", "true")
+            },
+        )
+        .await;
+    let receive = spans
+        .iter()
+        .find(|s| s.name == "webhook.receive" && s.attr("outcome") == Some("stored"))
+        .expect("the request span");
+    let trace = collector.trace(&receive.trace_id);
+    let publish = one(&trace, "hookline-edge", "relay.publish");
+    let again = trace
+        .iter()
+        .find(|s| s.name == "worker.apply" && s.attr("redelivered") == Some("true"))
+        .expect("the redelivery in the event's trace");
+    assert_eq!(again.parent_span_id, publish.span_id);
+    assert_eq!(again.attr("outcome"), Some("duplicate"));
+    assert_eq!(again.attr("event_id"), Some(event_id.to_string().as_str()));
+    collector.stop().await;
+    rig.teardown().await;
+}
+
 /// One merchant call → one trace: the API requests are children of the merchant's own span (its `traceparent`
 /// honoured), the dispatcher's attempt to the gateway is their child (with the key sent, the gateway's status
 /// and the classification), and the 3-D Secure payment the webhook completes later shows up in the same trace as
@@ -271,11 +345,18 @@ async fn an_intent_is_one_trace_from_the_merchants_call_to_the_gateway_and_back(
     let public_id = intent["id"].as_str().expect("id").to_owned();
 
     let spans = collector
-        .wait_for(WAIT, "the dispatcher's attempt", |spans| {
-            spans
-                .iter()
-                .any(|s| s.trace_id == merchant_trace && s.name == "dispatch.attempt")
-        })
+        .wait_for(
+            WAIT,
+            "the merchant's request and the dispatcher's attempt",
+            |spans| {
+                let mine: Vec<Span> = spans
+                    .iter()
+                    .filter(|s| s.trace_id == merchant_trace)
+                    .cloned()
+                    .collect();
+                has(&mine, "api.request", "", "") && has(&mine, "dispatch.attempt", "", "")
+            },
+        )
         .await;
     let trace: Vec<Span> = spans
         .into_iter()
@@ -318,14 +399,30 @@ async fn an_intent_is_one_trace_from_the_merchants_call_to_the_gateway_and_back(
         .expect("control");
     assert!(res.status().is_success());
     let spans = collector
-        .wait_for(WAIT, "the intent's completion", |spans| {
-            spans.iter().any(|s| {
-                s.trace_id == merchant_trace
-                    && s.name == "delivery.attempt"
-                    && s.attr("event_type") == Some("payment_intent.succeeded")
-                    && s.attr("outcome") == Some("delivered")
-            })
-        })
+        .wait_for(
+            WAIT,
+            "the intent's completion and the webhook that completed it",
+            |spans| {
+                let completed = spans
+                    .iter()
+                    .find(|s| s.trace_id == merchant_trace && s.name == "payment.intent_completed");
+                let linked = completed
+                    .and_then(|c| c.links.first())
+                    .is_some_and(|(t, _)| {
+                        let webhook: Vec<Span> =
+                            spans.iter().filter(|s| &s.trace_id == t).cloned().collect();
+                        has(&webhook, "webhook.receive", "outcome", "stored")
+                            && has(&webhook, "worker.apply", "", "")
+                    });
+                linked
+                    && spans.iter().any(|s| {
+                        s.trace_id == merchant_trace
+                            && s.name == "delivery.attempt"
+                            && s.attr("event_type") == Some("payment_intent.succeeded")
+                            && s.attr("outcome") == Some("delivered")
+                    })
+            },
+        )
         .await;
     let trace: Vec<Span> = spans
         .iter()

@@ -229,7 +229,21 @@ fn step<'a>(
         }
         return Ok(());
     }
-    // Moving forward. Success fixes the captured amount; other statuses only fill an unknown amount.
+    // Moving forward. In the event's trace (a child of its `worker.apply`): which payment moved, from what to
+    // what, and whether a capture is posted — what the trace of a "stuck" payment is read for.
+    let span = item.traceparent.as_deref().map(|tp| {
+        let span = tracing::info_span!(
+            "payment.transition",
+            payment_id = p.id,
+            provider = %item.provider,
+            from = current.as_str(),
+            to = item.status.as_str(),
+            posting = tracing::field::Empty,
+        );
+        hookline_core::telemetry::set_parent(&span, Some(tp));
+        span
+    });
+    // Success fixes the captured amount; other statuses only fill an unknown amount.
     match (item.status, &item.amount, p.amount) {
         (PaymentStatus::Succeeded, Some(m), _) | (_, Some(m), None) => {
             p.amount = Some(m.amount);
@@ -284,6 +298,9 @@ fn step<'a>(
         )));
     };
     let fee = ledger::fee(amount, item.rule.fee_bps, item.rule.fee_fixed);
+    if let Some(span) = &span {
+        span.record("posting", "payment");
+    }
     changes.postings.push(Posting::payment(
         item.provider,
         &item.payment_ref,
