@@ -13,7 +13,9 @@
 #   CARGO_TARGET_DIR move them: deploy/test.sh runs this on the debug binaries it built, without a second build).
 # - `deploy/hookline.toml` is replaced by a copy whose database is `hookline_newcomer`, dropped and created again
 #   for each run: a newcomer's first run meets an empty database, and a developer's `hookline` database (whose
-#   earlier intents would answer the quick start's idempotency keys as replays) is left alone.
+#   earlier intents would answer the quick start's idempotency keys as replays) is left alone; a block's
+#   `psql … -U postgres hookline` reads `hookline_newcomer` too (on a fresh machine `hookline` does not exist,
+#   and on a developer's it is not the database this run filled).
 # The stack is brought up here (deploy/up.sh) and down at the end (deploy/down.sh), so a stack that already runs
 # is refused rather than taken down. up.sh's output is shown with the key and password masked (CI keeps logs).
 # Usage: deploy/newcomer.sh [--list] [README]   (--list: print the marked blocks, run nothing)
@@ -106,7 +108,8 @@ for i in $(seq "$count"); do
   where=$(cat "$work/$i.where")
   # `target/quick/` as written in the README, or `./target/quick/`: the binaries up.sh ran.
   sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/quick/#\1$bin/#g" \
-    -e "s#deploy/hookline\.toml#$config#g" "$work/$i.sh" >"$work/$i.run"
+    -e "s#deploy/hookline\.toml#$config#g" \
+    -e "s#\(psql .*-U postgres\) hookline\( \|\$\)#\1 hookline_newcomer\2#g" "$work/$i.sh" >"$work/$i.run"
   echo
   echo "newcomer: block $i/$count, $where"
   sed 's/^/  $ /' "$work/$i.run"
