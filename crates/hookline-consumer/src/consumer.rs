@@ -406,7 +406,7 @@ fn delivery_count(delivery: &Delivery) -> u32 {
 fn apply_span(
     consumer: &str,
     delivery: &Delivery,
-    event_id: Option<i64>,
+    event_id: i64,
     batch_size: usize,
 ) -> tracing::Span {
     let span = tracing::info_span!(
@@ -414,16 +414,13 @@ fn apply_span(
         otel.kind = "consumer",
         messaging.system = "rabbitmq",
         consumer,
-        event_id = tracing::field::Empty,
+        event_id,
         redelivered = delivery.redelivered,
         delivery_count = delivery_count(delivery),
         batch_size,
         outcome = tracing::field::Empty,
         trace_id = tracing::field::Empty,
     );
-    if let Some(id) = event_id {
-        span.record("event_id", id);
-    }
     telemetry::set_parent(&span, traceparent_of(&delivery.properties).as_deref());
     telemetry::record_trace_id(&span);
     span
@@ -431,20 +428,6 @@ fn apply_span(
 
 async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
     let consumer = ctx.handler.consumer();
-    let span = apply_span(consumer, &delivery, None, 1);
-    handle_delivery_in(ctx, acks, delivery, span.clone())
-        .instrument(span)
-        .await
-}
-
-async fn handle_delivery_in<H: Handler>(
-    ctx: &Arc<Ctx<H>>,
-    acks: &Acks,
-    delivery: Delivery,
-    span: tracing::Span,
-) {
-    let consumer = ctx.handler.consumer();
-    let started = std::time::Instant::now();
     let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
         Err(e) => {
@@ -458,11 +441,37 @@ async fn handle_delivery_in<H: Handler>(
             reject(acks, &delivery).await;
             metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
                 .increment(1);
-            span.record("outcome", "dead_lettered");
             return;
         }
     };
-    span.record("event_id", msg.id);
+    let span = apply_span(consumer, &delivery, msg.id, 1);
+    apply_delivery(ctx, acks, delivery, msg, span).await
+}
+
+/// Applies one parsed delivery in its `worker.apply` span (the batch path's fallbacks come here with the message
+/// and span they already have): retries transient failures in-process, dead-letters permanent ones, requeues a
+/// panic, acks after the commit.
+async fn apply_delivery<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: Delivery,
+    msg: EventMessage,
+    span: tracing::Span,
+) {
+    apply_delivery_in(ctx, acks, delivery, msg, span.clone())
+        .instrument(span)
+        .await
+}
+
+async fn apply_delivery_in<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: Delivery,
+    msg: EventMessage,
+    span: tracing::Span,
+) {
+    let consumer = ctx.handler.consumer();
+    let started = std::time::Instant::now();
     let mut backoff = Duration::from_millis(100);
     loop {
         // Run the transaction in its own task so a panicking handler is contained and the delivery requeued.
@@ -596,7 +605,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
     for d in deliveries {
         match serde_json::from_slice::<EventMessage>(&d.data) {
             Ok(m) => {
-                let span = apply_span(consumer, &d, Some(m.id), batch_size);
+                let span = apply_span(consumer, &d, m.id, batch_size);
                 parsed.push((d, m, span))
             }
             Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
@@ -627,11 +636,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
                 });
                 ready.push((delivery, msg, span));
             }
-            Err(_) => {
-                handle_delivery_in(ctx, acks, delivery, span.clone())
-                    .instrument(span)
-                    .await
-            }
+            Err(_) => apply_delivery(ctx, acks, delivery, msg, span).await,
         }
     }
     let parsed = ready;
@@ -679,7 +684,7 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
     let mut rest = Vec::with_capacity(parsed.len());
     for (i, (delivery, msg, span)) in parsed.into_iter().enumerate() {
         if Some(i) != failed.index {
-            rest.push((delivery, span));
+            rest.push((delivery, msg, span));
             continue;
         }
         match &failed.error {
@@ -697,19 +702,17 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
                 if dead_letter(ctx, acks, &delivery, &msg, &reason_text(e)).await {
                     span.record("outcome", "dead_lettered");
                 } else {
-                    rest.push((delivery, span.clone()));
+                    rest.push((delivery, msg, span));
                 }
             }
-            ProcessError::Transient(_) => rest.push((delivery, span.clone())),
+            ProcessError::Transient(_) => rest.push((delivery, msg, span)),
         }
     }
     if failed.index.is_none() {
         tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
     }
-    for (d, span) in rest {
-        handle_delivery_in(ctx, acks, d, span.clone())
-            .instrument(span)
-            .await;
+    for (d, msg, span) in rest {
+        apply_delivery(ctx, acks, d, msg, span).await;
     }
 }
 

@@ -254,7 +254,7 @@ impl Delivery {
         let answers = futures::future::join_all(
             due.iter()
                 .zip(&spans)
-                .map(|(d, span)| self.attempt(config, d, span).instrument(span.clone())),
+                .map(|(d, span)| self.attempt(config, d).instrument(span.clone())),
         )
         .await;
         let decided: Vec<(Answer, AttemptOutcome)> = due
@@ -336,12 +336,7 @@ impl Delivery {
 
     /// Sends one delivery and returns what happened, with the answer's `Retry-After` (never an error: a failure
     /// is an answer to record).
-    async fn attempt(
-        &self,
-        config: &DestinationConfig,
-        d: &Due,
-        span: &tracing::Span,
-    ) -> (Answer, Option<Duration>) {
+    async fn attempt(&self, config: &DestinationConfig, d: &Due) -> (Answer, Option<Duration>) {
         let started = Instant::now();
         let timestamp = OffsetDateTime::now_utc().unix_timestamp();
         let signatures: Vec<String> = config
@@ -359,8 +354,8 @@ impl Delivery {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signatures.join(" "));
         // W3C trace context: the merchant's own tracing continues the payment's trace. Not signed (it is not
-        // part of the fact), and hookline's own value, never one read from outside.
-        if let Some(tp) = telemetry::traceparent(span) {
+        // part of the fact), and hookline's own value (this attempt's span), never one read from outside.
+        if let Some(tp) = telemetry::current_traceparent() {
             request = request.header("traceparent", tp);
         }
         let sent = request.body(d.body.clone()).send().await;

@@ -315,21 +315,15 @@ impl Dispatcher {
         );
         telemetry::set_parent(&span, claimed.traceparent.as_deref());
         telemetry::record_trace_id(&span);
-        let result = self
-            .process_in(claimed, &span)
-            .instrument(span.clone())
-            .await;
+        let result = self.process_in(claimed).instrument(span.clone()).await;
         if let Ok(outcome) = &result {
             span.record("outcome", outcome.as_str());
         }
         result
     }
 
-    async fn process_in(
-        &self,
-        claimed: &Claimed,
-        span: &tracing::Span,
-    ) -> Result<Outcome, sqlx::Error> {
+    async fn process_in(&self, claimed: &Claimed) -> Result<Outcome, sqlx::Error> {
+        let span = tracing::Span::current(); // the `dispatch.attempt` of `process`
         let started = Instant::now();
         if claimed.is_unknown() {
             let outcome = self.resolve(claimed).await?;
