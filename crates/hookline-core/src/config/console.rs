@@ -6,7 +6,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::{positive, ConfigError};
+use super::{between, positive, ConfigError};
 
 /// Where the console listens when `[console]` has no `listen`: loopback only, and no port deploy/up.sh uses
 /// (edge 8080, sandbox 8090, worker 9091).
@@ -147,15 +147,12 @@ pub(super) fn console(
             "console.session_ttl_secs",
         )?),
         secure_cookie: c.secure_cookie.unwrap_or(false),
-        history_sample: match c.history_sample_secs.unwrap_or(60) {
-            s @ 1..=3600 => Duration::from_secs(s),
-            _ => {
-                return Err(ConfigError::invalid(
-                    "console.history_sample_secs",
-                    "must be between 1 and 3600",
-                ))
-            }
-        },
+        history_sample: Duration::from_secs(between(
+            c.history_sample_secs,
+            60,
+            3600,
+            "console.history_sample_secs",
+        )?),
     })
 }
 

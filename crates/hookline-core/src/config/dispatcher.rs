@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, Env};
+use super::{between, ConfigError, Env};
 
 /// Default `dispatcher.request_timeout_secs`: payment APIs are slow under load, so generous.
 pub const DEFAULT_DISPATCH_REQUEST_TIMEOUT_SECS: u64 = 30;
@@ -76,13 +76,8 @@ pub(super) fn dispatcher(
             ));
         }
     }
-    let seconds = |value: Option<u64>, default: u64, max: u64, field: &str| match value {
-        None => Ok(Duration::from_secs(default)),
-        Some(v) if (1..=max).contains(&v) => Ok(Duration::from_secs(v)),
-        Some(_) => Err(ConfigError::invalid(
-            field,
-            format!("must be between 1 and {max}"),
-        )),
+    let seconds = |value: Option<u64>, default: u64, max: u64, field: &str| {
+        between(value, default, max, field).map(Duration::from_secs)
     };
     Ok(DispatcherConfig {
         enabled: raw.enabled.unwrap_or(true),

@@ -355,6 +355,18 @@ fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, Config
     }
 }
 
+/// A number from 1 to `max`, or `default` when absent; anything else is refused with the field's name.
+fn between(value: Option<u64>, default: u64, max: u64, field: &str) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (1..=max).contains(&v) => Ok(v),
+        Some(_) => Err(ConfigError::invalid(
+            field,
+            format!("must be between 1 and {max}"),
+        )),
+    }
+}
+
 /// A batch linger in milliseconds (the worker's and the relay's): 5 unless set, 0 turns it off, at most 1000.
 fn linger(value: Option<u64>, field: &str) -> Result<Duration, ConfigError> {
     match value.unwrap_or(5) {

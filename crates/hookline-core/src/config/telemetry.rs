@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{between, ConfigError};
 
 /// Longest accepted `telemetry.otlp_endpoint`.
 pub const MAX_OTLP_ENDPOINT_BYTES: usize = 2048;
@@ -99,20 +99,14 @@ pub(super) fn telemetry(r: RawTelemetry) -> Result<TelemetryConfig, ConfigError>
             ))
         }
     };
-    let max_queue_size = match r.max_queue_size {
-        None => d.max_queue_size,
-        Some(n @ 1..=65_536) => n as usize,
-        Some(_) => {
-            return Err(ConfigError::invalid(
-                "telemetry.max_queue_size",
-                format!("must be between 1 and {MAX_TRACE_QUEUE}"),
-            ))
-        }
-    };
-    let millis = |v: Option<u64>, default: Duration, field: &str| match v {
-        None => Ok(default),
-        Some(ms @ 1..=60_000) => Ok(Duration::from_millis(ms)),
-        Some(_) => Err(ConfigError::invalid(field, "must be between 1 and 60000")),
+    let max_queue_size = between(
+        r.max_queue_size,
+        d.max_queue_size as u64,
+        MAX_TRACE_QUEUE as u64,
+        "telemetry.max_queue_size",
+    )? as usize;
+    let millis = |v: Option<u64>, default: Duration, field: &str| {
+        between(v, default.as_millis() as u64, 60_000, field).map(Duration::from_millis)
     };
     let log_format = match r.log_format.as_deref() {
         None | Some("text") => LogFormat::Text,
