@@ -69,7 +69,7 @@ impl Drop for Telemetry {
 /// OpenTelemetry layer that turns hookline's spans into traces.
 ///
 /// The OpenTelemetry layer is always installed, whether or not spans are exported: every span then has a trace
-/// id, which log lines carry (`trace_id` on each root span) and which hookline hands on (the outbox row, the AMQP
+/// id, which log lines carry (`trace_id` on each root span) and which hookline hands on (the event row, the AMQP
 /// headers, the `traceparent` sent to the merchant). With `otlp_endpoint` set, sampled spans are batched on
 /// the SDK's own thread and POSTed to `{otlp_endpoint}/v1/traces`; the queue holds at most `max_queue_size`
 /// spans and drops new ones past it, so a dead collector costs neither memory nor latency. Without it, spans
