@@ -23,6 +23,7 @@ pub mod api_flood;
 pub mod baseline;
 pub mod checks;
 pub mod console;
+pub mod costs;
 pub mod env;
 pub mod gen;
 pub mod load;
@@ -309,6 +310,8 @@ fn baseline_phase(
         cpu: m.cpu,
         rss: RssPeaks::default(),
         pg_writes: None,
+        costs: None,
+        ratio_sqlx: None,
     }
 }
 
@@ -358,6 +361,8 @@ fn edge_phase(
         cpu,
         rss,
         pg_writes: lag.pg_writes,
+        costs: None,
+        ratio_sqlx: None,
     }
 }
 
@@ -480,6 +485,11 @@ async fn run_phases(opts: &Options, env: &BenchEnv, monitor: &Monitor) -> anyhow
     let (a_rate, stored_ids) = phases::baseline_a(&mut bench).await?;
     let b_rate = phases::baseline_b(&mut bench, stored_ids).await?;
     phases::pgbench_baselines(&mut bench).await;
+    // From here on every ratio and every rate derived from a baseline uses pgbench's (PostgreSQL's own load
+    // generator: the fairest measure of what this PostgreSQL can commit); the sqlx-driven ones when pgbench is
+    // missing. `fill_ratios` adds the sqlx-driven ratios as a second column.
+    let a_rate = reference_rate(&bench.phases, "baseline_insert_pgbench").unwrap_or(a_rate);
+    let b_rate = reference_rate(&bench.phases, "baseline_worker_tx_pgbench").unwrap_or(b_rate);
     let mut edge = phases::start_edge(&bench).await?;
     let edge_max = phases::edge_max(&mut bench, &mut edge, a_rate).await?;
     phases::latency_sweep(&mut bench, &mut edge, edge_max, a_rate).await?;
@@ -524,9 +534,10 @@ fn build_report(
         opts,
         env,
         monitor,
-        phases,
+        mut phases,
         ..
     } = bench;
+    fill_ratios(&mut phases);
     let cfg = &env.config;
     let correctness_pass = checks.iter().all(|c| c.pass);
     let peak = monitor.overall_peaks();
@@ -567,6 +578,33 @@ fn build_report(
     }
 }
 
+/// The throughput of the baseline phase `key`, when it ran.
+fn reference_rate(phases: &[PhaseReport], key: &str) -> Option<f64> {
+    phases
+        .iter()
+        .find(|p| p.key == key)
+        .map(|p| p.throughput_per_s)
+        .filter(|r| *r > 0.0)
+}
+
+/// Every row's ratios: `ratio` against the reference baseline (pgbench's when it ran), `ratio_sqlx` against the
+/// sqlx-driven one. The baseline rows are compared too, so the table shows how far the two baselines are apart.
+fn fill_ratios(phases: &mut [PhaseReport]) {
+    let sqlx_a = reference_rate(phases, "baseline_insert");
+    let sqlx_b = reference_rate(phases, "baseline_worker_tx");
+    let ref_a = reference_rate(phases, "baseline_insert_pgbench").or(sqlx_a);
+    let ref_b = reference_rate(phases, "baseline_worker_tx_pgbench").or(sqlx_b);
+    for p in phases.iter_mut() {
+        let (reference, sqlx) = match p.baseline {
+            Some(Baseline::A) => (ref_a, sqlx_a),
+            Some(Baseline::B) => (ref_b, sqlx_b),
+            None => continue,
+        };
+        p.ratio = reference.map(|r| p.throughput_per_s / r);
+        p.ratio_sqlx = sqlx.map(|r| p.throughput_per_s / r);
+    }
+}
+
 /// The targets, from the phases' rows, the checks and the children's peak RSS over the run.
 fn targets(
     opts: &Options,
@@ -587,28 +625,29 @@ fn targets(
         .and_then(|p| p.latency.map(|l| l.p99_ms));
     // The first two checks of `verify`: every acknowledged event stored, and processed.
     let no_loss = checks.iter().take(2).all(|c| c.pass);
-    let pipe_ratio = report_phase("pipeline").and_then(|p| p.ratio);
-    // The same phases against the pgbench-driven baselines (absent when pgbench is not installed).
-    let versus = |phase: &str, baseline: &str| {
-        let p = report_phase(phase)?;
-        let b = report_phase(baseline)?;
-        (b.throughput_per_s > 0.0).then(|| p.throughput_per_s / b.throughput_per_s)
-    };
+    let pipe = report_phase("pipeline");
     // Latency is judged where the target puts it: at 0.3 × A offered. The ceiling phase is offered about as much
     // as the pipeline can take, where any queue grows its lag (still shown in the table).
     let pipe_e2e_p99 = report_phase("pipeline_target").and_then(|p| p.e2e_lag.map(|l| l.p99_ms));
+    // PostgreSQL's CPU per unique event while the pipeline holds the target's rate (the cost model's figure).
+    let pg_ms = report_phase("pipeline_target")
+        .and_then(|p| p.costs.as_ref())
+        .map(|c| c.pg_cpu_ms);
+    let with_sqlx = |mut t: TargetResult, phase: Option<&PhaseReport>| {
+        t.sqlx_ratio = phase.and_then(|p| p.ratio_sqlx);
+        t
+    };
+    let edge_max = report_phase("edge_max");
+    let drain = report_phase("worker_drain");
     vec![
-        goal(
-            &format!("edge durable ingest ≥ 1.0× baseline A ({conc} connections)"),
-            report_phase("edge_max").and_then(|p| p.ratio),
-            "×",
-            |v| v >= 1.0,
-        ),
-        goal(
-            "  same, against pgbench's baseline A",
-            versus("edge_max", "baseline_insert_pgbench"),
-            "×",
-            |v| v >= 1.0,
+        with_sqlx(
+            goal(
+                &format!("edge durable ingest ≥ 1.5× baseline A ({conc} connections)"),
+                edge_max.and_then(|p| p.ratio),
+                "×",
+                |v| v >= 1.5,
+            ),
+            edge_max,
         ),
         goal(
             "edge p99 ≤ 10 ms at half of its max throughput",
@@ -616,29 +655,36 @@ fn targets(
             " ms",
             |v| v <= 10.0,
         ),
-        goal(
-            "worker drain ≥ 2.5× baseline B",
-            report_phase("worker_drain").and_then(|p| p.ratio),
-            "×",
-            |v| v >= 2.5,
+        with_sqlx(
+            goal(
+                "worker drain ≥ 3× baseline B",
+                drain.and_then(|p| p.ratio),
+                "×",
+                |v| v >= 3.0,
+            ),
+            drain,
         ),
-        goal(
-            "  same, against pgbench's baseline B (per-event transaction)",
-            versus("worker_drain", "baseline_worker_tx_pgbench"),
-            "×",
-            |v| v >= 2.5,
+        with_sqlx(
+            TargetResult {
+                name: "pipeline sustained ≥ 0.5× baseline A with zero loss".into(),
+                value: pipe.and_then(|p| p.ratio),
+                unit: "×",
+                pass: no_loss && pipe.and_then(|p| p.ratio).is_some_and(|v| v >= 0.5),
+                sqlx_ratio: None,
+            },
+            pipe,
         ),
-        TargetResult {
-            name: "pipeline sustained ≥ 0.3× baseline A with zero loss".into(),
-            value: pipe_ratio,
-            unit: "×",
-            pass: no_loss && pipe_ratio.is_some_and(|v| v >= 0.3),
-        },
         goal(
             "pipeline end-to-end p99 ≤ 100 ms at 0.3× baseline A offered",
             pipe_e2e_p99,
             " ms",
             |v| v <= 100.0,
+        ),
+        goal(
+            "PostgreSQL CPU per event at 0.3× baseline A ≤ 0.35 ms",
+            pg_ms,
+            " ms",
+            |v| v <= 0.35,
         ),
         goal("edge peak RSS ≤ 64 MiB", peak.edge_mib, " MiB", |v| {
             v <= 64.0
@@ -666,5 +712,6 @@ fn goal(
         value,
         unit,
         pass: value.is_some_and(ok),
+        sqlx_ratio: None,
     }
 }

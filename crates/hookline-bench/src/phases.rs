@@ -11,10 +11,11 @@ use sqlx::PgPool;
 
 use crate::baseline;
 use crate::checks::{self, AckBook, Check};
+use crate::costs::{self, CostModel, Counters};
 use crate::env::{self, BenchEnv, ChildProcess};
 use crate::gen::{unix_now, EventFactory, PROVIDER};
 use crate::load::{self, Target};
-use crate::procfs::Monitor;
+use crate::procfs::{CpuUsage, Monitor};
 use crate::report::{Baseline, CpuPer1k, PhaseReport};
 use crate::stats::Latency;
 use crate::{
@@ -176,6 +177,7 @@ pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
     for (key, label, unit, clients, baseline) in runs {
         progress(format!("{label}: {clients} clients, {:?}", opts.duration));
         crate::fresh_checkpoint(&env.baseline_db_url).await;
+        let before = counters_before(&env.baseline_db_url).await;
         let cpu0 = bench.monitor.snapshot();
         let started = std::time::Instant::now();
         let (url, dur, dir) = (env.baseline_db_url.clone(), opts.duration, dir.clone());
@@ -200,6 +202,7 @@ pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
                 };
                 let mut row = baseline_phase(key, label.to_string(), unit, &m, baseline);
                 row.throughput_per_s = r.tps;
+                row.costs = costs_after(&env.baseline_db_url, before, m.ops, &m.cpu).await;
                 bench.phases.push(row);
             }
             Ok(Err(e)) => progress(format!("  {label} failed: {e:#}")),
@@ -269,11 +272,19 @@ pub(crate) async fn edge_max(
         "edge max: closed loop, {conc} connections, {dur:?} ({n} prepared deliveries)"
     ));
     crate::fresh_checkpoint(&bench.env.db_url).await;
+    // The warm-up's writes may still be unreported: wait until they are, so that they are not this phase's.
+    let before = match costs::settled(&bench.env.db_url).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            progress(format!("  cost counters unavailable: {e:#}"));
+            None
+        }
+    };
     let clock = PhaseClock::begin(monitor);
     let run = load::closed_loop(&edge.target, plan.clone(), conc, dur).await?;
     let (cpu, rss, end) = clock.end(monitor);
     edge.book.record(&plan, &run);
-    let max_phase = edge_phase(
+    let mut max_phase = edge_phase(
         "edge_max".into(),
         format!("edge max c={conc}"),
         None,
@@ -283,6 +294,7 @@ pub(crate) async fn edge_max(
         edge.lag.window(clock.start, end),
         a_rate,
     );
+    max_phase.costs = edge_costs(bench.env, edge, before, &max_phase).await?;
     let edge_max = max_phase.throughput_per_s;
     progress(format!("  {edge_max:.0} acks/s"));
     bench.phases.push(max_phase);
@@ -313,11 +325,12 @@ pub(crate) async fn latency_sweep(
         settle_relay(&edge.pool, &mut edge.edge).await?;
         let plan = Arc::new(bench.factory.plan(&format!("o{pct}"), n, dup)?);
         crate::fresh_checkpoint(&bench.env.db_url).await;
+        let before = counters_before(&bench.env.db_url).await;
         let clock = PhaseClock::begin(monitor);
         let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
         let (cpu, rss, end) = clock.end(monitor);
         edge.book.record(&plan, &run);
-        let p = edge_phase(
+        let mut p = edge_phase(
             format!("edge_open_{pct}"),
             format!("edge open {pct}% of max"),
             Some(rate),
@@ -327,6 +340,7 @@ pub(crate) async fn latency_sweep(
             edge.lag.window(clock.start, end),
             a_rate,
         );
+        p.costs = edge_costs(bench.env, edge, before, &p).await?;
         if let Some(l) = &p.latency {
             progress(format!(
                 "  p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
@@ -358,6 +372,7 @@ pub(crate) async fn worker_drain(
         env.topology.payments_queue
     ));
     crate::fresh_checkpoint(&env.db_url).await;
+    let before = counters_before(&env.db_url).await;
     let clock = PhaseClock::begin(monitor);
     let spawned_unix = unix_now();
     let mut worker = ChildProcess::spawn(
@@ -415,6 +430,8 @@ pub(crate) async fn worker_drain(
         cpu,
         rss,
         pg_writes: edge.lag.window(clock.start, drain_end).pg_writes,
+        costs: costs_after(&env.db_url, before, n as u64, &cpu).await,
+        ratio_sqlx: None,
     });
     Ok((worker, drain_rate))
 }
@@ -483,6 +500,7 @@ pub(crate) async fn pipeline(
     settle_relay(pool, &mut edge.edge).await?;
     let plan = Arc::new(bench.factory.plan(tag, n, dup)?);
     crate::fresh_checkpoint(&bench.env.db_url).await;
+    let before = counters_before(&bench.env.db_url).await;
     let clock = PhaseClock::begin(monitor);
     let load_start = unix_now();
     let run = load::open_loop(&edge.target, plan.clone(), rate, olc).await?;
@@ -544,6 +562,7 @@ pub(crate) async fn pipeline(
     pipe.ratio = Some(sustained / a_rate.max(1e-9));
     pipe.e2e_lag = Latency::from_secs(&lags);
     pipe.cpu_per_1k = CpuPer1k::new(&cpu, pipe.events);
+    pipe.costs = costs_after(&bench.env.db_url, before, stored_in(&pipe), &cpu).await;
     progress(format!(
         "  {sustained:.0} events/s processed; end-to-end p99 {} ms; relay lag max {} ms",
         pipe.e2e_lag
@@ -604,4 +623,48 @@ pub(crate) async fn stop_and_check(
     checks.append(&mut bench.extra_checks);
     pool.close().await;
     Ok(checks)
+}
+
+/// Counters before a phase; without them (a failed read is reported) the phase runs without its cost model.
+async fn counters_before(db_url: &str) -> Option<Counters> {
+    match Counters::read(db_url).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            progress(format!("  cost counters unavailable: {e:#}"));
+            None
+        }
+    }
+}
+
+/// The phase's cost per event, read once every backend has reported what the phase caused.
+async fn costs_after(
+    db_url: &str,
+    before: Option<Counters>,
+    events: u64,
+    cpu: &CpuUsage,
+) -> Option<CostModel> {
+    let before = before?;
+    match costs::settled(db_url).await {
+        Ok(after) => Some(before.per_event(&after, events, cpu.postgres_s, cpu.rabbitmq_s)),
+        Err(e) => {
+            progress(format!("  cost counters unavailable: {e:#}"));
+            None
+        }
+    }
+}
+
+/// Unique events an edge or pipeline phase stored (its acknowledgements minus duplicates).
+fn stored_in(p: &PhaseReport) -> u64 {
+    (p.stored_per_s.unwrap_or(0.0) * p.duration_s).round() as u64
+}
+
+/// An edge phase's cost per unique event stored, the relay's publishing and deleting included (it is waited for).
+async fn edge_costs(
+    env: &BenchEnv,
+    edge: &mut EdgeRun,
+    before: Option<Counters>,
+    p: &PhaseReport,
+) -> anyhow::Result<Option<CostModel>> {
+    settle_relay(&edge.pool, &mut edge.edge).await?;
+    Ok(costs_after(&env.db_url, before, stored_in(p), &p.cpu).await)
 }

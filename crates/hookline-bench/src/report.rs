@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::checks::Check;
+use crate::costs::CostModel;
 use crate::procfs::{CpuUsage, RssPeaks};
 use crate::stats::Latency;
 
@@ -69,8 +70,11 @@ pub struct PhaseReport {
     pub stored_per_s: Option<f64>,
     /// The baseline the throughput is compared with.
     pub baseline: Option<Baseline>,
-    /// `throughput / baseline throughput`.
+    /// `throughput / baseline throughput`, the baseline driven by pgbench when it ran (else by sqlx).
     pub ratio: Option<f64>,
+    /// `throughput / baseline throughput`, the baseline driven by this benchmark through sqlx (30–45 % slower
+    /// than pgbench on the same database: the second, flattering column).
+    pub ratio_sqlx: Option<f64>,
     /// Count behind the throughput.
     pub events: u64,
     /// Seconds the count was taken over.
@@ -95,6 +99,8 @@ pub struct PhaseReport {
     pub rss: RssPeaks,
     /// PostgreSQL's checkpoints and backend writes during the phase (edge, drain and pipeline phases).
     pub pg_writes: Option<PgWrites>,
+    /// The phase's physical cost per event: rows written per table, WAL, CPU, AMQP (see [`crate::costs`]).
+    pub costs: Option<CostModel>,
 }
 
 /// PostgreSQL's writes of dirty pages during a phase, from `pg_stat_bgwriter`. A checkpoint (every
@@ -109,7 +115,8 @@ pub struct PgWrites {
     pub backend_writes: u64,
 }
 
-/// One of the issue's targets. Informational: a missed target does not fail the run.
+/// One of the issue's targets, judged against pgbench's baselines (the sqlx-driven ones when pgbench is missing).
+/// Informational: a missed target does not fail the run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetResult {
     /// The target, in words.
@@ -120,6 +127,8 @@ pub struct TargetResult {
     pub unit: &'static str,
     /// Whether it was met.
     pub pass: bool,
+    /// For a throughput target: the same phase against the sqlx-driven baseline (second column).
+    pub sqlx_ratio: Option<f64>,
 }
 
 /// Effective settings of the run.
@@ -236,7 +245,7 @@ pub fn render_table(r: &Report) -> String {
     if let Some(target) = s.pipeline_target_rate {
         let _ = writeln!(
             out,
-            "pipeline_target offered {target:.0} requests/s: 0.3 × baseline A unique events/s (the target's rate), \
+            "pipeline_target offered {target:.0} requests/s: 0.3 × baseline A (pgbench's) unique events/s (the target's rate), \
              duplicates on top"
         );
     }
@@ -249,13 +258,14 @@ pub fn render_table(r: &Report) -> String {
     }
     let _ = writeln!(out);
     let header = format!(
-        "{:<30} {:>9} {:>9} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}",
-        "phase", "offered/s", "thrpt/s", "×base", "p50 ms", "p99 ms", "p99.9 ms", "e2e p50", "e2e p99",
+        "{:<30} {:>9} {:>9} {:>6} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5}",
+        "phase", "offered/s", "thrpt/s", "×base", "×sqlx", "p50 ms", "p99 ms", "p99.9 ms", "e2e p50", "e2e p99",
         "relay", "RSS MiB", "errors", "events", "edge", "worker", "pg", "rabbit", "bench", "other", "busy", "io"
     );
     let _ = writeln!(
         out,
-        "{:<30} {:>9} {:>9} {:>6} {:>24} {:>15} {:>7} {:>11} {:>14} | {:>41} {:>11}",
+        "{:<30} {:>9} {:>9} {:>6} {:>6} {:>24} {:>15} {:>7} {:>11} {:>14} | {:>41} {:>11}",
+        "",
         "",
         "",
         "",
@@ -279,6 +289,10 @@ pub fn render_table(r: &Report) -> String {
             (Some(x), Some(b)) => format!("{x:.2}{b:?}"),
             _ => "-".into(),
         };
+        let ratio_sqlx = match (p.ratio_sqlx, p.baseline) {
+            (Some(x), Some(b)) => format!("{x:.2}{b:?}"),
+            _ => "-".into(),
+        };
         let rss = match (p.rss.edge_mib, p.rss.worker_mib) {
             (None, None) => "-".to_string(),
             (e, w) => format!("{}/{}", opt(e, 1), opt(w, 1)),
@@ -286,11 +300,12 @@ pub fn render_table(r: &Report) -> String {
         let c = &p.cpu_per_1k;
         let _ = writeln!(
             out,
-            "{:<30} {:>9} {:>9.0} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5.0} {:>5}",
+            "{:<30} {:>9} {:>9.0} {:>6} {:>6} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>11} {:>6} {:>7} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5.0} {:>5}",
             format!("{}{}", p.label, if p.exhausted { "*" } else { "" }),
             opt(p.offered_per_s, 0),
             p.throughput_per_s,
             ratio,
+            ratio_sqlx,
             opt(p50, 2),
             opt(p99, 2),
             opt(p999, 2),
@@ -312,7 +327,8 @@ pub fn render_table(r: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "×base: throughput / baseline (A = one row per commit, B = worker transaction); thrpt counts commits (A), \
+        "×base: throughput / pgbench's baseline (A = one row per commit, B = worker transaction; the sqlx-driven one \
+         when pgbench is missing); ×sqlx: the same against the baseline this benchmark drives through sqlx; thrpt counts commits (A), \
          transactions (B), 200 answers incl. duplicates (edge), processed events (drain, pipeline). * = input ran out early.\n\
          CPU: pg = every PostgreSQL process, bench = this process (load generator / baseline client), other = the rest of \
          the machine (non-zero = the phase shared the machine with something else); busy = machine-wide CPU use;\n\
@@ -335,6 +351,7 @@ pub fn render_table(r: &Report) -> String {
             with_checkpoints.join(", ")
         }
     );
+    render_costs(&mut out, r);
     let _ = writeln!(
         out,
         "peak RSS over the run: edge {} MiB, worker {} MiB",
@@ -342,15 +359,20 @@ pub fn render_table(r: &Report) -> String {
         opt(r.peak_rss.worker_mib, 1)
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "targets (informational):");
+    let _ = writeln!(
+        out,
+        "targets (informational; A and B are pgbench's baselines when it ran):{:>50}",
+        "vs sqlx baseline"
+    );
     for t in &r.targets {
+        let value = format!("{}{}", opt(t.value, 2), t.unit);
         let _ = writeln!(
             out,
-            "  {}  {:<68} {}{}",
+            "  {}  {:<68} {:>10} {:>10}",
             pass(t.pass),
             t.name,
-            opt(t.value, 2),
-            t.unit
+            value,
+            t.sqlx_ratio.map_or(String::new(), |x| format!("{x:.2}×"))
         );
     }
     let _ = writeln!(out);
@@ -363,6 +385,78 @@ pub fn render_table(r: &Report) -> String {
     }
     let _ = writeln!(out, "total {:.0} s", r.total_s);
     out
+}
+
+/// The cost model: per event of each phase that has one, what PostgreSQL and RabbitMQ did.
+fn render_costs(out: &mut String, r: &Report) {
+    let rows: Vec<(&PhaseReport, &CostModel)> = r
+        .phases
+        .iter()
+        .filter_map(|p| Some((p, p.costs.as_ref()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\ncost per event (per unique event stored, or processed for the drain; per transaction for pgbench): tuples \
+         written (pg_stat_user_tables), WAL (pg_stat_wal), CPU, RabbitMQ's own message and byte counters"
+    );
+    let header = format!(
+        "{:<30} {:>7} {:>7} {:>5} {:>6} {:>6} {:>14} {:>11}  {}",
+        "phase",
+        "tuples",
+        "WAL B",
+        "WAL#",
+        "pg ms",
+        "mq ms",
+        "msg in/out/ack",
+        "AMQP B i/o",
+        "per table: i inserted, u updated (h of them HOT), d deleted"
+    );
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "{}", "-".repeat(header.chars().count()));
+    for (p, c) in rows {
+        let msgs = match (c.amqp_published, c.amqp_delivered, c.amqp_acknowledged) {
+            (Some(a), Some(b), Some(k)) => format!("{a:.2}/{b:.2}/{k:.2}"),
+            _ => "-".into(),
+        };
+        let bytes = match (c.amqp_bytes_in, c.amqp_bytes_out) {
+            (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
+            _ => "-".into(),
+        };
+        let tables: Vec<String> = c
+            .tables
+            .iter()
+            .filter(|t| t.inserted + t.updated + t.deleted >= 0.005)
+            .map(|t| {
+                let mut parts = Vec::new();
+                if t.inserted >= 0.005 {
+                    parts.push(format!("i{:.2}", t.inserted));
+                }
+                if t.updated >= 0.005 {
+                    parts.push(format!("u{:.2}(h{:.2})", t.updated, t.hot_updated));
+                }
+                if t.deleted >= 0.005 {
+                    parts.push(format!("d{:.2}", t.deleted));
+                }
+                format!("{} {}", t.table, parts.join(" "))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<30} {:>7.2} {:>7.0} {:>5.1} {:>6.3} {:>6.3} {:>14} {:>11}  {}",
+            p.label,
+            c.tuples,
+            c.wal_bytes,
+            c.wal_records,
+            c.pg_cpu_ms,
+            c.rabbitmq_cpu_ms,
+            msgs,
+            bytes,
+            tables.join("; ")
+        );
+    }
 }
 
 /// A round tick step (1, 2 or 5 × a power of ten) close to `raw`.
