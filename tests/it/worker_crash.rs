@@ -272,3 +272,155 @@ fn duplicate_deliveries() -> u64 {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or(0, |v| v as u64)
 }
+
+/// Locks payment `payment_ref` (created first) in a transaction of the test, so that the batch applying its event
+/// waits on the lock: a batch in flight that does not finish until the test lets it.
+async fn hold_payment(
+    pool: &sqlx::PgPool,
+    payment_ref: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    sqlx::query(
+        "INSERT INTO payments (provider, provider_payment_id, status) VALUES ('stripe', $1, 'created')",
+    )
+    .bind(payment_ref)
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM payments WHERE provider_payment_id = $1 FOR UPDATE")
+        .bind(payment_ref)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// Processed markers and distinct transaction start times (`processed_at` is `now()`: one per transaction) of
+/// the events whose provider id starts with `prefix`.
+async fn markers_and_transactions(pool: &sqlx::PgPool, prefix: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(DISTINCT p.processed_at) FROM processed_events p
+           JOIN webhook_events e ON e.id = p.event_id
+          WHERE starts_with(e.provider_event_id, $1)",
+    )
+    .bind(prefix)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Batches fill by themselves. While a batch is in flight (its payment locked by the test), deliveries that
+/// arrive one at a time — each published on its own — gather into the next batch, which starts when the first
+/// one finishes: one transaction for all four (`batch_linger_ms` 1000, so the linger does not start them). Then,
+/// with the default linger, a batch that stays stuck holds the deliveries behind it back by the linger at most:
+/// they are applied while it still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deliveries_gather_while_a_batch_is_in_flight_and_a_stuck_one_holds_none_back() {
+    let p = TestPipeline::start().await;
+    let pool = p.pool().clone();
+    let toml = p
+        .toml
+        .replace("concurrency = 4", "concurrency = 4\nbatch_linger_ms = 1000");
+    assert_ne!(
+        toml, p.toml,
+        "the test's configuration names the worker's concurrency"
+    );
+    let long_linger = std::env::temp_dir().join(format!(
+        "hookline-test-{}-linger.toml",
+        p.config.amqp.prefix
+    ));
+    std::fs::write(&long_linger, toml).unwrap();
+
+    let holder = hold_payment(&pool, "pi_fill_held").await;
+    let mut worker = Child::spawn(
+        "hookline-worker",
+        &["--config", long_linger.to_str().unwrap()],
+        &[],
+    );
+    let held = stripe::payment_intent("evt_held_for_fill", "succeeded", "pi_fill_held", 5_000);
+    assert_eq!(p.edge.deliver_stripe(&held).await, 200);
+    wait_until(WAIT, "the held batch waits for its lock", || async {
+        worker_sessions(&p, "wait_event_type = 'Lock'").await == 1
+    })
+    .await;
+    let first_sent = std::time::Instant::now();
+    for i in 0..4 {
+        let body = stripe::payment_intent(
+            &format!("evt_fill_{i}"),
+            "succeeded",
+            &format!("pi_fill_{i}"),
+            1_000,
+        );
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
+        // Published before the next is sent: each reaches the worker on its own.
+        wait_until(WAIT, "the relay published it", || async {
+            scalar(&pool, "SELECT count(*) FROM event_outbox").await == 0
+        })
+        .await;
+    }
+    let gathering = first_sent.elapsed();
+    holder.rollback().await.unwrap();
+    wait_until(WAIT, "the four are applied", || async {
+        markers_and_transactions(&pool, "evt_fill_").await.0 == 4
+    })
+    .await;
+    let (markers, transactions) = markers_and_transactions(&pool, "evt_fill_").await;
+    assert_eq!(markers, 4);
+    // One transaction when all four arrived within the linger (the usual case: ~0.3 s); on a machine so loaded
+    // that sending them took longer, the linger started those gathered so far, and the rest formed a second.
+    let most = if gathering < Duration::from_millis(900) {
+        1
+    } else {
+        2
+    };
+    assert!(
+        transactions <= most,
+        "the deliveries that arrived one by one while the held batch was in flight gathered into {most} \
+         transaction(s), not {transactions} (sent over {gathering:?})"
+    );
+    worker.kill9();
+
+    // The default linger (5 ms): a batch stuck on a lock does not hold the later deliveries until it ends.
+    let holder = hold_payment(&pool, "pi_stuck").await;
+    let config = p.config_file();
+    let mut worker = Child::spawn(
+        "hookline-worker",
+        &["--config", config.to_str().unwrap()],
+        &[],
+    );
+    let stuck = stripe::payment_intent("evt_stuck", "succeeded", "pi_stuck", 5_000);
+    assert_eq!(p.edge.deliver_stripe(&stuck).await, 200);
+    wait_until(WAIT, "the stuck batch waits for its lock", || async {
+        worker_sessions(&p, "wait_event_type = 'Lock'").await == 1
+    })
+    .await;
+    for i in 0..3 {
+        let body = stripe::payment_intent(
+            &format!("evt_behind_{i}"),
+            "succeeded",
+            &format!("pi_behind_{i}"),
+            1_000,
+        );
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
+    }
+    wait_until(
+        WAIT,
+        "the deliveries behind the stuck batch are applied while it waits",
+        || async { markers_and_transactions(&pool, "evt_behind_").await.0 == 3 },
+    )
+    .await;
+    assert_eq!(
+        worker_sessions(&p, "wait_event_type = 'Lock'").await,
+        1,
+        "the stuck batch still waits"
+    );
+    holder.rollback().await.unwrap();
+    p.drain(WAIT).await;
+    worker.kill9();
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM processed_events").await,
+        9
+    );
+    assert_eq!(assert_ledger_balanced(&pool).await, 9);
+    p.teardown().await;
+}

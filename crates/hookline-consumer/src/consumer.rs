@@ -16,7 +16,7 @@ use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use sqlx::PgPool;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -56,7 +56,8 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// Most deliveries applied in one transaction (1 = one transaction per delivery).
     pub batch_max: usize,
-    /// How long a batch that is not full waits for more deliveries (zero: it takes what has arrived).
+    /// While earlier batches are in flight, the longest a batch that is not full gathers more deliveries before
+    /// it starts anyway (zero: it starts with what has arrived). With nothing in flight it starts at once.
     pub batch_linger: Duration,
 }
 
@@ -216,7 +217,18 @@ impl<H: Handler> Worker<H> {
         // A consumer may stop yielding without an error when the connection dies (lapin #389): watch the status.
         let mut health = tokio::time::interval(Duration::from_secs(2));
         let mut last_delivery = std::time::Instant::now();
+        // Deliveries taken from the consumer and not yet in a batch: they gather while earlier batches are in
+        // flight, and start when one finishes (`start_ready`). Bounded by the prefetch window.
+        let mut pending: Vec<Delivery> = Vec::new();
+        // Woken by every batch that finishes, so that what gathered meanwhile starts.
+        let finished = Arc::new(Notify::new());
+        let mut pending_since: Option<tokio::time::Instant> = None;
         let result = loop {
+            // Wakes the loop when the oldest gathered delivery has waited `batch_linger` — only while a slot is
+            // free: with every slot busy, only a finished batch can start the next one (the timer would spin).
+            let linger_until = pending_since
+                .filter(|_| permits.available_permits() > 0)
+                .map(|t| t + s.batch_linger);
             tokio::select! {
                 _ = cancel.cancelled() => {
                     let cancel_consumer = channel.basic_cancel(tag.clone(), BasicCancelOptions::default());
@@ -229,6 +241,7 @@ impl<H: Handler> Worker<H> {
                     }
                     if last_delivery.elapsed() >= IDLE_CHECK
                         && permits.available_permits() == s.concurrency
+                        && pending.is_empty()
                     {
                         last_delivery = std::time::Instant::now();
                         if let Some(ready) = ready_messages(connection, &s.topology.payments_queue).await {
@@ -241,27 +254,15 @@ impl<H: Handler> Worker<H> {
                         }
                     }
                 }
+                _ = finished.notified() => {}
+                _ = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)),
+                    if linger_until.is_some() => {}
                 next = consumer.next() => match next {
                     Some(Ok(delivery)) => {
                         last_delivery = std::time::Instant::now();
-                        // Wait for a free slot first, then take whatever else has arrived meanwhile (up to
-                        // batch_max): under load the batch fills while the previous ones commit, so one
-                        // transaction (and, for payment facts, one set of statements) serves many deliveries.
-                        let permit = permits.clone().acquire_owned().await.context("semaphore closed")?;
-                        // Then a short linger (`batch_linger`): at a moderate rate a batch would otherwise hold the
-                        // one or two deliveries that arrived meanwhile and pay the whole batch's statements for
-                        // them; a few milliseconds more of latency buys fuller batches and fewer statements.
-                        let (batch, failed) =
-                            gather_batch(&mut consumer, delivery, s.batch_max, s.batch_linger).await;
-                        metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
-                        acks.received(&batch).await;
-                        let ctx = ctx.clone();
-                        let acks = acks.clone();
-                        tokio::spawn(async move {
-                            handle_batch(&ctx, &acks, batch).await;
-                            drop(permit);
-                        });
-                        if let Some(e) = failed {
+                        pending_since.get_or_insert_with(tokio::time::Instant::now);
+                        pending.push(delivery);
+                        if let Some(e) = take_arrived(&mut consumer, &mut pending, s.batch_max) {
                             break Err(anyhow::Error::new(e).context("consumer failed"));
                         }
                     }
@@ -269,7 +270,28 @@ impl<H: Handler> Worker<H> {
                     None => break Err(anyhow::anyhow!("consumer stream ended")),
                 }
             }
+            start_ready(StartReady {
+                pending: &mut pending,
+                pending_since: &mut pending_since,
+                permits,
+                settings: s,
+                ctx,
+                acks: &acks,
+                finished: &finished,
+            })
+            .await;
         };
+        // What was taken and not started yet is handled like the rest (its acks may fail on a dead channel: then
+        // it is redelivered, and its markers make that a no-op).
+        while !pending.is_empty() {
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .context("semaphore closed")?;
+            let batch: Vec<Delivery> = pending.drain(..pending.len().min(s.batch_max)).collect();
+            spawn_batch(ctx, &acks, &finished, batch, permit).await;
+        }
         if result.is_ok() {
             // Graceful: wait for in-flight deliveries to ack on this channel before closing it.
             let _all = permits
@@ -317,33 +339,82 @@ async fn open_consumer(
     Ok((channel, consumer))
 }
 
-/// After `first`, takes whatever else has already arrived, then lingers up to `linger` for more, up to `max`
-/// deliveries. Returns the batch and the consumer's error if one ended the gathering (the batch is still
-/// handled; the session then ends).
-async fn gather_batch(
+/// Takes what the consumer has already received (without waiting) until `pending` holds `max`. Returns the
+/// consumer's error if one came (what was taken is still handled; the session then ends).
+fn take_arrived(
     consumer: &mut lapin::Consumer,
-    first: Delivery,
+    pending: &mut Vec<Delivery>,
     max: usize,
-    linger: Duration,
-) -> (Vec<Delivery>, Option<lapin::Error>) {
-    let mut batch = vec![first];
-    let linger_until = tokio::time::Instant::now() + linger;
-    while batch.len() < max {
-        let next = match consumer.next().now_or_never() {
-            Some(n) => n,
-            None if linger.is_zero() => break,
-            None => match tokio::time::timeout_at(linger_until, consumer.next()).await {
-                Ok(n) => n,
-                Err(_) => break,
-            },
-        };
-        match next {
-            Some(Ok(d)) => batch.push(d),
-            Some(Err(e)) => return (batch, Some(e)),
-            None => break,
+) -> Option<lapin::Error> {
+    while pending.len() < max {
+        match consumer.next().now_or_never() {
+            Some(Some(Ok(d))) => pending.push(d),
+            Some(Some(Err(e))) => return Some(e),
+            Some(None) | None => break,
         }
     }
-    (batch, None)
+    None
+}
+
+/// What [`start_ready`] needs from the session.
+struct StartReady<'a, H: Handler> {
+    pending: &'a mut Vec<Delivery>,
+    /// When the oldest of `pending` arrived.
+    pending_since: &'a mut Option<tokio::time::Instant>,
+    permits: &'a Arc<Semaphore>,
+    settings: &'a WorkerSettings,
+    ctx: &'a Arc<Ctx<H>>,
+    acks: &'a Arc<Acks>,
+    finished: &'a Arc<Notify>,
+}
+
+/// Starts the batches that are ready. Batches fill by themselves: while an earlier batch is in flight, what
+/// arrives waits in `pending` until a batch finishes, `pending` holds a full batch (`batch_max`), or its oldest
+/// delivery has waited `batch_linger`; with nothing in flight, what has arrived starts at once. So a moderate
+/// rate pays a transaction's statements for as many deliveries as arrived during the previous one, an idle
+/// worker adds no wait, and a batch that is stuck (a row lock, a slow fetch) delays the next by `batch_linger`
+/// at most — the deliveries behind it are not held until it ends.
+async fn start_ready<H: Handler>(r: StartReady<'_, H>) {
+    let s = r.settings;
+    while !r.pending.is_empty() {
+        let in_flight = s.concurrency.saturating_sub(r.permits.available_permits());
+        let waited = r
+            .pending_since
+            .is_none_or(|t| t.elapsed() >= s.batch_linger);
+        if in_flight > 0 && r.pending.len() < s.batch_max && !waited {
+            break;
+        }
+        let Ok(permit) = r.permits.clone().try_acquire_owned() else {
+            break;
+        };
+        let batch: Vec<Delivery> = r
+            .pending
+            .drain(..r.pending.len().min(s.batch_max))
+            .collect();
+        spawn_batch(r.ctx, r.acks, r.finished, batch, permit).await;
+        // What is left arrived after the batch's first delivery; counting from now errs toward starting later
+        // by at most one linger, never toward holding a delivery longer than the previous batch took.
+        *r.pending_since = (!r.pending.is_empty()).then(tokio::time::Instant::now);
+    }
+}
+
+/// Records `batch` with the ack tracker and handles it on its own task, which frees its slot and wakes the
+/// session when done.
+async fn spawn_batch<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Arc<Acks>,
+    finished: &Arc<Notify>,
+    batch: Vec<Delivery>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
+    acks.received(&batch).await;
+    let (ctx, acks, finished) = (ctx.clone(), acks.clone(), finished.clone());
+    tokio::spawn(async move {
+        handle_batch(&ctx, &acks, batch).await;
+        drop(permit);
+        finished.notify_one();
+    });
 }
 
 /// How long an idle consumer (nothing in flight) goes without a delivery before it checks whether the queue has

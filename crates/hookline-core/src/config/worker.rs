@@ -18,7 +18,8 @@ pub struct WorkerConfig {
     pub db_max_connections: u32,
     /// Most deliveries applied in one transaction (each in its own savepoint); 1 disables batching.
     pub batch_max: usize,
-    /// How long a batch that is not full waits for more deliveries before it starts (0 = never waits).
+    /// While earlier batches are in flight, the longest a batch that is not full gathers more deliveries before
+    /// it starts anyway (0 = never waits); with nothing in flight it starts at once.
     pub batch_linger: Duration,
     /// Where the worker serves `/healthz` and `/metrics`; `None` (the default) serves nothing.
     pub listen: Option<SocketAddr>,
