@@ -834,3 +834,101 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
         .unwrap();
     receiver.stop().await;
 }
+
+/// The domain relay's cursor under concurrent commits. Transaction A records a fact and stays open; B records a
+/// later fact (higher `seq`) and commits. A relay round must not pass A's fact: it sees neither (A, still running,
+/// holds the horizon) — with a cursor over `seq` alone it would publish B's fact and move past A's for ever. Once
+/// A commits, the next round reads both, A's first (`(xid, seq)` order), and after the cursor moves past them a
+/// round finds nothing, and each is reported published.
+#[tokio::test]
+async fn the_domain_cursor_never_passes_a_fact_whose_transaction_is_still_running() {
+    use hookline_core::domain_events::{
+        list, lock_cursor, move_cursor, read_after, record, unpublished_backlog, EventType,
+    };
+    let db = hookline_tests::TestDb::new().await;
+    let pool = db.pool.clone();
+    let fact = |subject: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let (id, created) = record(
+                &mut tx,
+                EventType::PaymentSucceeded,
+                subject,
+                &serde_json::json!({}),
+            )
+            .await
+            .unwrap();
+            assert!(created);
+            (tx, id)
+        }
+    };
+    let round = || {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let cursor = lock_cursor(&mut tx).await.unwrap().expect("no other relay");
+            let facts = read_after(&mut tx, cursor, 100).await.unwrap();
+            (tx, facts)
+        }
+    };
+    let (a, a_id) = fact("stripe/pi_a").await;
+    let (b, b_id) = fact("stripe/pi_b").await;
+    b.commit().await.unwrap();
+
+    let (tx, facts) = round().await;
+    assert!(
+        facts.is_empty(),
+        "nothing past the running transaction's horizon: {:?}",
+        facts.iter().map(|f| &f.id).collect::<Vec<_>>()
+    );
+    drop(tx);
+    assert_eq!(
+        unpublished_backlog(&pool).await.unwrap().0,
+        1,
+        "B's fact waits (A's is not visible before A commits)"
+    );
+
+    a.commit().await.unwrap();
+    // The horizon is the cluster's: a write transaction of another test still running holds it back for a
+    // moment (the facts wait, none is skipped), so the round is repeated until it finds them.
+    let deadline = std::time::Instant::now() + WAIT;
+    let (mut tx, facts) = loop {
+        let (tx, facts) = round().await;
+        // (A's alone is possible too, when another test's transaction began between A and B.)
+        if facts.len() == 2 {
+            break (tx, facts);
+        }
+        drop(tx);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no round read the facts within {WAIT:?} of A's commit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ids: Vec<&str> = facts.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [a_id.as_str(), b_id.as_str()],
+        "A's fact first: its transaction began first"
+    );
+    let last = facts.last().unwrap();
+    move_cursor(
+        &mut tx,
+        hookline_core::domain_events::Cursor {
+            xid: last.xid.unwrap(),
+            seq: last.seq,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let (tx, facts) = round().await;
+    assert!(facts.is_empty(), "the cursor moved past both");
+    drop(tx);
+    assert_eq!(unpublished_backlog(&pool).await.unwrap().0, 0);
+    let listed = list(&pool, None, 10).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|f| f.published), "{listed:?}");
+}

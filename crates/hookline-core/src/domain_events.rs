@@ -9,11 +9,13 @@
 //! (`domain_deliveries`, see `hookline_delivery::destinations`), reading the `destinations` table: the database decides,
 //! so two workers with different memories cannot disagree.
 //!
-//! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`; `hookline-bus`'s
-//! `domain` module) and the HTTP delivery loop (`hookline-worker`'s `deliver` module). The relay's side is the
-//! `domain_outbox` table, also owned here: a trigger adds every recorded fact's `seq` in the recording
-//! transaction; the relay claims rows ([`claim_unpublished`]), publishes, puts back what RabbitMQ did not confirm
-//! ([`put_back`]) and commits. A fact's row is never updated.
+//! Two ways out read this outbox and nothing else: the domain relay (RabbitMQ `{prefix}.domain`;
+//! `hookline-delivery`'s `relay` module) and the HTTP delivery loop (`domain_deliveries`). The relay's side is
+//! owned here too: it locks the cursor ([`lock_cursor`]), reads the facts past it whose transactions have ended
+//! ([`read_after`]: why that is enough is in migration 20), claims what earlier rounds could not publish from
+//! `domain_outbox` ([`claim_unpublished`]), publishes, puts what RabbitMQ did not confirm in `domain_outbox`
+//! ([`put_back`]), moves the cursor ([`move_cursor`]) and commits. A fact's row is never updated: recording one
+//! writes that row and its index entries, nothing else.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -233,12 +235,14 @@ pub async fn record_many<D: Serialize>(
     Ok(created as u64)
 }
 
-/// A fact not yet confirmed by RabbitMQ, claimed from `domain_outbox`.
+/// A fact not yet confirmed by RabbitMQ: past the cursor, or claimed from `domain_outbox`.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Unpublished {
     /// `domain_events.seq`.
     pub seq: i64,
-    /// When it entered the outbox (kept when it is put back).
+    /// The transaction that recorded it, for a fact read past the cursor (`None`: claimed from the outbox).
+    pub xid: Option<i64>,
+    /// When it was recorded, or entered the outbox (kept when it is put back).
     pub enqueued_at: OffsetDateTime,
     /// The fact's id (`evt_…`), sent as the AMQP `message_id`.
     pub id: String,
@@ -251,13 +255,86 @@ pub struct Unpublished {
     pub traceparent: Option<String>,
 }
 
-/// Whether any fact waits for the domain relay (a look at the outbox, which holds only what is unpublished; no
+/// Whether any fact waits for the domain relay (past the cursor — one index probe — or in the outbox; no
 /// transaction): the relay's idle check, so an idle relay costs one statement per poll and never sits in an open
-/// transaction.
+/// transaction. A fact of a transaction still running counts: the round that follows finds nothing yet.
 pub async fn any_unpublished<'c>(conn: impl PgExecutor<'c>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM domain_outbox)")
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM domain_relay_cursor c, LATERAL (
+                            SELECT 1 FROM domain_events e WHERE (e.xid, e.seq) > (c.xid, c.seq) LIMIT 1) f)
+             OR EXISTS (SELECT 1 FROM domain_outbox)",
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// How far the domain relay has published: every fact at or below `(xid, seq)` was published or put in
+/// `domain_outbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// A transaction id (`xid8`, as a number).
+    pub xid: i64,
+    /// A `seq` of that transaction's facts.
+    pub seq: i64,
+}
+
+/// Locks the cursor for this transaction, or `None` when another relay holds it (`SKIP LOCKED`: that one
+/// publishes the new facts; this one may still retry the outbox).
+pub async fn lock_cursor(tx: &mut PgConnection) -> Result<Option<Cursor>, sqlx::Error> {
+    let row: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT xid::text::int8, seq FROM domain_relay_cursor FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(row.map(|(xid, seq)| Cursor { xid, seq }))
+}
+
+/// Up to `limit` facts past `cursor` whose transactions have ended, in `(xid, seq)` order: those below the
+/// horizon, read in the same statement (same snapshot), so every one of them is visible and none can appear
+/// below it later (migration 20 says why a cursor over `seq` alone would skip facts). One index range scan
+/// (`domain_events_xid_idx`).
+///
+/// The horizon is the oldest transaction still running that could write a fact, or the snapshot's `xmax` when
+/// none is. The snapshot's running transactions are the whole cluster's; those `pg_stat_activity` shows in
+/// another database cannot write here and do not count — so a long transaction of another application on the
+/// same PostgreSQL does not hold the facts back (seen in the test suite, where every test has its database).
+/// Every race errs toward holding back: a transaction that ended between the snapshot and the read of
+/// `pg_stat_activity` is not shown there, so it counts.
+pub async fn read_after(
+    tx: &mut PgConnection,
+    cursor: Cursor,
+    limit: i64,
+) -> Result<Vec<Unpublished>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH s AS (SELECT pg_current_snapshot() AS snap),
+              h AS (SELECT coalesce(
+                        (SELECT min(x) FROM s, pg_snapshot_xip(s.snap) AS x
+                          WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                                             WHERE a.backend_xid = x::xid
+                                               AND a.datname IS DISTINCT FROM current_database())),
+                        (SELECT pg_snapshot_xmax(snap) FROM s)) AS horizon)
+         SELECT e.seq, e.xid::text::int8 AS xid, e.created_at AS enqueued_at, e.id, e.type, e.body, e.traceparent
+           FROM domain_events e, h
+          WHERE (e.xid, e.seq) > ($1::text::xid8, $2)
+            AND e.xid < h.horizon
+          ORDER BY e.xid, e.seq
+          LIMIT $3",
+    )
+    .bind(cursor.xid.to_string())
+    .bind(cursor.seq)
+    .bind(limit)
+    .fetch_all(&mut *tx)
+    .await
+}
+
+/// Moves the cursor (locked by [`lock_cursor`] in this transaction) to `to`.
+pub async fn move_cursor(tx: &mut PgConnection, to: Cursor) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE domain_relay_cursor SET xid = $1::text::xid8, seq = $2, moved_at = now()")
+        .bind(to.xid.to_string())
+        .bind(to.seq)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 /// Claims up to `limit` outbox rows in `seq` order (`FOR UPDATE SKIP LOCKED`: several relays share the work
@@ -275,7 +352,7 @@ pub async fn claim_unpublished(
              USING (SELECT seq FROM domain_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED) d
              WHERE o.seq = d.seq
              RETURNING o.seq, o.enqueued_at)
-         SELECT c.seq, c.enqueued_at, f.id, f.type, f.body, f.traceparent
+         SELECT c.seq, NULL::int8 AS xid, c.enqueued_at, f.id, f.type, f.body, f.traceparent
          FROM c CROSS JOIN LATERAL (SELECT id, type, body, traceparent FROM domain_events e
                                     WHERE e.seq = c.seq LIMIT 1) f
          ORDER BY c.seq",
@@ -285,7 +362,8 @@ pub async fn claim_unpublished(
     .await
 }
 
-/// Returns claimed facts RabbitMQ did not confirm to the outbox, with their original enqueue time.
+/// Puts facts RabbitMQ did not confirm in the outbox (claimed ones back, ones read past the cursor for the first
+/// time), with their original enqueue or record time.
 pub async fn put_back(tx: &mut PgConnection, facts: &[&Unpublished]) -> Result<(), sqlx::Error> {
     if facts.is_empty() {
         return Ok(());
@@ -304,12 +382,16 @@ pub async fn put_back(tx: &mut PgConnection, facts: &[&Unpublished]) -> Result<(
     Ok(())
 }
 
-/// Facts not yet published to RabbitMQ and the age in seconds of the oldest (0 when none): read at scrape
-/// time for `/metrics` and by `hookline destinations status`.
+/// Facts not yet published to RabbitMQ (past the cursor, or in the outbox) and the age in seconds of the oldest
+/// (0 when none): read at scrape time for `/metrics` and by `hookline destinations status`. A horizon held back by
+/// a long transaction shows here as a growing age.
 pub async fn unpublished_backlog<'c>(conn: impl PgExecutor<'c>) -> Result<(i64, f64), sqlx::Error> {
     sqlx::query_as(
-        "SELECT count(*), coalesce(extract(epoch FROM now() - min(enqueued_at))::float8, 0)
-           FROM domain_outbox",
+        "SELECT count(*), coalesce(extract(epoch FROM now() - min(at))::float8, 0)
+           FROM (SELECT e.created_at AS at FROM domain_relay_cursor c
+                   JOIN domain_events e ON (e.xid, e.seq) > (c.xid, c.seq)
+                 UNION ALL
+                 SELECT enqueued_at FROM domain_outbox) u",
     )
     .fetch_one(conn)
     .await
@@ -327,7 +409,7 @@ pub struct Listed {
     pub ty: String,
     /// When it was recorded.
     pub created_at: OffsetDateTime,
-    /// Confirmed by RabbitMQ (no longer in `domain_outbox`).
+    /// Confirmed by RabbitMQ (at or below the relay's cursor, and not in `domain_outbox`).
     pub published: bool,
 }
 
@@ -339,8 +421,9 @@ pub async fn list<'c>(
 ) -> Result<Vec<Listed>, sqlx::Error> {
     sqlx::query_as(
         "SELECT e.seq, e.id, e.type, e.created_at,
-                NOT EXISTS (SELECT 1 FROM domain_outbox o WHERE o.seq = e.seq) AS published
-         FROM domain_events e
+                NOT EXISTS (SELECT 1 FROM domain_outbox o WHERE o.seq = e.seq)
+                AND (e.xid IS NULL OR (e.xid, e.seq) <= (c.xid, c.seq)) AS published
+         FROM domain_events e CROSS JOIN domain_relay_cursor c
          WHERE ($1::text IS NULL OR e.type = $1) ORDER BY e.seq DESC LIMIT $2",
     )
     .bind(event_type)

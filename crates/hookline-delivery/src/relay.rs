@@ -1,12 +1,15 @@
 //! The domain relay: publishes the facts of `domain_events` to the `{prefix}.domain` topic exchange (routing
 //! key = fact type, AMQP `message_id` = the fact's id) for the merchant's internal consumers.
 //!
-//! Same guarantees as the webhook relay ([`hookline_bus::relay`]): facts are locked in `seq` order with
-//! `FOR UPDATE SKIP LOCKED` (several relays share the work), published as one pipelined batch with `mandatory`
-//! and publisher confirms, and taken out of `domain_outbox` in the same transaction only when RabbitMQ acked
-//! them without returning them. Anything else stays in the outbox for the next round: at least once, and a
-//! consumer deduplicates by `message_id`. Nothing here runs inside the effect's transaction — the fact was
-//! committed with the effect; this only hands it on.
+//! Same guarantees as the webhook relay ([`hookline_bus::relay`]), with one write per round instead of two per
+//! fact: the relay that holds the cursor's lock reads the facts past it whose transactions have ended (in
+//! `(xid, seq)` order: a transaction's facts in the order it recorded them), publishes them as one pipelined
+//! batch with `mandatory` and publisher confirms, puts what RabbitMQ did not confirm (nacked, returned, timed
+//! out) in `domain_outbox`, and moves the cursor past the batch — all in one transaction, so a crash or a failed
+//! publish moves nothing and the batch is published again (at least once; a consumer deduplicates by
+//! `message_id`). Facts in `domain_outbox` are claimed `FOR UPDATE SKIP LOCKED` and retried by any relay, as
+//! before. Nothing here runs inside the effect's transaction — the fact was committed with the effect; this
+//! only hands it on. Why a cursor is correct under concurrent commits: migration 20.
 
 use std::time::Duration;
 
@@ -125,8 +128,9 @@ impl DomainRelay {
         Ok(())
     }
 
-    /// One round: lock a batch, publish it, take what was confirmed out of the outbox. Returns how many facts
-    /// were claimed.
+    /// One round: the facts past the cursor (when this relay gets its lock) and what the outbox holds, published
+    /// together; what was not confirmed goes to the outbox, the cursor past the batch. Returns how many facts were
+    /// published.
     ///
     /// With `look_first`, an outbox found empty by one statement ends the round without a transaction: an idle
     /// relay then costs one statement per poll. Under load that look is pure overhead — the claim that follows
@@ -148,9 +152,27 @@ impl DomainRelay {
         let mut tx = hookline_core::db::begin_without_seqscan(&self.pool)
             .await
             .context("begin")?;
-        let facts = domain_events::claim_unpublished(&mut tx, BATCH)
+        let cursor = domain_events::lock_cursor(&mut tx)
             .await
-            .context("claim unpublished domain events")?;
+            .context("lock the domain relay's cursor")?;
+        let mut facts = match cursor {
+            Some(cursor) => domain_events::read_after(&mut tx, cursor, BATCH)
+                .await
+                .context("read domain events past the cursor")?,
+            None => Vec::new(),
+        };
+        let moved_to = facts.last().and_then(|f| {
+            Some(domain_events::Cursor {
+                xid: f.xid?,
+                seq: f.seq,
+            })
+        });
+        if facts.len() < BATCH as usize {
+            let retries = domain_events::claim_unpublished(&mut tx, BATCH - facts.len() as i64)
+                .await
+                .context("claim unpublished domain events")?;
+            facts.extend(retries);
+        }
         if facts.is_empty() {
             return Ok(0);
         }
@@ -164,6 +186,11 @@ impl DomainRelay {
         domain_events::put_back(&mut tx, &unconfirmed)
             .await
             .context("put unconfirmed domain events back in the outbox")?;
+        if let Some(to) = moved_to {
+            domain_events::move_cursor(&mut tx, to)
+                .await
+                .context("move the domain relay's cursor")?;
+        }
         tx.commit().await.context("commit")?;
         metrics::counter!(metric::PUBLISHED).increment(confirmed.len() as u64);
         // A channel that nacks tends to keep nacking after a leader change: replace it (see the relay).
