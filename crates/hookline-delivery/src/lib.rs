@@ -1,7 +1,7 @@
 //! `hookline-delivery`: the facts hookline hands on to the merchant's systems, once each.
 //!
 //! It owns the merchant's destinations and their deliveries ([`destinations`]), and the two ways out: the
-//! RabbitMQ domain exchange ([`relay`], which drains `domain_outbox`) and signed HTTP (Standard Webhooks) to
+//! RabbitMQ domain exchange ([`relay`], which reads `domain_events` past its cursor) and signed HTTP (Standard Webhooks) to
 //! each destination ([`deliver`]). The facts themselves are written by the crate that decides them, in the same
 //! transaction, through [`hookline_core::domain_events`] — the seam between effects and delivery, in core so
 //! that an effect crate never links the transport.
