@@ -436,7 +436,7 @@ pub(crate) async fn worker_drain(
     Ok((worker, drain_rate))
 }
 
-/// The pipeline's target: unique events per second, as a share of baseline A.
+/// The pipeline's latency target's rate: unique events per second, as a share of baseline A.
 pub(crate) const PIPELINE_TARGET_SHARE: f64 = 0.3;
 
 /// The offered rates of the two pipeline phases: the target's rate, and the default (or `--pipeline-rate`) rate
