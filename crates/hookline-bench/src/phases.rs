@@ -273,13 +273,7 @@ pub(crate) async fn edge_max(
     ));
     crate::fresh_checkpoint(&bench.env.db_url).await;
     // The warm-up's writes may still be unreported: wait until they are, so that they are not this phase's.
-    let before = match costs::settled(&bench.env.db_url).await {
-        Ok(c) => Some(c),
-        Err(e) => {
-            progress(format!("  cost counters unavailable: {e:#}"));
-            None
-        }
-    };
+    let before = reported(costs::settled(&bench.env.db_url).await);
     let clock = PhaseClock::begin(monitor);
     let run = load::closed_loop(&edge.target, plan.clone(), conc, dur).await?;
     let (cpu, rss, end) = clock.end(monitor);
@@ -645,15 +639,16 @@ pub(crate) async fn stop_and_check(
     Ok(checks)
 }
 
-/// Counters before a phase; without them (a failed read is reported) the phase runs without its cost model.
+/// A reading of the counters, or `None` after reporting why not: without them the phase runs without its cost
+/// model.
+fn reported(read: anyhow::Result<Counters>) -> Option<Counters> {
+    read.map_err(|e| progress(format!("  cost counters unavailable: {e:#}")))
+        .ok()
+}
+
+/// Counters before a phase (see [`reported`]).
 async fn counters_before(db_url: &str) -> Option<Counters> {
-    match Counters::read(db_url).await {
-        Ok(c) => Some(c),
-        Err(e) => {
-            progress(format!("  cost counters unavailable: {e:#}"));
-            None
-        }
-    }
+    reported(Counters::read(db_url).await)
 }
 
 /// The phase's cost per event, read once every backend has reported what the phase caused.
@@ -664,13 +659,8 @@ async fn costs_after(
     cpu: &CpuUsage,
 ) -> Option<CostModel> {
     let before = before?;
-    match costs::settled(db_url).await {
-        Ok(after) => Some(before.per_event(&after, events, cpu.postgres_s, cpu.rabbitmq_s)),
-        Err(e) => {
-            progress(format!("  cost counters unavailable: {e:#}"));
-            None
-        }
-    }
+    let after = reported(costs::settled(db_url).await)?;
+    Some(before.per_event(&after, events, cpu.postgres_s, cpu.rabbitmq_s))
 }
 
 /// Unique events an edge or pipeline phase stored (its acknowledgements minus duplicates).
