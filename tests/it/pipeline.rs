@@ -448,6 +448,158 @@ async fn committed_but_unpublished_events_are_swept_by_a_standalone_relay() {
     p.teardown().await;
 }
 
+/// A pipeline whose edge stores events but publishes none (no embedded relay): the test publishes them itself.
+async fn pipeline_without_relay() -> TestPipeline {
+    let db = TestDb::new().await;
+    let toml = test_config_toml(
+        &db.url,
+        "",
+        "[relay]\nembedded = false\n[worker]\nprefetch = 16\nconcurrency = 4\ndb_max_connections = 6",
+    );
+    let config = parse_config(&toml);
+    let edge = TestEdge::spawn_on(db, config.clone()).await;
+    TestPipeline { edge, config, toml }
+}
+
+/// Stores ten good events and a poison one (`evt_poison`) and publishes all eleven as ONE bundle; returns the
+/// poison event's id.
+async fn one_bundle_with_a_poison_event(p: &TestPipeline) -> i64 {
+    let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
+    assert_eq!(p.edge.deliver_stripe(&poison).await, 200);
+    for i in 0..10 {
+        let body = stripe::payment_intent(
+            &format!("evt_bundled_{i}"),
+            "succeeded",
+            &format!("pi_bundled_{i}"),
+            100,
+        );
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
+    }
+    let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, provider, provider_event_id, event_type FROM webhook_events ORDER BY id",
+    )
+    .fetch_all(p.pool())
+    .await
+    .unwrap();
+    let msgs: Vec<hookline_bus::EventMessage> = rows.into_iter().map(Into::into).collect();
+    let topology = p.topology();
+    let publisher = hookline_bus::Publisher::open(&p.config.amqp_urls, &topology, "test-bundle")
+        .await
+        .expect("open publisher");
+    let packing = hookline_bus::Packing {
+        per_message: 32,
+        prior_deliveries: 0,
+    };
+    let published = publisher
+        .publish_packed(&topology, &msgs, packing, Duration::from_secs(10))
+        .await
+        .expect("publish");
+    assert_eq!(published.acked.len(), 11);
+    publisher.close().await;
+    assert_eq!(
+        p.queue_depth(&topology.payments_queue).await,
+        1,
+        "eleven events in one message"
+    );
+    scalar(
+        p.pool(),
+        "SELECT id FROM webhook_events WHERE provider_event_id = 'evt_poison'",
+    )
+    .await
+}
+
+/// What must hold once a bundle with a poison event has been handled: the ten others applied once, the poison
+/// one alone in the DLQ (as a single message) with its reason recorded, after `attempts` handler runs.
+async fn only_the_poison_event_dead_lettered(
+    p: &TestPipeline,
+    poison_id: i64,
+    attempts: &AtomicUsize,
+) -> usize {
+    let dlq = p.topology().dead_letter_queue;
+    wait_until(DRAIN, "the poison event in the DLQ", || async {
+        p.queue_depth(&dlq).await == 1
+    })
+    .await;
+    p.drain(DRAIN).await;
+    assert_eq!(
+        assert_ledger_balanced(p.pool()).await,
+        10,
+        "the ten others applied once"
+    );
+    assert_eq!(
+        p.queued_event_ids(&dlq).await,
+        vec![poison_id],
+        "the DLQ holds the poison event alone"
+    );
+    let dead: Vec<(i64, String)> = sqlx::query_as("SELECT event_id, reason FROM dead_letters")
+        .fetch_all(p.pool())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].0, poison_id);
+    assert!(dead[0].1.contains("panicked"), "{dead:?}");
+    assert_eq!(
+        p.queue_depth(&p.topology().payments_queue).await,
+        0,
+        "the bundle and every single split from it settled"
+    );
+    attempts.load(Ordering::SeqCst)
+}
+
+/// Several events in one message (a bundle) whose batch fails on a poison event: the worker splits the bundle
+/// into single messages, so the ten others are applied and the poison one is retried and dead-lettered alone —
+/// after delivery_limit + 1 attempts in all, the one inside the bundle counted, as for a single message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poison_event_in_a_bundle_is_dead_lettered_alone_after_the_same_attempts() {
+    let p = pipeline_without_relay().await;
+    let poison_id = one_bundle_with_a_poison_event(&p).await;
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let worker = p.spawn_worker_with(PoisonOn {
+        inner: PaymentsHandler::new(p.config.providers.values()),
+        provider_event_id: "evt_poison",
+        attempts: attempts.clone(),
+    });
+    let attempts = only_the_poison_event_dead_lettered(&p, poison_id, &attempts).await;
+    assert_eq!(attempts, 4, "delivery_limit + 1 attempts in all");
+    worker.stop().await;
+    p.teardown().await;
+}
+
+/// A bundle delivered before and returned unsettled (here: taken and its channel closed, as a crash does) is
+/// split before anything is applied, and the delivery it had counts against the limit: the poison event is
+/// attempted delivery_limit times, not delivery_limit + 1 more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_returned_bundle_is_split_before_it_is_applied_and_its_delivery_counts() {
+    use lapin::options::BasicGetOptions;
+    let p = pipeline_without_relay().await;
+    let poison_id = one_bundle_with_a_poison_event(&p).await;
+    let queue = p.topology().payments_queue;
+    let conn = hookline_bus::connect(&p.config.amqp_urls, "test-taker")
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    let taken = channel
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .expect("the bundle");
+    assert!(!taken.delivery.redelivered);
+    conn.close(200, "crashed".into()).await.unwrap();
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let worker = p.spawn_worker_with(PoisonOn {
+        inner: PaymentsHandler::new(p.config.providers.values()),
+        provider_event_id: "evt_poison",
+        attempts: attempts.clone(),
+    });
+    let attempts = only_the_poison_event_dead_lettered(&p, poison_id, &attempts).await;
+    assert_eq!(
+        attempts, 3,
+        "the returned delivery of the bundle was one of delivery_limit + 1"
+    );
+    worker.stop().await;
+    p.teardown().await;
+}
+
 /// A relay of the pipeline's configuration whose sweeper takes rows older than `min_age`.
 fn test_relay(p: &TestPipeline, min_age: Duration, name: &str) -> hookline_bus::Relay {
     hookline_bus::Relay::new(
@@ -485,11 +637,15 @@ async fn concurrent_sweepers_publish_each_row_once() {
     let (ra, rb, rc) = tokio::join!(a.sweep(), b.sweep(), c.sweep());
     let total = ra.unwrap() + rb.unwrap() + rc.unwrap();
     assert_eq!(total, 200, "each row published by exactly one sweeper");
-    assert_eq!(
-        p.queue_depth(&p.topology().payments_queue).await,
-        200,
-        "no duplicate on the queue"
+    let mut queued = p.queued_event_ids(&p.topology().payments_queue).await;
+    assert!(
+        (p.queue_depth(&p.topology().payments_queue).await as usize) < queued.len(),
+        "events that share a routing key travel in bundles"
     );
+    assert_eq!(queued.len(), 200, "no duplicate on the queue");
+    queued.sort_unstable();
+    queued.dedup();
+    assert_eq!(queued.len(), 200, "every event on the queue, none twice");
     assert_eq!(
         scalar(p.pool(), "SELECT count(*) FROM event_outbox").await,
         0
@@ -546,15 +702,18 @@ async fn fast_path_skips_events_the_sweeper_already_published() {
         handle.notify(row.into());
     }
     let queue = p.topology().payments_queue;
+    let last_id = scalar(p.pool(), "SELECT max(id) FROM webhook_events").await;
     wait_until(DRAIN, "the fast path's event on the queue", || async {
-        p.queue_depth(&queue).await >= 31
+        p.queued_event_ids(&queue).await.contains(&last_id)
     })
     .await;
     cancel.cancel();
     running.await.expect("relay stopped");
+    let queued = p.queued_event_ids(&queue).await;
+    let distinct: std::collections::HashSet<i64> = queued.iter().copied().collect();
     assert_eq!(
-        p.queue_depth(&queue).await,
-        31,
+        (queued.len(), distinct.len()),
+        (31, 31),
         "each event on the queue once: the fast path skipped the 30 the sweeper had published"
     );
     assert_eq!(

@@ -333,6 +333,11 @@ impl TestPipeline {
         depth.map(|q| q.messages)
     }
 
+    /// The event ids referred to by the messages ready in `queue` (see [`queued_event_ids`]).
+    pub async fn queued_event_ids(&self, queue: &str) -> Vec<i64> {
+        queued_event_ids(&self.config.amqp_urls, queue).await
+    }
+
     /// Ends the test's use of the broker. Queues are NOT deleted here: deleting quorum queues while other tests
     /// declare theirs has crashed RabbitMQ 3.10's dead-letter supervisor on this machine, so `deploy/test.sh`
     /// deletes every `test-*` queue once all tests are done.
@@ -356,6 +361,32 @@ impl TestPipeline {
             .to_string()
     }
 }
+/// The event ids referred to by the messages ready in `queue`, one entry per event (a bundle gives each of its
+/// events), in queue order. Every message is taken unacknowledged and returned when the channel closes, so the
+/// queue holds the same messages after — each delivered once more (RabbitMQ counts that return).
+pub async fn queued_event_ids(amqp_urls: &AmqpEndpoints, queue: &str) -> Vec<i64> {
+    use lapin::options::BasicGetOptions;
+    let conn = hookline_bus::connect(amqp_urls, "hookline-test-peek")
+        .await
+        .expect("connect to RabbitMQ");
+    let channel = conn.create_channel().await.expect("open channel");
+    let mut ids = Vec::new();
+    while let Some(msg) = channel
+        .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+        .await
+        .expect("basic.get")
+    {
+        let content_type = msg.delivery.properties.content_type().as_ref();
+        let carried =
+            hookline_bus::message::event_ids(content_type.map(|c| c.as_str()), &msg.delivery.data);
+        assert!(!carried.is_empty(), "a message that refers to no event");
+        ids.extend(carried);
+    }
+    channel.close(200, "peeked".into()).await.ok();
+    conn.close(200, "peeked".into()).await.ok();
+    ids
+}
+
 /// What a passive declare says about a queue (the one broker inspection lives in `hookline-bus`).
 pub use hookline_ops::inspect::QueueDepth;
 

@@ -18,7 +18,7 @@ use lapin::types::AMQPValue;
 use lapin::Channel;
 use sqlx::PgPool;
 
-use crate::{EventMessage, Topology};
+use crate::Topology;
 
 /// What a reconciliation pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -71,11 +71,18 @@ async fn hold_all(
     Ok(held)
 }
 
-/// The stored event id a DLQ message refers to, if it is an event reference at all.
-fn event_id(msg: &BasicGetMessage) -> Option<i64> {
-    serde_json::from_slice::<EventMessage>(&msg.delivery.data)
-        .ok()
-        .map(|m| m.id)
+/// The stored event ids a DLQ message refers to (one, or a bundle's; see [`crate::message`]); empty when it is
+/// not an event reference at all.
+fn event_ids(msg: &BasicGetMessage) -> Vec<i64> {
+    let content_type = msg.delivery.properties.content_type().as_ref();
+    crate::message::event_ids(content_type.map(|c| c.as_str()), &msg.delivery.data)
+}
+
+/// Whether a DLQ message is a copy of any event in `ids`. A bundle (only there if splitting it failed up to the
+/// delivery limit) goes with the first of its events that is redriven or discarded: every event it carries has
+/// its own `dead_letters` row (reconciliation records each), which stays the operator's handle on the others.
+fn copy_of(msg: &BasicGetMessage, ids: &HashSet<i64>) -> bool {
+    event_ids(msg).iter().any(|id| ids.contains(id))
 }
 
 /// Removes the DLQ copies of the given events (after a discard: a discarded event is never re-published, so
@@ -90,7 +97,7 @@ pub async fn remove(
     let channel = conn.create_channel().await.context("open channel")?;
     let mut removed = 0;
     for msg in hold_all(&channel, topology, u64::MAX).await? {
-        if event_id(&msg).is_some_and(|id| ids.contains(&id)) {
+        if copy_of(&msg, ids) {
             crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
             removed += 1;
         } else {
@@ -135,7 +142,7 @@ impl Held {
     pub async fn remove_sent(self, sent: &HashSet<i64>) -> u64 {
         let mut removed = 0;
         for msg in &self.copies {
-            if event_id(msg).is_some_and(|id| sent.contains(&id)) {
+            if copy_of(msg, sent) {
                 crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
                 removed += 1;
             } else {
@@ -166,7 +173,7 @@ pub async fn hold(
     let channel = conn.create_channel().await.context("open channel")?;
     let mut copies = Vec::new();
     for msg in hold_all(&channel, topology, u64::MAX).await? {
-        if event_id(&msg).is_some_and(|id| ids.contains(&id)) {
+        if copy_of(&msg, ids) {
             copies.push(msg);
         } else {
             return_to_queue(&msg).await;
@@ -195,39 +202,42 @@ pub async fn reconcile(
         seen: held.len() as u64,
         ..Default::default()
     };
-    let ids: Vec<i64> = held.iter().filter_map(event_id).collect();
+    let ids: Vec<i64> = held.iter().flat_map(event_ids).collect();
     let applied: HashSet<i64> = markers::processed_among(pool, consumer, &ids)
         .await
         .context("look up processed markers")?
         .into_iter()
         .collect();
     for msg in held {
-        match event_id(&msg) {
-            Some(id) if applied.contains(&id) => {
-                // Applied after all (e.g. committed, then the worker died before acking, repeatedly).
-                crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
-                report.dropped_applied += 1;
-            }
-            Some(id) => {
-                let death = death_reason(&msg).unwrap_or_else(|| "unknown".into());
-                let reason = format!(
-                    "dead-lettered by RabbitMQ ({death}) with no failure recorded by a worker: the delivery \
-                     limit was reached through worker crashes or lost connections; redrive it"
-                );
-                let inserted = dead_letters::record(
-                    pool,
-                    dead_letters::Source::Reconciliation,
-                    consumer,
-                    id,
-                    &reason,
-                )
-                .await
-                .context("record dead letter")?;
-                report.recorded += u64::from(inserted);
-                return_to_queue(&msg).await;
-            }
-            None => return_to_queue(&msg).await,
+        let carried = event_ids(&msg);
+        if carried.is_empty() {
+            return_to_queue(&msg).await;
+            continue;
         }
+        if carried.iter().all(|id| applied.contains(id)) {
+            // Applied after all (e.g. committed, then the worker died before acking, repeatedly).
+            crate::settle(msg.delivery.acker.ack(BasicAckOptions::default())).await;
+            report.dropped_applied += 1;
+            continue;
+        }
+        let death = death_reason(&msg).unwrap_or_else(|| "unknown".into());
+        let reason = format!(
+            "dead-lettered by RabbitMQ ({death}) with no failure recorded by a worker: the delivery \
+             limit was reached through worker crashes or lost connections; redrive it"
+        );
+        for id in carried.into_iter().filter(|id| !applied.contains(id)) {
+            let inserted = dead_letters::record(
+                pool,
+                dead_letters::Source::Reconciliation,
+                consumer,
+                id,
+                &reason,
+            )
+            .await
+            .context("record dead letter")?;
+            report.recorded += u64::from(inserted);
+        }
+        return_to_queue(&msg).await;
     }
     close(channel, conn, "reconciled").await;
     if report.recorded > 0 || report.dropped_applied > 0 {

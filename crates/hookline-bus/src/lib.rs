@@ -14,7 +14,7 @@ pub mod relay;
 pub mod topology;
 
 pub use message::EventMessage;
-pub use publisher::{Published, Publisher};
+pub use publisher::{Packing, Published, Publisher};
 pub use relay::{Relay, RelayHandle};
 pub use topology::Topology;
 

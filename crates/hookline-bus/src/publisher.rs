@@ -16,6 +16,7 @@ use anyhow::Context;
 use futures::future::join_all;
 use hookline_core::config::AmqpEndpoints;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
 
@@ -33,10 +34,7 @@ pub fn with_traceparent(properties: BasicProperties, span: &tracing::Span) -> Ba
         return properties;
     };
     let mut headers = properties.headers().clone().unwrap_or_default();
-    headers.insert(
-        TRACEPARENT_HEADER.into(),
-        lapin::types::AMQPValue::LongString(tp.into()),
-    );
+    headers.insert(TRACEPARENT_HEADER.into(), AMQPValue::LongString(tp.into()));
     properties.with_headers(headers)
 }
 
@@ -57,6 +55,48 @@ pub fn traceparent_of(properties: &BasicProperties) -> Option<String> {
 
 /// How long closing a publisher may wait for the broker's answers (channel, then connection).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How [`Publisher::publish_packed`] packs event references into messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packing {
+    /// Most events per message (1: one message per event, the only shape versions before bundles read).
+    pub per_message: usize,
+    /// Delivery attempts these events already used in a bundle they were split from (the
+    /// [`crate::message::PRIOR_DELIVERIES_HEADER`] of every message, when not 0).
+    pub prior_deliveries: u32,
+}
+
+impl Packing {
+    /// One message per event, no prior attempts.
+    pub const SINGLE: Packing = Packing {
+        per_message: 1,
+        prior_deliveries: 0,
+    };
+}
+
+/// The events of one message: indexes into the published slice, in its order.
+struct Group {
+    members: Vec<usize>,
+}
+
+/// Groups `msgs` by routing key (so a bundle routes exactly as each of its events would), in order, at most
+/// `per_message` (at least 1, at most [`crate::message::BUNDLE_MAX`]) per group.
+fn pack(msgs: &[EventMessage], per_message: usize) -> Vec<Group> {
+    let per_message = per_message.clamp(1, crate::message::BUNDLE_MAX);
+    let mut groups: Vec<Group> = Vec::new();
+    let mut open: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let key = m.routing_key();
+        match open.get(&key) {
+            Some(&g) if groups[g].members.len() < per_message => groups[g].members.push(i),
+            _ => {
+                open.insert(key, groups.len());
+                groups.push(Group { members: vec![i] });
+            }
+        }
+    }
+    groups
+}
 
 /// What RabbitMQ said about a published batch of event references.
 #[derive(Debug, Default)]
@@ -194,28 +234,36 @@ impl Publisher {
         Ok(out)
     }
 
-    /// Publishes event references to the topology's exchange (see [`Publisher::publish_confirmed`]) and returns
-    /// the ids RabbitMQ acked without returning them. A nack is reported (after the acked ids, see
-    /// [`Published`]): on a quorum queue it means the channel's view of the queue's leader is stale (seen after
-    /// the leader's node died: every later publish on that channel was nacked), and only a new channel recovers.
+    /// Publishes event references to the topology's exchange, one message per event (see
+    /// [`Publisher::publish_packed`]).
     pub async fn publish(
         &self,
         topology: &Topology,
         msgs: &[EventMessage],
         timeout: Duration,
     ) -> anyhow::Result<Published> {
+        self.publish_packed(topology, msgs, Packing::SINGLE, timeout)
+            .await
+    }
+
+    /// Publishes event references to the topology's exchange (see [`Publisher::publish_confirmed`]), packed as
+    /// `packing` says, and returns the ids RabbitMQ acked without returning them. Events that share a routing key
+    /// travel together, up to `packing.per_message` per message, in the order given; a message of one event is the
+    /// single-event message of earlier versions. A nack is reported (after the acked ids, see [`Published`]): on a
+    /// quorum queue it means the channel's view of the queue's leader is stale (seen after the leader's node died:
+    /// every later publish on that channel was nacked), and only a new channel recovers.
+    pub async fn publish_packed(
+        &self,
+        topology: &Topology,
+        msgs: &[EventMessage],
+        packing: Packing,
+        timeout: Duration,
+    ) -> anyhow::Result<Published> {
         #[cfg(feature = "failpoints")]
         fail::fail_point!("relay.before_publish");
-        let bodies = msgs
-            .iter()
-            .map(|m| {
-                let body = serde_json::to_vec(m).context("serialise event message")?;
-                anyhow::Ok((m, m.routing_key(), body))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        // One span per message, in the event's own trace (the span it was received in, stored with it), linked
-        // to whatever published it (a relay batch, a replay run): the worker's apply becomes its child through
-        // the `traceparent` header, whichever process or restart publishes it.
+        // One span per event, in the event's own trace (the span it was received in, stored with it), linked to
+        // whatever published it (a relay batch, a replay run, a worker splitting a bundle): the worker's apply
+        // becomes its child through the `traceparent` header — or, in a bundle, the event's own entry.
         let spans: Vec<tracing::Span> = msgs
             .iter()
             .map(|m| {
@@ -233,20 +281,59 @@ impl Publisher {
                 span
             })
             .collect();
+        let groups = pack(msgs, packing.per_message);
+        let bodies = groups
+            .iter()
+            .map(|g| {
+                let first = &msgs[g.members[0]];
+                let mut properties = BasicProperties::default().with_delivery_mode(2); // persistent
+                let body = if g.members.len() == 1 {
+                    properties = with_traceparent(
+                        properties
+                            .with_content_type("application/json".into())
+                            .with_message_id(first.message_id().into()),
+                        &spans[g.members[0]],
+                    );
+                    serde_json::to_vec(first).context("serialise event message")?
+                } else {
+                    let events: Vec<EventMessage> = g
+                        .members
+                        .iter()
+                        .map(|&i| EventMessage {
+                            traceparent: telemetry::traceparent(&spans[i]),
+                            ..msgs[i].clone()
+                        })
+                        .collect();
+                    let mut headers = FieldTable::default();
+                    headers.insert(
+                        crate::message::EVENTS_HEADER.into(),
+                        AMQPValue::LongUInt(g.members.len() as u32),
+                    );
+                    properties = properties
+                        .with_content_type(crate::message::BUNDLE_CONTENT_TYPE.into())
+                        .with_message_id(format!("events:{}+{}", first.id, events.len()).into())
+                        .with_headers(headers);
+                    crate::message::encode_bundle(&events).context("serialise event bundle")?
+                };
+                if packing.prior_deliveries > 0 {
+                    let mut headers = properties.headers().clone().unwrap_or_default();
+                    headers.insert(
+                        crate::message::PRIOR_DELIVERIES_HEADER.into(),
+                        AMQPValue::LongUInt(packing.prior_deliveries),
+                    );
+                    properties = properties.with_headers(headers);
+                }
+                anyhow::Ok((first.routing_key(), body, properties))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let outgoing = bodies
             .iter()
-            .zip(&spans)
-            .map(|((m, routing_key, body), span)| Outgoing {
-                key: m.id,
+            .enumerate()
+            .map(|(key, (routing_key, body, properties))| Outgoing {
+                key,
                 routing_key: routing_key.as_str(),
                 body: body.as_slice(),
-                properties: with_traceparent(
-                    BasicProperties::default()
-                        .with_delivery_mode(2) // persistent
-                        .with_content_type("application/json".into())
-                        .with_message_id(m.message_id().into()),
-                    span,
-                ),
+                properties: properties.clone(),
             })
             .collect();
         let confirmed = self
@@ -261,31 +348,34 @@ impl Publisher {
                 return Err(e);
             }
         };
-        if !spans.is_empty() {
-            let by_id: std::collections::HashMap<i64, &tracing::Span> =
-                msgs.iter().map(|m| m.id).zip(&spans).collect();
-            let mark = |id: &i64, outcome: &str| {
-                if let Some(span) = by_id.get(id) {
-                    span.record("outcome", outcome);
-                }
-            };
-            confirmed.acked.iter().for_each(|id| mark(id, "confirmed"));
-            confirmed
-                .returned
-                .iter()
-                .for_each(|(id, _, _)| mark(id, "returned"));
-            confirmed.nacked.iter().for_each(|id| mark(id, "nacked"));
-        }
-        for (id, reply_code, reply_text) in &confirmed.returned {
-            metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned").increment(1);
+        let mark = |group: usize, outcome: &str| {
+            for &i in &groups[group].members {
+                spans[i].record("outcome", outcome);
+            }
+        };
+        confirmed.acked.iter().for_each(|&g| mark(g, "confirmed"));
+        confirmed
+            .returned
+            .iter()
+            .for_each(|(g, _, _)| mark(*g, "returned"));
+        confirmed.nacked.iter().for_each(|&g| mark(g, "nacked"));
+        for (g, reply_code, reply_text) in &confirmed.returned {
+            let events = groups[*g].members.len();
+            metrics::counter!(metric::NOT_CONFIRMED, "reason" => "returned")
+                .increment(events as u64);
             tracing::error!(
-                event_id = id,
+                event_id = msgs[groups[*g].members[0]].id,
+                events,
                 reply_code,
                 reply_text = %reply_text,
                 "RabbitMQ returned the event as unroutable; it stays unpublished (check the bindings)"
             );
         }
-        let nacked = confirmed.nacked.len();
+        let nacked: usize = confirmed
+            .nacked
+            .iter()
+            .map(|&g| groups[g].members.len())
+            .sum();
         if nacked > 0 {
             metrics::counter!(metric::NOT_CONFIRMED, "reason" => "nack").increment(nacked as u64);
             tracing::warn!(
@@ -295,10 +385,12 @@ impl Publisher {
                 "RabbitMQ nacked events; they stay unpublished"
             );
         }
-        Ok(Published {
-            acked: confirmed.acked,
-            nacked,
-        })
+        let acked = confirmed
+            .acked
+            .iter()
+            .flat_map(|&g| groups[g].members.iter().map(|&i| msgs[i].id))
+            .collect();
+        Ok(Published { acked, nacked })
     }
 
     /// Closes the channel and the connection, waiting at most [`CLOSE_TIMEOUT`] for each: a broker that no
@@ -311,5 +403,37 @@ impl Publisher {
         .await
         .ok();
         crate::abandon(self.connection, "publisher closing").await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: i64, event_type: &str) -> EventMessage {
+        EventMessage {
+            id,
+            provider: "stripe".into(),
+            provider_event_id: format!("evt_{id}"),
+            event_type: Some(event_type.into()),
+            traceparent: None,
+        }
+    }
+
+    #[test]
+    fn events_are_packed_by_routing_key_in_order_and_bounded() {
+        let msgs = [
+            msg(1, "a"),
+            msg(2, "b"),
+            msg(3, "a"),
+            msg(4, "a"),
+            msg(5, "b"),
+        ];
+        let members =
+            |per| -> Vec<Vec<usize>> { pack(&msgs, per).into_iter().map(|g| g.members).collect() };
+        assert_eq!(members(2), [vec![0, 2], vec![1, 4], vec![3]]);
+        assert_eq!(members(10), [vec![0, 2, 3], vec![1, 4]]);
+        assert_eq!(members(1), [vec![0], vec![1], vec![2], vec![3], vec![4]]);
+        assert_eq!(members(0), members(1), "0 is read as 1");
     }
 }

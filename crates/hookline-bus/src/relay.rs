@@ -8,7 +8,8 @@
 //!
 //! Both paths work the same way, one transaction per batch ([`hookline_core::event_outbox`]): claim the outbox
 //! rows (`FOR UPDATE SKIP LOCKED`, so the two paths — or several edges' relays — never publish one event at the
-//! same time, and the fast path skips what the sweeper already published), publish them as one pipelined batch,
+//! same time, and the fast path skips what the sweeper already published), publish them as one pipelined batch
+//! (events sharing a routing key packed up to `relay.events_per_message` per message, see [`crate::message`]),
 //! put back what was not confirmed, commit. An event leaves the outbox only when RabbitMQ acked it *and* did not
 //! return it (mandatory publish with no route gives an ack carrying the returned message). A crash, broker
 //! outage or missing confirm leaves the row in the outbox and the sweeper retries it: delivery is at least once,
@@ -28,7 +29,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::publisher::{Published, Publisher};
+use crate::publisher::{Packing, Published, Publisher};
 use crate::{EventMessage, Topology};
 
 /// Metric names of the relay (fixed); the publisher counts `NOT_CONFIRMED` too.
@@ -260,8 +261,12 @@ impl Relay {
             tx.rollback().await.ok();
             return Ok(None);
         };
+        let packing = Packing {
+            per_message: self.config.events_per_message,
+            prior_deliveries: 0,
+        };
         let Published { acked, nacked } = match publisher
-            .publish(&self.topology, msgs, self.config.confirm_timeout)
+            .publish_packed(&self.topology, msgs, packing, self.config.confirm_timeout)
             .await
         {
             Ok(published) => published,

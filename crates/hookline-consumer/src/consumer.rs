@@ -7,7 +7,7 @@ use anyhow::Context;
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use hookline_bus::publisher::traceparent_of;
-use hookline_bus::{EventMessage, Topology};
+use hookline_bus::{message, EventMessage, Packing, Publisher, Topology};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::retry::Backoff;
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
@@ -29,14 +29,14 @@ use hookline_core::handler::{reason_text, EventRef, Handler};
 
 /// Metric names of the worker.
 pub mod metric {
-    /// Counter: deliveries by `consumer` and `outcome` (applied, ignored, parked, needs_fetch, duplicate,
-    /// dead_lettered, requeued).
+    /// Counter: events delivered, by `consumer` and `outcome` (applied, ignored, parked, needs_fetch, duplicate,
+    /// dead_lettered, requeued; `split`: a bundle republished as single messages, counted once per bundle).
     pub const DELIVERIES: &str = "hookline_worker_deliveries_total";
     /// Counter: transient failures retried in-process.
     pub const RETRIES: &str = "hookline_worker_transient_retries_total";
     /// Histogram: seconds to process one delivery (transaction included).
     pub const PROCESS_SECONDS: &str = "hookline_worker_process_seconds";
-    /// Histogram (summary): deliveries taken into one transaction.
+    /// Histogram (summary): events taken into one transaction (a bundle counts its events).
     pub const BATCH_SIZE: &str = "hookline_worker_batch_size";
 }
 
@@ -73,6 +73,7 @@ struct Ctx<H: Handler> {
     handler: Arc<H>,
     cancel: CancellationToken,
     delivery_limit: u32,
+    splitter: Splitter,
 }
 
 impl<H: Handler> Worker<H> {
@@ -111,6 +112,11 @@ impl<H: Handler> Worker<H> {
             handler: self.handler.clone(),
             cancel: cancel.clone(),
             delivery_limit: self.settings.topology.delivery_limit,
+            splitter: Splitter {
+                amqp_urls: self.settings.amqp_urls.clone(),
+                topology: self.settings.topology.clone(),
+                publisher: tokio::sync::Mutex::new(None),
+            },
         });
         // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
         // crashes carry no recorded reason otherwise).
@@ -166,6 +172,7 @@ impl<H: Handler> Worker<H> {
             .await
             .context("wait for in-flight deliveries")?;
         reconcile.await.ok();
+        ctx.splitter.close().await;
         tracing::info!("worker stopped");
         Ok(())
     }
@@ -289,7 +296,7 @@ impl<H: Handler> Worker<H> {
                 .acquire_owned()
                 .await
                 .context("semaphore closed")?;
-            let batch: Vec<Delivery> = pending.drain(..pending.len().min(s.batch_max)).collect();
+            let batch = take_batch(&mut pending, s.batch_max);
             spawn_batch(ctx, &acks, &finished, batch, permit).await;
         }
         if result.is_ok() {
@@ -381,21 +388,35 @@ async fn start_ready<H: Handler>(r: StartReady<'_, H>) {
         let waited = r
             .pending_since
             .is_none_or(|t| t.elapsed() >= s.batch_linger);
-        if in_flight > 0 && r.pending.len() < s.batch_max && !waited {
+        let full = r.pending.iter().map(weight).sum::<usize>() >= s.batch_max;
+        if in_flight > 0 && !full && !waited {
             break;
         }
         let Ok(permit) = r.permits.clone().try_acquire_owned() else {
             break;
         };
-        let batch: Vec<Delivery> = r
-            .pending
-            .drain(..r.pending.len().min(s.batch_max))
-            .collect();
+        let batch = take_batch(r.pending, s.batch_max);
         spawn_batch(r.ctx, r.acks, r.finished, batch, permit).await;
         // What is left arrived after the batch's first delivery; counting from now errs toward starting later
         // by at most one linger, never toward holding a delivery longer than the previous batch took.
         *r.pending_since = (!r.pending.is_empty()).then(tokio::time::Instant::now);
     }
+}
+
+/// Takes the oldest deliveries of `pending` that make a batch of at most `batch_max` events (a bundle counts its
+/// events, see [`weight`]), at least one delivery.
+fn take_batch(pending: &mut Vec<Delivery>, batch_max: usize) -> Vec<Delivery> {
+    let mut events = 0;
+    let n = pending
+        .iter()
+        .take_while(|d| {
+            events += weight(d);
+            events <= batch_max
+        })
+        .count()
+        .max(1)
+        .min(pending.len());
+    pending.drain(..n).collect()
 }
 
 /// Records `batch` with the ack tracker and handles it on its own task, which frees its slot and wakes the
@@ -407,7 +428,7 @@ async fn spawn_batch<H: Handler>(
     batch: Vec<Delivery>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    metrics::histogram!(metric::BATCH_SIZE).record(batch.len() as f64);
+    metrics::histogram!(metric::BATCH_SIZE).record(batch.iter().map(weight).sum::<usize>() as f64);
     acks.received(&batch).await;
     let (ctx, acks, finished) = (ctx.clone(), acks.clone(), finished.clone());
     tokio::spawn(async move {
@@ -455,30 +476,68 @@ fn event_ref(msg: &EventMessage) -> EventRef<'_> {
     }
 }
 
+/// RabbitMQ's count of earlier deliveries of this message (`x-delivery-count`: how often it was returned).
+fn broker_delivery_count(delivery: &Delivery) -> u32 {
+    header_count(delivery, "x-delivery-count")
+}
+
+/// Attempts an event has had: RabbitMQ's count for this message plus what a bundle it was split from had used
+/// ([`hookline_bus::message::PRIOR_DELIVERIES_HEADER`]). This is what the delivery limit is judged by.
 fn delivery_count(delivery: &Delivery) -> u32 {
+    broker_delivery_count(delivery).saturating_add(prior_deliveries(delivery))
+}
+
+fn prior_deliveries(delivery: &Delivery) -> u32 {
+    header_count(delivery, message::PRIOR_DELIVERIES_HEADER).min(MAX_PRIOR_DELIVERIES)
+}
+
+/// A bound on a header that only a worker writes, so that a hand-made one cannot overflow a count.
+const MAX_PRIOR_DELIVERIES: u32 = 1_000;
+
+fn header_count(delivery: &Delivery, name: &str) -> u32 {
     delivery
         .properties
         .headers()
         .as_ref()
-        .and_then(|h| h.inner().get("x-delivery-count").cloned())
+        .and_then(|h| h.inner().get(name).cloned())
         .and_then(|v| match v {
-            AMQPValue::LongLongInt(n) => Some(n as u32),
-            AMQPValue::LongInt(n) => Some(n as u32),
+            AMQPValue::LongLongInt(n) => u32::try_from(n).ok(),
+            AMQPValue::LongInt(n) => u32::try_from(n).ok(),
             AMQPValue::LongUInt(n) => Some(n),
-            AMQPValue::ShortInt(n) => Some(n as u32),
+            AMQPValue::ShortInt(n) => u32::try_from(n).ok(),
             AMQPValue::ShortUInt(n) => Some(u32::from(n)),
             _ => None,
         })
         .unwrap_or(0)
 }
 
-/// The span of one delivery's apply: a child of the span that published it (the `traceparent` header: the
-/// relay's publish, in the event's own trace), whatever process, batch or redelivery it arrives in.
+fn content_type(delivery: &Delivery) -> Option<&str> {
+    delivery
+        .properties
+        .content_type()
+        .as_ref()
+        .map(|c| c.as_str())
+}
+
+/// How many events a delivery carries, as far as batching is concerned: a bundle's `x-hookline-events`
+/// (bounded), 1 for anything else. Read before parsing, to size batches by events rather than by messages.
+fn weight(delivery: &Delivery) -> usize {
+    if message::is_bundle(content_type(delivery)) {
+        (header_count(delivery, message::EVENTS_HEADER) as usize).clamp(1, message::BUNDLE_MAX)
+    } else {
+        1
+    }
+}
+
+/// The span of one event's apply: a child of the span that published it (for a single message its
+/// `traceparent` header, for an event of a bundle the bundle's entry — the relay's publish, in the event's own
+/// trace), whatever process, batch or redelivery it arrives in.
 fn apply_span(
     consumer: &str,
     delivery: &Delivery,
     event_id: i64,
     batch_size: usize,
+    parent: Option<&str>,
 ) -> tracing::Span {
     let span = tracing::info_span!(
         "worker.apply",
@@ -492,31 +551,9 @@ fn apply_span(
         outcome = tracing::field::Empty,
         trace_id = tracing::field::Empty,
     );
-    telemetry::set_parent(&span, traceparent_of(&delivery.properties).as_deref());
+    telemetry::set_parent(&span, parent);
     telemetry::record_trace_id(&span);
     span
-}
-
-async fn handle_delivery<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, delivery: Delivery) {
-    let consumer = ctx.handler.consumer();
-    let msg: EventMessage = match serde_json::from_slice(&delivery.data) {
-        Ok(m) => m,
-        Err(e) => {
-            // Not even an event reference: nothing to record against; the DLQ keeps the bytes.
-            tracing::error!(
-                messaging.system = "rabbitmq",
-                delivery_tag = delivery.delivery_tag,
-                error.message = %e,
-                "unparseable message; dead-lettering"
-            );
-            reject(acks, &delivery).await;
-            metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
-                .increment(1);
-            return;
-        }
-    };
-    let span = apply_span(consumer, &delivery, msg.id, 1);
-    apply_delivery(ctx, acks, delivery, msg, span).await
 }
 
 /// Applies one parsed delivery in its `worker.apply` span (the batch path's fallbacks come here with the message
@@ -640,7 +677,8 @@ async fn apply_delivery_in<H: Handler>(
 
 /// Requeues a delivery whose handler panicked. The quorum queue counts it against the delivery limit, so a
 /// message that always panics ends in the DLQ. A quorum queue dead-letters a message returned more than `limit`
-/// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then.
+/// times, i.e. on the return of delivery number limit+1, whose x-delivery-count is `limit`: record it then (for a
+/// message split from a bundle, whose count includes the bundle's attempts, reject it then).
 async fn requeue_panicked<H: Handler>(
     ctx: &Arc<Ctx<H>>,
     acks: &Acks,
@@ -654,64 +692,146 @@ async fn requeue_panicked<H: Handler>(
         record_dead_letter(&ctx.pool, consumer, event_id, reason)
             .await
             .ok();
+        if prior_deliveries(delivery) > 0 {
+            // Split from a bundle: RabbitMQ's own count restarted at the split and would return it again, so
+            // the worker dead-letters it itself, at the same total of attempts.
+            reject(acks, delivery).await;
+            metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+                .increment(1);
+            return;
+        }
     }
     acks.requeue(delivery).await;
     metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "requeued")
         .increment(1);
 }
 
+/// One delivery of a batch and the events it carries (one, or a bundle's), each with its apply span.
+struct Unit {
+    delivery: Delivery,
+    bundle: bool,
+    events: Vec<(EventMessage, tracing::Span)>,
+}
+
 /// Processes several deliveries in one transaction (see [`process_batch`]) and acks each after the commit.
 ///
-/// If the batch fails, the event that failed is handled according to its failure without running it again
-/// (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per delivery,
-/// batch or not), and every other delivery goes through the one-by-one path, which applies it or backs off.
-async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries: Vec<Delivery>) {
-    if deliveries.len() == 1 {
-        return handle_delivery(ctx, acks, deliveries.remove(0)).await;
-    }
+/// Bundles (several events in one message, see [`hookline_bus::message`]) take part only on their first
+/// delivery: a redelivered bundle (a crash, a lost connection) is split into single messages before anything is
+/// applied, and so is every bundle of a batch that failed — a bundle is settled as a whole, and a poison event
+/// must be retried and dead-lettered alone, exactly as a single message is, with the attempts the bundle used
+/// counted ([`split`]).
+///
+/// If the batch fails, the single delivery that failed is handled according to its failure without running it
+/// again (a panic is requeued, a permanent failure dead-lettered — so a poison message costs one attempt per
+/// delivery, batch or not), and every other single delivery goes through the one-by-one path, which applies it
+/// or backs off.
+async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, deliveries: Vec<Delivery>) {
     let consumer = ctx.handler.consumer();
     let started = std::time::Instant::now();
-    let batch_size = deliveries.len();
-    let mut parsed = Vec::with_capacity(deliveries.len());
+    let batch_size: usize = deliveries.iter().map(weight).sum();
+    let mut units: Vec<Unit> = Vec::with_capacity(deliveries.len());
     for d in deliveries {
-        match serde_json::from_slice::<EventMessage>(&d.data) {
-            Ok(m) => {
-                let span = apply_span(consumer, &d, m.id, batch_size);
-                parsed.push((d, m, span))
+        let bundle = message::is_bundle(content_type(&d));
+        let events = match message::decode(content_type(&d), &d.data) {
+            Ok(events) => events,
+            Err(e) => {
+                // Not even an event reference: nothing to record against; the DLQ keeps the bytes.
+                tracing::error!(
+                    messaging.system = "rabbitmq",
+                    delivery_tag = d.delivery_tag,
+                    error.message = %e,
+                    "unparseable message; dead-lettering"
+                );
+                reject(acks, &d).await;
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "dead_lettered")
+                    .increment(1);
+                continue;
             }
-            Err(_) => handle_delivery(ctx, acks, d).await, // rejects it to the DLQ
+        };
+        if bundle && (d.redelivered || broker_delivery_count(&d) > 0) {
+            // Delivered before and not settled: whatever happened to it may happen again. Its events go on alone.
+            let prior = delivery_count(&d);
+            split(ctx, acks, d, events, prior).await;
+            continue;
         }
+        if !bundle && delivery_count(&d) > ctx.delivery_limit {
+            // Split from a bundle, and returned since more often than the limit allows in all: what RabbitMQ
+            // does with a message returned that often (its own count restarted at the split).
+            if let Some(m) = events.first() {
+                let reason = format!(
+                    "dead-lettered by the worker (delivery_limit, {} attempts in all, split from a bundle) with no \
+                     failure recorded by a worker: the delivery limit was reached through worker crashes or lost \
+                     connections; redrive it",
+                    delivery_count(&d)
+                );
+                dead_letter(ctx, acks, &d, m, &reason).await;
+            }
+            continue;
+        }
+        let header_parent = (!bundle).then(|| traceparent_of(&d.properties)).flatten();
+        let events = events
+            .into_iter()
+            .map(|m| {
+                let parent = if bundle {
+                    m.traceparent.clone()
+                } else {
+                    header_parent.clone()
+                };
+                let span = apply_span(consumer, &d, m.id, batch_size, parent.as_deref());
+                (m, span)
+            })
+            .collect();
+        units.push(Unit {
+            delivery: d,
+            bundle,
+            events,
+        });
+    }
+    if units.len() == 1 && !units[0].bundle {
+        // One event: the one-by-one path (its own transaction, retries in-process).
+        let Some(unit) = units.pop() else { return };
+        if let Some((msg, span)) = unit.events.into_iter().next() {
+            apply_delivery(ctx, acks, unit.delivery, msg, span).await;
+        }
+        return;
     }
     // The batch's own span, linked to each event's apply: one transaction serves several traces.
     let batch_span = tracing::info_span!("worker.batch", consumer, batch_size);
-    for (_, _, span) in &parsed {
+    for (_, span) in units.iter().flat_map(|u| &u.events) {
         telemetry::add_link(&batch_span, telemetry::traceparent(span).as_deref());
     }
-    // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). One that
-    // cannot be prepared takes the one-by-one path, which backs off or dead-letters it.
+    // Prepare every event first, outside the transaction (concurrently: for most handlers a no-op). A single
+    // delivery whose event cannot be prepared takes the one-by-one path, which backs off or dead-letters it; a
+    // bundle with such an event is split.
     let prepared = join_all(
-        parsed
+        units
             .iter()
-            .map(|(_, m, span)| ctx.handler.prepare(event_ref(m)).instrument(span.clone())),
+            .flat_map(|u| &u.events)
+            .map(|(m, span)| ctx.handler.prepare(event_ref(m)).instrument(span.clone())),
     )
     .await;
-    let mut items = Vec::with_capacity(parsed.len());
-    let mut ready = Vec::with_capacity(parsed.len());
-    for ((delivery, msg, span), prep) in parsed.into_iter().zip(prepared) {
-        match prep {
-            Ok(p) => {
+    let mut prepared = prepared.into_iter();
+    let mut items = Vec::new();
+    let mut ready: Vec<Unit> = Vec::with_capacity(units.len());
+    for unit in units {
+        let preps: Vec<_> = prepared.by_ref().take(unit.events.len()).collect();
+        if preps.iter().all(Result::is_ok) {
+            for ((m, span), p) in unit.events.iter().zip(preps.into_iter().flatten()) {
                 items.push(BatchItem {
-                    event_id: msg.id,
+                    event_id: m.id,
                     prepared: p,
-                    traceparent: telemetry::traceparent(&span),
+                    traceparent: telemetry::traceparent(span),
                 });
-                ready.push((delivery, msg, span));
             }
-            Err(_) => apply_delivery(ctx, acks, delivery, msg, span).await,
+            ready.push(unit);
+        } else if unit.bundle {
+            let prior = delivery_count(&unit.delivery);
+            split_unit(ctx, acks, unit, prior).await;
+        } else if let Some((msg, span)) = unit.events.into_iter().next() {
+            apply_delivery(ctx, acks, unit.delivery, msg, span).await;
         }
     }
-    let parsed = ready;
-    if parsed.is_empty() {
+    if ready.is_empty() {
         return;
     }
     let task = {
@@ -726,14 +846,14 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
             #[cfg(feature = "failpoints")]
             fail::fail_point!("worker.after_commit");
             // After the commit: one `multiple` ack for the batch where no earlier delivery is outstanding.
-            let delivered: Vec<&Delivery> = parsed.iter().map(|(d, _, _)| d).collect();
+            let delivered: Vec<&Delivery> = ready.iter().map(|u| &u.delivery).collect();
             for tag in acks.ack_committed(&delivered).await {
                 tracing::warn!(
                     delivery_tag = tag,
                     "ack not delivered (channel closed); the event will be redelivered and deduplicated"
                 );
             }
-            for ((_, _, span), processed) in parsed.iter().zip(results) {
+            for ((_, span), processed) in ready.iter().flat_map(|u| &u.events).zip(results) {
                 let outcome = match &processed {
                     Processed::Applied(o) => o.kind.as_str(),
                     Processed::Duplicate => "duplicate",
@@ -752,9 +872,30 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
             error: ProcessError::Panicked(join.to_string()),
         },
     };
-    let mut rest = Vec::with_capacity(parsed.len());
-    for (i, (delivery, msg, span)) in parsed.into_iter().enumerate() {
-        if Some(i) != failed.index {
+    if failed.index.is_none() {
+        tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
+    }
+    // Which unit the failing event belongs to (items were pushed unit by unit, in order).
+    let mut first = 0;
+    let mut rest = Vec::with_capacity(ready.len());
+    for unit in ready {
+        let n = unit.events.len();
+        let failing = failed
+            .index
+            .is_some_and(|i| (first..first + n).contains(&i));
+        first += n;
+        if unit.bundle {
+            // An attempt of the failing event was used (a panic or a permanent failure is its own doing).
+            let used = failing && !matches!(failed.error, ProcessError::Transient(_));
+            let prior = delivery_count(&unit.delivery) + u32::from(used);
+            split_unit(ctx, acks, unit, prior).await;
+            continue;
+        }
+        let Some((msg, span)) = unit.events.into_iter().next() else {
+            continue;
+        };
+        let delivery = unit.delivery;
+        if !failing {
             rest.push((delivery, msg, span));
             continue;
         }
@@ -779,11 +920,116 @@ async fn handle_batch<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, mut deliveries
             ProcessError::Transient(_) => rest.push((delivery, msg, span)),
         }
     }
-    if failed.index.is_none() {
-        tracing::warn!(error.message = ?failed.error.to_string(), "batch did not commit; processing one by one");
-    }
     for (d, msg, span) in rest {
         apply_delivery(ctx, acks, d, msg, span).await;
+    }
+}
+
+async fn split_unit<H: Handler>(ctx: &Arc<Ctx<H>>, acks: &Acks, unit: Unit, prior: u32) {
+    let events = unit.events.into_iter().map(|(m, _)| m).collect();
+    split(ctx, acks, unit.delivery, events, prior).await
+}
+
+/// Republishes each event of a bundle as a single message (carrying `prior`, the attempts the bundle used, in
+/// [`hookline_bus::message::PRIOR_DELIVERIES_HEADER`]), then acks the bundle. Until RabbitMQ has confirmed every
+/// single message the bundle is neither acked nor requeued: the split is retried in-process with a backoff, and
+/// a crash meanwhile returns the bundle, which is split again (its events then arrive twice; their markers make
+/// the second a duplicate).
+async fn split<H: Handler>(
+    ctx: &Arc<Ctx<H>>,
+    acks: &Acks,
+    delivery: Delivery,
+    events: Vec<EventMessage>,
+    prior: u32,
+) {
+    let consumer = ctx.handler.consumer();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match ctx.splitter.publish(&events, prior).await {
+            Ok(()) => {
+                tracing::info!(
+                    delivery_tag = delivery.delivery_tag,
+                    events = events.len(),
+                    prior_deliveries = prior,
+                    "bundle split into single messages"
+                );
+                ack(acks, &delivery, events.first().map_or(0, |m| m.id)).await;
+                metrics::counter!(metric::DELIVERIES, "consumer" => consumer, "outcome" => "split")
+                    .increment(1);
+                return;
+            }
+            Err(e) => tracing::warn!(
+                messaging.system = "rabbitmq",
+                error.cause_chain = %format!("{e:#}"),
+                retry_in_ms = backoff.as_millis() as u64,
+                "cannot split a bundle; retrying"
+            ),
+        }
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => return, // left unacked: closing the channel returns it
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// The worker's publisher for splitting bundles: opened on first use (most workers never split), replaced after
+/// any failure.
+struct Splitter {
+    amqp_urls: AmqpEndpoints,
+    topology: Topology,
+    publisher: tokio::sync::Mutex<Option<Publisher>>,
+}
+
+impl Splitter {
+    /// How long a split's publishes and confirms may take.
+    const CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Publishes `events` one per message with `prior` attempts; `Ok` only when RabbitMQ confirmed them all.
+    async fn publish(&self, events: &[EventMessage], prior: u32) -> anyhow::Result<()> {
+        let mut guard = self.publisher.lock().await;
+        if guard.as_ref().is_some_and(|p| !p.is_open()) {
+            if let Some(p) = guard.take() {
+                tokio::spawn(p.close());
+            }
+        }
+        if guard.is_none() {
+            *guard = Some(
+                Publisher::open(&self.amqp_urls, &self.topology, "hookline-worker-split").await?,
+            );
+        }
+        let Some(publisher) = guard.as_ref() else {
+            anyhow::bail!("no publisher");
+        };
+        let packing = Packing {
+            per_message: 1,
+            prior_deliveries: prior,
+        };
+        let result = publisher
+            .publish_packed(&self.topology, events, packing, Self::CONFIRM_TIMEOUT)
+            .await;
+        match result {
+            Ok(published) if published.acked.len() == events.len() => Ok(()),
+            other => {
+                if let Some(p) = guard.take() {
+                    tokio::spawn(p.close());
+                }
+                match other {
+                    Err(e) => Err(e),
+                    Ok(p) => Err(anyhow::anyhow!(
+                        "{} of {} single messages confirmed",
+                        p.acked.len(),
+                        events.len()
+                    )),
+                }
+            }
+        }
+    }
+
+    async fn close(&self) {
+        if let Some(p) = self.publisher.lock().await.take() {
+            p.close().await;
+        }
     }
 }
 

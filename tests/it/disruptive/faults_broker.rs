@@ -111,7 +111,7 @@ async fn connections_closed_twice_during_load() {
     let relay = c.log_messages("edge", "relay connected").len();
     assert!(sessions >= 3, "worker consumer sessions: {sessions}");
     assert!(relay >= 3, "relay connections: {relay}");
-    let backlog = assert_prefetch_honoured(&c, "cc_backlog", 40).await;
+    let backlog = assert_prefetch_honoured(&c, "cc_backlog").await;
     c.check(&[&report, &backlog]).await;
     c.teardown().await;
 }
@@ -142,7 +142,7 @@ async fn broker_app_stopped_and_started_during_load() {
     let report = run.finish().await;
     assert_edge_always_2xx(&report);
     c.check(&[&report]).await;
-    let backlog = assert_prefetch_honoured(&c, "app_backlog", 40).await;
+    let backlog = assert_prefetch_honoured(&c, "app_backlog").await;
     c.check(&[&report, &backlog]).await;
     c.teardown().await;
 }

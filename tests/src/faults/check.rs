@@ -112,6 +112,11 @@ impl Cluster {
     }
 
     /// Stored events with neither a processed marker nor a dead letter.
+    /// The events referred to by the messages ready on the payments queue (see [`crate::queued_event_ids`]).
+    pub async fn queued_event_ids(&self) -> Vec<i64> {
+        crate::queued_event_ids(&self.config.amqp_urls, &self.topology().payments_queue).await
+    }
+
     pub async fn unprocessed_count(&self) -> i64 {
         crate::pending_events(self.pool()).await
     }
@@ -548,14 +553,15 @@ pub async fn stuck_worker_transactions(c: &Cluster, min_idle: Duration) -> i64 {
 
 /// W9: with a backlog larger than the prefetch, the (reconnected) worker holds at most `prefetch` unacked
 /// deliveries. Processing is held by an exclusive lock on `processed_events` (the first table the worker's
-/// transaction writes), `events` (> prefetch) new events are sent, and once every one of them is queued or
-/// delivered, `messages_unacknowledged` must not exceed the prefetch. Returns the load's report for the checker.
-pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str, events: usize) -> LoadReport {
+/// transaction writes), new events are sent — enough for more messages than the prefetch even when the relay packs
+/// `relay.events_per_message` into one — and once every one of them is published, `messages_unacknowledged` must
+/// not exceed the prefetch. Returns the load's report for the checker.
+pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str) -> LoadReport {
     let prefetch = u64::from(c.config.worker.prefetch);
-    assert!(
-        events as u64 > prefetch,
-        "the backlog must exceed the prefetch"
-    );
+    let per_message = c.config.relay.events_per_message as u64;
+    // At least prefetch + 2 messages, however the relay packs them.
+    let messages = prefetch + 2;
+    let events = (messages * per_message) as usize;
     let mut lock = c.pool().begin().await.expect("begin");
     sqlx::query("LOCK TABLE processed_events IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *lock)
@@ -570,7 +576,10 @@ pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str, events: usize) -> 
     let counts = loop {
         let counts = c.queue_stats().await;
         // Everything published, and the worker took what its prefetch allows.
-        if counts.ready + counts.unacked >= events as u64 && counts.unacked >= prefetch {
+        if counts.ready + counts.unacked >= messages
+            && counts.unacked >= prefetch
+            && c.unpublished_ids(Duration::ZERO).await.is_empty()
+        {
             break counts;
         }
         assert!(
@@ -590,7 +599,7 @@ pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str, events: usize) -> 
         counts.unacked
     );
     assert!(
-        counts.ready >= events as u64 - prefetch,
+        counts.ready >= messages - prefetch,
         "expected a backlog of ready messages: {counts:?}"
     );
     lock.rollback().await.expect("release the lock");

@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{linger, positive, ConfigError};
+use super::{between, linger, positive, ConfigError};
+
+/// Largest `relay.events_per_message` (what a worker reads in one message, `hookline_bus::message::BUNDLE_MAX`).
+pub const EVENTS_PER_MESSAGE_MAX: usize = 1024;
 
 /// `[relay]`: the transactional-outbox publisher.
 #[derive(Debug, Clone)]
@@ -17,6 +20,10 @@ pub struct RelayConfig {
     pub sweep_min_age: Duration,
     /// Rows per sweep batch (one transaction, pipelined publishes).
     pub batch_size: u32,
+    /// Most events per AMQP message on the events queue (1 = one message per event, what workers before
+    /// bundles read): events of one publish round that share a routing key travel as one message, because
+    /// RabbitMQ's cost is per message. At most [`EVENTS_PER_MESSAGE_MAX`].
+    pub events_per_message: usize,
     /// How long a fast-path batch that is not full waits for more committed events before its publish round
     /// (0 = never): under ingest pressure fewer, larger rounds for a few milliseconds of relay lag.
     pub linger: Duration,
@@ -36,6 +43,7 @@ pub(super) struct RawRelay {
     sweep_min_age_ms: Option<u64>,
     batch_size: Option<u32>,
     linger_ms: Option<u64>,
+    events_per_message: Option<u64>,
     confirm_timeout_ms: Option<u64>,
     max_unpublished_age_secs: Option<u64>,
 }
@@ -51,6 +59,12 @@ pub(super) fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
         sweep_min_age: Duration::from_millis(r.sweep_min_age_ms.unwrap_or(2000)),
         batch_size: positive(r.batch_size.map(u64::from), 500, "relay.batch_size")? as u32,
         linger: linger(r.linger_ms, "relay.linger_ms")?,
+        events_per_message: between(
+            r.events_per_message,
+            32,
+            EVENTS_PER_MESSAGE_MAX as u64,
+            "relay.events_per_message",
+        )? as usize,
         confirm_timeout: Duration::from_millis(positive(
             r.confirm_timeout_ms,
             10_000,
@@ -86,5 +100,20 @@ mod tests {
         assert!(err("[relay]\nlinger_ms = 1001").starts_with("relay.linger_ms:"));
         assert!(err("[relay]\nlinger_ms = -1").contains("linger_ms"));
         assert!(err("[relay]\nlinger_ms = \"5\"").contains("linger_ms"));
+    }
+
+    #[test]
+    fn events_per_message_is_bounded() {
+        let per = |text: &str| {
+            Config::from_toml_str(text, "t", &NO_ENV)
+                .unwrap()
+                .relay
+                .events_per_message
+        };
+        assert_eq!(per(""), 32);
+        assert_eq!(per("[relay]\nevents_per_message = 1"), 1);
+        assert_eq!(per("[relay]\nevents_per_message = 1024"), 1024);
+        assert!(err("[relay]\nevents_per_message = 0").starts_with("relay.events_per_message:"));
+        assert!(err("[relay]\nevents_per_message = 1025").starts_with("relay.events_per_message:"));
     }
 }
