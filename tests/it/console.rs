@@ -323,12 +323,15 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
     let edge = console_edge().await;
     let console = edge.console.clone().expect("the console listens");
     let pool = &edge.db.pool;
-    let events: Vec<OwnedEvent> = (0..130)
+    let mut events: Vec<OwnedEvent> = (0..130)
         .map(|i| {
             let provider = if i % 13 == 0 { "github" } else { "stripe" };
             event(provider, &format!("evt_page_{i:03}"), "{}", vec![])
         })
         .collect();
+    // One provider event id under two providers: the search asks the UNIQUE key once per provider present.
+    events.push(event("github", "evt_page_shared", "{}", vec![]));
+    events.push(event("stripe", "evt_page_shared", "{}", vec![]));
     hookline_core::events::insert_events_batch(pool, &events)
         .await
         .expect("store");
@@ -368,7 +371,7 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
     .fetch_all(pool)
     .await
     .expect("ids");
-    assert_eq!(github.len(), 10);
+    assert_eq!(github.len(), 11);
     assert_eq!(walk(&mut http, "/events?provider=github").await, github);
     assert_eq!(
         walk(&mut http, "/events?state=unprocessed").await,
@@ -379,6 +382,20 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
     let one = walk(&mut http, "/events?q=evt_page_042").await;
     assert_eq!(one.len(), 1);
     assert_eq!(walk(&mut http, &format!("/events?q={}", one[0])).await, one);
+    // The first provider in the key's order (stripe's was above), and an id both have.
+    let found = walk(&mut http, "/events?q=evt_page_039").await;
+    assert_eq!(found.len(), 1, "a github event by its provider id");
+    let shared: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM webhook_events WHERE provider_event_id = 'evt_page_shared' ORDER BY id DESC",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("ids");
+    assert_eq!(shared.len(), 2);
+    assert_eq!(walk(&mut http, "/events?q=evt_page_shared").await, shared);
+    assert!(walk(&mut http, "/events?q=evt_page_nowhere")
+        .await
+        .is_empty());
     // A bad state is refused, not ignored.
     assert_eq!(http.get("/events?state=nonsense").await.status, 400);
 }
