@@ -318,6 +318,16 @@ fn older_link(html: &str) -> Option<String> {
     Some(html[start..start + end].replace("&amp;", "&"))
 }
 
+/// The ids of the stored events matching `condition` (SQL written by the test), newest first: what the list must show.
+async fn ids_newest_first(pool: &sqlx::PgPool, condition: &str) -> Vec<i64> {
+    sqlx::query_scalar(&format!(
+        "SELECT id FROM webhook_events WHERE {condition} ORDER BY id DESC"
+    ))
+    .fetch_all(pool)
+    .await
+    .expect("ids")
+}
+
 #[tokio::test]
 async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() {
     let edge = console_edge().await;
@@ -355,22 +365,14 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
         ids
     }
 
-    let all: Vec<i64> = sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id DESC")
-        .fetch_all(pool)
-        .await
-        .expect("ids");
+    let all = ids_newest_first(pool, "true").await;
     assert_eq!(
         walk(&mut http, "/events").await,
         all,
         "every event once, newest first"
     );
 
-    let github: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM webhook_events WHERE provider = 'github' ORDER BY id DESC",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("ids");
+    let github = ids_newest_first(pool, "provider = 'github'").await;
     assert_eq!(github.len(), 11);
     assert_eq!(walk(&mut http, "/events?provider=github").await, github);
     assert_eq!(
@@ -385,12 +387,7 @@ async fn the_event_list_pages_by_keyset_without_gaps_or_repeats_under_filters() 
     // The first provider in the key's order (stripe's was above), and an id both have.
     let found = walk(&mut http, "/events?q=evt_page_039").await;
     assert_eq!(found.len(), 1, "a github event by its provider id");
-    let shared: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM webhook_events WHERE provider_event_id = 'evt_page_shared' ORDER BY id DESC",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("ids");
+    let shared = ids_newest_first(pool, "provider_event_id = 'evt_page_shared'").await;
     assert_eq!(shared.len(), 2);
     assert_eq!(walk(&mut http, "/events?q=evt_page_shared").await, shared);
     assert!(walk(&mut http, "/events?q=evt_page_nowhere")

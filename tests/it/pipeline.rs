@@ -294,6 +294,22 @@ impl Handler for PoisonOn {
     }
 }
 
+/// Delivers the poison event (`evt_poison`) and then ten good ones (`evt_{prefix}_{i}`, payment `pi_{prefix}_{i}`)
+/// through the edge, each answered 200.
+async fn deliver_poison_and_ten(p: &TestPipeline, prefix: &str) {
+    let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
+    assert_eq!(p.edge.deliver_stripe(&poison).await, 200);
+    for i in 0..10 {
+        let body = stripe::payment_intent(
+            &format!("evt_{prefix}_{i}"),
+            "succeeded",
+            &format!("pi_{prefix}_{i}"),
+            100,
+        );
+        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
+    }
+}
+
 /// A poison message is retried until the delivery limit (3 in tests: RabbitMQ dead-letters a message returned
 /// more than 3 times, so it is delivered 4 times), then lands in the dead-letter queue with a recorded reason,
 /// while the other events keep flowing.
@@ -306,17 +322,7 @@ async fn poison_message_reaches_dlq_after_delivery_limit() {
         provider_event_id: "evt_poison",
         attempts: attempts.clone(),
     });
-    let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
-    assert_eq!(p.edge.deliver_stripe(&poison).await, 200);
-    for i in 0..10 {
-        let body = stripe::payment_intent(
-            &format!("evt_flow_{i}"),
-            "succeeded",
-            &format!("pi_flow_{i}"),
-            100,
-        );
-        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
-    }
+    deliver_poison_and_ten(&p, "flow").await;
     let dlq = p.topology().dead_letter_queue;
     wait_until(DRAIN, "poison message in the DLQ", || async {
         p.queue_depth(&dlq).await == 1
@@ -464,17 +470,7 @@ async fn pipeline_without_relay() -> TestPipeline {
 /// Stores ten good events and a poison one (`evt_poison`) and publishes all eleven as ONE bundle; returns the
 /// poison event's id.
 async fn one_bundle_with_a_poison_event(p: &TestPipeline) -> i64 {
-    let poison = stripe::payment_intent("evt_poison", "succeeded", "pi_poison", 100);
-    assert_eq!(p.edge.deliver_stripe(&poison).await, 200);
-    for i in 0..10 {
-        let body = stripe::payment_intent(
-            &format!("evt_bundled_{i}"),
-            "succeeded",
-            &format!("pi_bundled_{i}"),
-            100,
-        );
-        assert_eq!(p.edge.deliver_stripe(&body).await, 200);
-    }
+    deliver_poison_and_ten(p, "bundled").await;
     let rows: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
         "SELECT id, provider, provider_event_id, event_type FROM webhook_events ORDER BY id",
     )
