@@ -73,7 +73,7 @@ WITH s AS (SELECT pg_current_snapshot() AS snap),
              FROM webhook_events e, h
             WHERE (e.xid, e.id) > (:cx::text::xid8, :ci) AND e.xid < h.horizon
             ORDER BY e.xid, e.id LIMIT 1024),
-     l AS (SELECT xid, id, (SELECT count(*) FROM r) AS n FROM r ORDER BY xid DESC, id DESC LIMIT 1)
+     l AS (SELECT xid, id FROM r ORDER BY xid DESC, id DESC LIMIT 1)
 UPDATE bench_event_cursor SET xid = l.xid, id = l.id FROM l;
 \sleep 2 ms
 SQL
@@ -86,8 +86,17 @@ measure() { # label
   "${P[@]}" -c "CHECKPOINT" "$DB"
   local w0 w1 t0 t1 out tx tps
   w0=$("${P[@]}" -c "SELECT wal_bytes FROM pg_stat_wal" "$DB")
-  local relay=
-  case $1 in outbox+relay) relay=$RELAY ;; cursor) relay=$CURSOR ;; esac
+  # The variants with a relay run it beside the load, and say afterwards whether it kept up.
+  local relay= kept_up=
+  case $1 in
+    outbox+relay)
+      relay=$RELAY
+      kept_up="SELECT 'outbox left ' || count(*) FROM event_outbox" ;;
+    cursor)
+      relay=$CURSOR
+      kept_up="SELECT 'cursor behind by ' || count(*) FROM webhook_events e, bench_event_cursor c
+               WHERE e.xid IS NOT NULL AND (e.xid, e.id) > (c.xid, c.id)" ;;
+  esac
   t0=$(cpu)
   if [ -n "$relay" ]; then
     pgbench -h 127.0.0.1 -U postgres -n -c 1 -j 1 -T 21 -f "$relay" "$DB" >/dev/null 2>&1 &
@@ -98,14 +107,7 @@ measure() { # label
   w1=$("${P[@]}" -c "SELECT wal_bytes FROM pg_stat_wal" "$DB")
   tx=$(awk '/number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
   tps=$(awk '/^tps/{print $3; exit}' <<<"$out")
-  if [ "$1" = cursor ]; then
-    # Every event the load committed is at or below the cursor once the relay's last round ran.
-    "${P[@]}" -c "SELECT 'cursor behind by ' || count(*) FROM webhook_events e, bench_event_cursor c
-                  WHERE e.xid IS NOT NULL AND (e.xid, e.id) > (c.xid, c.id)" "$DB"
-  fi
-  if [ "$1" = outbox+relay ]; then
-    "${P[@]}" -c "SELECT 'outbox left ' || count(*) FROM event_outbox" "$DB"
-  fi
+  if [ -n "$kept_up" ]; then "${P[@]}" -c "$kept_up" "$DB"; fi
   printf '%-12s tps %8.0f  WAL %5d B/insert  machine CPU %.3f ms/insert\n' \
     "$1" "$tps" $(((w1 - w0) / tx)) "$(bc -l <<<"($t1 - $t0) * 1000 / $(getconf CLK_TCK) / $tx")"
   "${P[@]}" -c "TRUNCATE event_outbox" "$DB"
