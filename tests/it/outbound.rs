@@ -13,7 +13,6 @@ use futures::future::join_all;
 use hookline_payments::billing::{self, Billed};
 use hookline_payments::dispatch::{Answer, DispatchSettings, Dispatcher};
 use hookline_payments::intents::{self, Intent, NewIntent, RefundError};
-use hookline_payments::outbound_requests;
 use hookline_payments::params::{MercadoPagoParams, Payer, PaymentParams, StripeParams};
 use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
 use hookline_tests::*;
@@ -133,7 +132,12 @@ async fn default_params(p: &TestPipeline, provider: &str, customer: &str) -> Pay
     }
 }
 
-async fn create_intent(p: &TestPipeline, provider: &str, amount: i64, customer: &str) -> Intent {
+pub(crate) async fn create_intent(
+    p: &TestPipeline,
+    provider: &str,
+    amount: i64,
+    customer: &str,
+) -> Intent {
     let params = default_params(p, provider, customer).await;
     create_intent_with(p, provider, amount, customer, Some(&params)).await
 }
@@ -242,7 +246,7 @@ async fn outbox_drained(p: &TestPipeline) {
     .await;
 }
 
-fn gateway_charges(sandbox: &RunningSandbox, provider: &str) -> usize {
+pub(crate) fn gateway_charges(sandbox: &RunningSandbox, provider: &str) -> usize {
     sandbox
         .control()
         .charges()
@@ -387,9 +391,7 @@ async fn dispatcher_killed_between_send_and_record_charges_once() {
     let st = create_intent(&p, "st", 1990, "cliente-2").await;
     let mp = create_intent(&p, "mp", 5000, "c@example.com").await;
     let d = dispatcher(&p);
-    let claimed = outbound_requests::claim_due(p.pool(), 16, CRASH_LEASE)
-        .await
-        .unwrap();
+    let claimed = d.claim(CRASH_LEASE).await.unwrap();
     assert_eq!(claimed.len(), 2);
     for c in &claimed {
         let answer = d.send(c).await.unwrap();

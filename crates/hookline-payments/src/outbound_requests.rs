@@ -125,33 +125,103 @@ pub async fn enqueue(
     Ok(n > 0)
 }
 
+/// Each provider's idempotency-key lifetime (`providers.NAME.idempotency_key_ttl_secs`), as the claiming
+/// statement reads it; a provider not listed is taken to keep its keys [`DEFAULT_KEY_TTL`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyLifetimes {
+    names: Vec<String>,
+    secs: Vec<f64>,
+}
+
+/// The key lifetime assumed for a provider [`KeyLifetimes`] does not list: 24 h (Stripe's and Pagar.me's).
+pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
+
+impl KeyLifetimes {
+    /// The lifetimes of `providers` (`(name, ttl)`).
+    pub fn new<'a>(providers: impl IntoIterator<Item = (&'a str, Duration)>) -> KeyLifetimes {
+        let (names, secs) = providers
+            .into_iter()
+            .map(|(name, ttl)| (name.to_owned(), ttl.as_secs_f64()))
+            .unzip();
+        KeyLifetimes { names, secs }
+    }
+
+    /// The lifetime of `provider`'s keys.
+    pub fn of(&self, provider: &str) -> Duration {
+        self.names
+            .iter()
+            .position(|n| n == provider)
+            .map_or(DEFAULT_KEY_TTL, |i| Duration::from_secs_f64(self.secs[i]))
+    }
+}
+
 /// Claims up to `limit` due requests for `lease` (their lease is set and, for pending ones, their attempt
 /// counted and the first send of their key generation stamped, in one statement). A request whose dispatcher died
 /// is claimed again once its lease has expired — and sent with the same key, so the gateway answers the first
 /// attempt's result instead of charging again. `unknown` requests are claimed for their lookup once due (never
-/// before their key expired: see [`retry_later`]).
+/// before their key expired).
+///
+/// **No request leaves under a key the gateway may have forgotten.** The same statement checks every `pending`
+/// request whose key was sent before against its provider's lifetime (`ttls`): past the key's first send + ttl −
+/// [`key_margin`] on the database's clock — the dispatcher was slow, stopped for a weekend, crashed mid-send, or
+/// its lease ran out while its process was dead — it is not claimed for sending but made `unknown`, due for its
+/// lookup by hookline's own reference once the key has expired (and claimed for that lookup at once when it
+/// already has), exactly as [`retry_later`] decides for a retry. Only requests to send or to look up are returned.
 pub async fn claim_due<'c>(
     conn: impl PgExecutor<'c>,
     limit: i64,
     lease: Duration,
+    ttls: &KeyLifetimes,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE outbound_requests o
-            SET lease_until = now() + make_interval(secs => $2),
-                attempts = o.attempts + CASE WHEN o.status = 'pending' THEN 1 ELSE 0 END,
-                key_first_sent_at = CASE WHEN o.status = 'pending' THEN coalesce(o.key_first_sent_at, now())
-                                         ELSE o.key_first_sent_at END,
-                updated_at = now()
-          WHERE o.id IN (SELECT id FROM outbound_requests
-                          WHERE status IN ('pending', 'unknown') AND next_attempt_at <= now()
-                            AND (lease_until IS NULL OR lease_until < now())
-                          ORDER BY next_attempt_at, id LIMIT $1
-                          FOR UPDATE SKIP LOCKED)
-          RETURNING o.id, o.kind, o.intent_id, o.refund_id, o.provider, o.idempotency_key, o.attempts,
-                    o.status, o.key_generation, o.key_first_sent_at, o.traceparent",
+        "WITH due AS (
+              SELECT o.id, coalesce(t.ttl, $5) AS ttl
+                FROM outbound_requests o
+                LEFT JOIN unnest($3::text[], $4::float8[]) AS t(provider, ttl) ON t.provider = o.provider
+               WHERE o.status IN ('pending', 'unknown') AND o.next_attempt_at <= now()
+                 AND (o.lease_until IS NULL OR o.lease_until < now())
+               ORDER BY o.next_attempt_at, o.id LIMIT $1
+               FOR UPDATE OF o SKIP LOCKED),
+              d AS (
+              SELECT o.id,
+                     o.status = 'pending' AND o.key_first_sent_at IS NOT NULL
+                       AND now() > o.key_first_sent_at
+                                   + make_interval(secs => due.ttl - least(due.ttl / 10, 3600)) AS expired,
+                     o.key_first_sent_at + make_interval(secs => due.ttl) AS expires
+                FROM due JOIN outbound_requests o ON o.id = due.id),
+              claimed AS (
+              UPDATE outbound_requests o
+                 SET status = CASE WHEN d.expired THEN 'unknown' ELSE o.status END,
+                     unknown_since = CASE WHEN d.expired THEN now() ELSE o.unknown_since END,
+                     next_attempt_at = CASE WHEN d.expired THEN greatest(d.expires, now())
+                                            ELSE o.next_attempt_at END,
+                     last_error = CASE WHEN d.expired
+                         THEN 'unknown: the key''s lifetime ended before the request was sent again (the dispatcher '
+                              || 'was stopped or slow); looked up after it expires; last: '
+                              || coalesce(o.last_error, 'no answer recorded')
+                         ELSE o.last_error END,
+                     lease_until = CASE WHEN d.expired AND d.expires > now() THEN NULL
+                                        ELSE now() + make_interval(secs => $2) END,
+                     attempts = o.attempts
+                         + CASE WHEN o.status = 'pending' AND NOT d.expired THEN 1 ELSE 0 END,
+                     key_first_sent_at = CASE WHEN o.status = 'pending' AND NOT d.expired
+                                              THEN coalesce(o.key_first_sent_at, now())
+                                              ELSE o.key_first_sent_at END,
+                     updated_at = now()
+                FROM d
+               WHERE o.id = d.id
+              RETURNING o.id, o.kind, o.intent_id, o.refund_id, o.provider, o.idempotency_key, o.attempts,
+                        o.status, o.key_generation, o.key_first_sent_at, o.traceparent,
+                        NOT d.expired OR d.expires <= now() AS to_process)
+         SELECT id, kind, intent_id, refund_id, provider, idempotency_key, attempts, status, key_generation,
+                key_first_sent_at, traceparent
+           FROM claimed WHERE to_process",
     )
     .bind(limit)
     .bind(lease.as_secs_f64())
+    .bind(&ttls.names)
+    .bind(&ttls.secs)
+    .bind(DEFAULT_KEY_TTL.as_secs_f64())
     .fetch_all(conn)
     .await
 }
@@ -295,6 +365,72 @@ pub async fn next_generation<'c>(
     .await?
     .rows_affected();
     Ok(n > 0)
+}
+
+/// What an operator found at the gateway for an `unknown` refund the lookup could not decide
+/// ([`resolve_unknown_refund`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorFinding {
+    /// The refund was made at the gateway: recorded as `succeeded`.
+    Made,
+    /// It never was: sent again under the next key generation (once its key has expired).
+    NotMade,
+}
+
+/// Records an operator's finding on `unknown` refund request `id`, in the caller's transaction, decided by ONE
+/// statement: only from `unknown`, only for a refund, never while a dispatcher holds its lease (a lookup in
+/// flight), and — for [`OperatorFinding::NotMade`] — only once the key has expired (`ttl` after its first send;
+/// before, a request still executing under it could complete after the new key's). `Made` → `succeeded`;
+/// `NotMade` → `pending` under the next generation, as the dispatcher's own "not found" does. `note` is kept in
+/// `last_error`. Returns `(refund_id, key_generation now)` when it moved; `None` when the request is not such a
+/// request (the caller says why: [`get`]).
+pub async fn resolve_unknown_refund(
+    conn: &mut PgConnection,
+    id: i64,
+    finding: OperatorFinding,
+    ttl: Duration,
+    note: &str,
+) -> Result<Option<(i64, i32)>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE outbound_requests
+            SET status = CASE WHEN $2 THEN 'succeeded' ELSE 'pending' END,
+                key_generation = key_generation + CASE WHEN $2 THEN 0 ELSE 1 END,
+                key_first_sent_at = CASE WHEN $2 THEN key_first_sent_at ELSE NULL END,
+                unknown_since = NULL, lease_until = NULL, next_attempt_at = now(),
+                last_error = $4, updated_at = now()
+          WHERE id = $1 AND status = 'unknown' AND kind = 'refund' AND refund_id IS NOT NULL
+            AND (lease_until IS NULL OR lease_until < now())
+            AND ($2 OR coalesce(key_first_sent_at, unknown_since) + make_interval(secs => $3) <= now())
+         RETURNING refund_id, key_generation",
+    )
+    .bind(id)
+    .bind(finding == OperatorFinding::Made)
+    .bind(ttl.as_secs_f64())
+    .bind(note)
+    .fetch_optional(conn)
+    .await
+}
+
+/// One request as operators see it ([`RequestRow`]), with its provider; `None` when there is no such request.
+pub async fn get<'c>(
+    conn: impl PgExecutor<'c>,
+    id: i64,
+) -> Result<Option<(RequestRow, String)>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        request: RequestRow,
+        provider: String,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT id, kind, intent_id, status, attempts, key_generation, unknown_since, last_status, last_error,
+                next_attempt_at, updated_at, provider
+         FROM outbound_requests WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.request, r.provider)))
 }
 
 /// A final failure, hookline's own problem (a refused request, a redirect, an answer it cannot interpret, a

@@ -35,14 +35,23 @@
 //! anew. A timeout, 5xx or 429 of these steps is retried like any gateway error (nothing was paid yet); see
 //! [`crate::gateway::mercadopago`].
 //!
-//! **Unknown requests** (issue 27): the key's lifetime is `providers.NAME.idempotency_key_ttl_secs`
+//! **Unknown requests** (issues 27 and 44): the key's lifetime is `providers.NAME.idempotency_key_ttl_secs`
 //! ([`outbound_requests::key_margin`]: a tenth of it, at most an hour, before it ends no more attempts start).
-//! Once the key has expired the request is resolved by asking the gateway for the object by hookline's own
-//! reference (Stripe: the PaymentIntent with `metadata[hookline_intent]`, the refund with
-//! `metadata[hookline_refund]`; Mercado Pago: `external_reference`, the payment's refunds): found → recorded as the
-//! lost answer; not found → the next key generation is committed (`pending`, `{base}-g{n}`) BEFORE anything is
-//! sent under it — at most one key of a request is live at the gateway at any time; the lookup failing → it stays
-//! unknown and is looked up again with backoff.
+//! The rule is checked twice, both times in one statement on the database's clock: where a retry is scheduled
+//! ([`outbound_requests::retry_later`]) and where a request is claimed for sending
+//! ([`outbound_requests::claim_due`]) — so a request whose dispatcher was slow, stopped for longer than the key
+//! lives, crashed mid-send or lost its lease while dead is never sent again under a key the gateway may have
+//! forgotten: it becomes `unknown` instead. Once the key has expired the request is resolved by asking the gateway
+//! for the object by hookline's own reference (Stripe: the PaymentIntent with `metadata[hookline_intent]`, the
+//! refund with `metadata[hookline_refund]`; Mercado Pago: `external_reference`, the refund with
+//! `metadata.hookline_refund`; Pagar.me: the order's `code`): found → recorded as the lost answer; not found →
+//! the next key generation is committed (`pending`, `{base}-g{n}`) BEFORE anything is sent under it — at most one
+//! key of a request is live at the gateway at any time; the lookup failing → it stays unknown and is looked up
+//! again with backoff. A refund is found by its own identity only, never by an amount that happens to fit: a
+//! gateway refund without hookline's reference that could be this one (Mercado Pago, one of the same amount;
+//! Pagar.me, whose refunds carry no reference at all, a charge whose cancelled amount could hold it) leaves the
+//! request `unknown` for an operator, with the reason in `last_error` — it is neither recorded as made nor sent
+//! again.
 //!
 //! Every reason is recorded in `outbound_requests.last_error` (shown by `hookline status`, the console and
 //! the payment-intents API).
@@ -62,7 +71,7 @@ use tracing::Instrument;
 use crate::gateway::{self, Api, ApiClient, PostError};
 use crate::intents::{self, ChargeAnswer};
 use crate::model::IntentStatus;
-use crate::outbound_requests::{self, Claimed, Retried};
+use crate::outbound_requests::{self, Claimed, KeyLifetimes, Retried};
 use crate::params::PaymentParams;
 use hookline_core::config::DispatcherConfig;
 use hookline_core::retry::jittered_backoff;
@@ -180,6 +189,8 @@ struct Gateway {
 pub struct Dispatcher {
     pool: PgPool,
     gateways: Arc<HashMap<String, Gateway>>,
+    /// The gateways' key lifetimes, as the claiming statement checks them.
+    ttls: Arc<KeyLifetimes>,
     settings: DispatchSettings,
 }
 
@@ -227,10 +238,12 @@ impl Dispatcher {
                     },
                 ))
             })
-            .collect();
+            .collect::<HashMap<String, Gateway>>();
+        let ttls = KeyLifetimes::new(gateways.iter().map(|(name, g)| (name.as_str(), g.ttl)));
         Dispatcher {
             pool,
             gateways: Arc::new(gateways),
+            ttls: Arc::new(ttls),
             settings,
         }
     }
@@ -276,11 +289,15 @@ impl Dispatcher {
         }
     }
 
+    /// Claims up to `batch` due requests for `lease` ([`outbound_requests::claim_due`], with the gateways' key
+    /// lifetimes: a request whose key may be forgotten is made `unknown` there, never returned for sending).
+    pub async fn claim(&self, lease: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
+        outbound_requests::claim_due(&self.pool, self.settings.batch, lease, &self.ttls).await
+    }
+
     /// Claims up to `batch` due requests and processes them concurrently; returns how many were claimed.
     pub async fn dispatch_once(&self) -> Result<usize, sqlx::Error> {
-        let claimed =
-            outbound_requests::claim_due(&self.pool, self.settings.batch, self.settings.lease)
-                .await?;
+        let claimed = self.claim(self.settings.lease).await?;
         let n = claimed.len();
         let results = futures::future::join_all(claimed.iter().map(|c| self.process(c))).await;
         for (c, r) in claimed.iter().zip(results) {
@@ -623,10 +640,7 @@ impl Dispatcher {
                     Some(d) => (*d).min(self.settings.max_backoff),
                     None => self.backoff_for(claimed),
                 };
-                let ttl = self
-                    .gateways
-                    .get(&claimed.provider)
-                    .map_or(Duration::from_secs(86400), |g| g.ttl);
+                let ttl = self.ttls.of(&claimed.provider);
                 let retried = outbound_requests::retry_later(
                     &self.pool, claimed.id, after, ttl, *status, error,
                 )
@@ -688,9 +702,13 @@ fn build(
                 *amount,
                 refund_public_id,
             ),
-            Api::MercadoPago => {
-                gateway::mercadopago::refund_request(&gateway.client, &key, payment, *amount)
-            }
+            Api::MercadoPago => gateway::mercadopago::refund_request(
+                &gateway.client,
+                &key,
+                payment,
+                *amount,
+                refund_public_id,
+            ),
             Api::PagarmeV5 => {
                 gateway::pagarme_orders::refund_request(&gateway.client, &key, payment, *amount)
             }
