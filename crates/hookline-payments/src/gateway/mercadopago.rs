@@ -219,13 +219,15 @@ pub fn charge_body(
     Ok(body)
 }
 
-/// The refund: `POST /v1/payments/{payment}/refunds` of `amount`, under `key`. `Err` when `payment` is not a
-/// Mercado Pago id (it goes into the path).
+/// The refund: `POST /v1/payments/{payment}/refunds` of `amount`, under `key`, carrying hookline's refund id as
+/// `metadata.hookline_refund` — the identity [`find_refund`] looks it up by once the key has expired. `Err` when
+/// `payment` is not a Mercado Pago id (it goes into the path).
 pub(crate) fn refund_request(
     api: &ApiClient,
     key: &str,
     payment: &str,
     amount: i64,
+    refund_public_id: &str,
 ) -> Result<reqwest::RequestBuilder, PostError> {
     if payment.is_empty() || !payment.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(PostError::Refused(format!(
@@ -235,7 +237,10 @@ pub(crate) fn refund_request(
     Ok(api
         .post(&format!("v1/payments/{payment}/refunds"))?
         .header("X-Idempotency-Key", key)
-        .json(&json!({ "amount": major_units(amount) })))
+        .json(&json!({
+            "amount": major_units(amount),
+            "metadata": { "hookline_refund": refund_public_id },
+        })))
 }
 
 /// The payment carrying `external_reference = public_id`, if any: `GET /v1/payments/search?external_reference=…`.
@@ -256,9 +261,12 @@ pub async fn find_charge(api: &ApiClient, public_id: &str) -> Result<Option<Valu
         .cloned())
 }
 
-/// The refund of `payment` that is hookline's `refund_public_id`: the one whose `metadata.hookline_refund` says
-/// so, else one of `amount` not already linked to another refund of the intent (`linked`).
-/// `GET /v1/payments/{payment}/refunds`.
+/// The refund of `payment` that is hookline's `refund_public_id`, by its identity only: the one whose
+/// `metadata.hookline_refund` says so (`GET /v1/payments/{payment}/refunds`). `Ok(None)`: no refund of the payment
+/// can be it — none carries that reference, and none without a reference of hookline's and not `linked` to another
+/// of the intent's refunds has its `amount`. Such a refund (made in the dashboard, by another system, or by a
+/// version of hookline that sent no metadata) may or may not be this one: never taken for it because its amount
+/// fits, and never a reason to send again — `Err`, so the request stays `unknown` for an operator, with the reason.
 pub async fn find_refund(
     api: &ApiClient,
     payment: &str,
@@ -276,20 +284,36 @@ pub async fn find_refund(
     let Some(refunds) = list.as_array() else {
         return Err("the refund list is not a list".into());
     };
+    identify_refund(refunds, payment, refund_public_id, amount, linked)
+}
+
+/// [`find_refund`]'s decision over the payment's refund list.
+fn identify_refund(
+    refunds: &[Value],
+    payment: &str,
+    refund_public_id: &str,
+    amount: i64,
+    linked: &[String],
+) -> Result<Option<Value>, String> {
     if let Some(r) = refunds
         .iter()
         .find(|r| r["metadata"]["hookline_refund"].as_str() == Some(refund_public_id))
     {
         return Ok(Some(r.clone()));
     }
-    Ok(refunds
-        .iter()
-        .find(|r| {
-            minor_units(&r["amount"]) == Some(amount)
-                && id_text(&r["id"]).is_some_and(|id| !linked.contains(&id))
-                && r["metadata"]["hookline_refund"].as_str().is_none()
-        })
-        .cloned())
+    let anonymous = refunds.iter().find(|r| {
+        minor_units(&r["amount"]) == Some(amount)
+            && r["metadata"]["hookline_refund"].as_str().is_none()
+            && id_text(&r["id"]).is_none_or(|id| !linked.contains(&id))
+    });
+    match anonymous {
+        Some(r) => Err(format!(
+            "payment {payment} has a refund of the same amount without hookline's reference ({}): it may be this \
+             one or one made elsewhere; an operator decides (nothing is sent again)",
+            id_text(&r["id"]).unwrap_or_else(|| "no id".into())
+        )),
+        None => Ok(None),
+    }
 }
 
 /// A Mercado Pago id (a number, sometimes a string of digits) as text.
@@ -686,5 +710,35 @@ mod tests {
         let shown = format!("{:?}", minted());
         assert!(!shown.contains("ff8080814c11"), "{shown}");
         assert!(shown.contains("master"), "{shown}");
+    }
+
+    #[test]
+    fn a_refund_is_found_by_hooklines_reference_never_by_its_amount() {
+        let ours = json!({"id": 11, "amount": 20.0, "metadata": {"hookline_refund": "re_hl_7"}});
+        let other_hookline =
+            json!({"id": 12, "amount": 20.0, "metadata": {"hookline_refund": "re_hl_8"}});
+        let outside = json!({"id": 13, "amount": 20.0, "metadata": {}});
+        let smaller = json!({"id": 14, "amount": 5.0});
+        // Found by its identity, whatever else the payment holds.
+        let found = identify_refund(&[outside.clone(), ours.clone()], "99", "re_hl_7", 2000, &[]);
+        assert_eq!(found, Ok(Some(ours)));
+        // Another refund of hookline's, or one of another amount, is never ours: not found.
+        assert_eq!(
+            identify_refund(&[other_hookline, smaller], "99", "re_hl_7", 2000, &[]),
+            Ok(None)
+        );
+        // One of the same amount without hookline's reference may be ours or not: an operator decides.
+        let ambiguous = identify_refund(std::slice::from_ref(&outside), "99", "re_hl_7", 2000, &[]);
+        assert!(
+            ambiguous
+                .as_ref()
+                .is_err_and(|e| e.contains("operator") && e.contains("13")),
+            "{ambiguous:?}"
+        );
+        // …unless it already belongs to another refund of the intent.
+        assert_eq!(
+            identify_refund(&[outside], "99", "re_hl_7", 2000, &["13".to_owned()]),
+            Ok(None)
+        );
     }
 }

@@ -363,9 +363,14 @@ pub async fn find_order(api: &ApiClient, public_id: &str) -> Result<Option<Value
         .cloned())
 }
 
-/// The refund `refund_public_id` of `amount` on `charge`, whose key expired: found (the charge, read by
-/// [`read_refund`]) when the charge's `canceled_amount` covers `amount` beside `recorded` (the intent's other
-/// refunds already recorded as sent); `None` when it does not (then the refund was not made).
+/// Whether hookline's refund of `amount` on `charge` happened, once its key has expired
+/// (`GET /core/v5/charges/{charge}`). Pagar.me gives a refund no identity of its own and takes no reference of
+/// hookline's with it: all the charge shows is its `canceled_amount`, which a cancellation made outside hookline
+/// (the dashboard, another system) grows too. So the lookup never decides by an amount that happens to fit:
+/// - `canceled_amount` < `recorded` (what hookline's other refunds of the charge took) + `amount`: this refund
+///   cannot have happened → `Ok(None)` (sent again under the next key);
+/// - otherwise it may or may not have → `Err` with the reason, so the request stays `unknown` for an operator,
+///   who checks the charge at Pagar.me (nothing is sent again).
 pub async fn find_refund(
     api: &ApiClient,
     charge: &str,
@@ -379,8 +384,25 @@ pub async fn find_refund(
     if json["id"].as_str() != Some(charge) {
         return Err(format!("the answer is not charge {charge}"));
     }
+    refund_by_cancelled_amount(&json, charge, amount, recorded)
+}
+
+/// [`find_refund`]'s decision over the charge.
+fn refund_by_cancelled_amount(
+    json: &Value,
+    charge: &str,
+    amount: i64,
+    recorded: i64,
+) -> Result<Option<Value>, String> {
     let canceled = json["canceled_amount"].as_i64().unwrap_or(0);
-    Ok((canceled >= recorded.saturating_add(amount)).then_some(json))
+    if canceled < recorded.saturating_add(amount) {
+        return Ok(None);
+    }
+    Err(format!(
+        "Pagar.me gives a refund no reference of hookline's: charge {charge} has {canceled} cancelled, enough to \
+         hold this refund of {amount} besides the {recorded} hookline recorded, but a cancellation made elsewhere \
+         would show the same; an operator decides (nothing is sent again)"
+    ))
 }
 
 #[cfg(test)]
@@ -614,6 +636,27 @@ mod tests {
                 .is_err()
         );
         assert!(read_order(&json!([])).is_err());
+    }
+
+    #[test]
+    fn a_refund_is_never_found_by_a_cancelled_amount_that_fits() {
+        let charge =
+            |canceled: i64| json!({"id": "ch_1", "status": "paid", "canceled_amount": canceled});
+        // Too little cancelled to hold this refund beside the confirmed ones: it never happened.
+        assert_eq!(
+            refund_by_cancelled_amount(&charge(1_000), "ch_1", 2_000, 0),
+            Ok(None)
+        );
+        assert_eq!(
+            refund_by_cancelled_amount(&charge(2_500), "ch_1", 2_000, 1_000),
+            Ok(None)
+        );
+        // Enough to hold it: made by hookline or by someone else — never counted as ours.
+        for (canceled, recorded) in [(2_000, 0), (5_000, 1_000)] {
+            let why = refund_by_cancelled_amount(&charge(canceled), "ch_1", 2_000, recorded)
+                .expect_err("ambiguous");
+            assert!(why.contains("operator"), "{why}");
+        }
     }
 
     #[test]

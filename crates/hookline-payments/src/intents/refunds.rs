@@ -275,8 +275,9 @@ pub fn refund_public_id(refund_id: i64) -> String {
     format!("re_hl_{refund_id}")
 }
 
-/// The amount of the refunds of `intent_id` (other than `except`) the gateway has answered and not refused: what a
-/// Pagar.me charge's `canceled_amount` already covers when a refund whose key expired is looked up.
+/// The amount of the refunds of `intent_id` (other than `except`) the gateway confirmed as made (`succeeded`): what a
+/// Pagar.me charge's `canceled_amount` surely covers besides a refund whose key expired and which is looked up.
+/// Only confirmed ones: counting one the gateway has not made yet could make a refund that was made look absent.
 pub async fn recorded_refund_amount(
     conn: &mut PgConnection,
     intent_id: i64,
@@ -284,7 +285,7 @@ pub async fn recorded_refund_amount(
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT coalesce(sum(amount), 0)::bigint FROM outbound_refunds
-          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL AND status <> 'failed'",
+          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL AND status = 'succeeded'",
     )
     .bind(intent_id)
     .bind(except)
@@ -292,8 +293,8 @@ pub async fn recorded_refund_amount(
     .await
 }
 
-/// The gateway refund ids already linked to refunds of `intent_id` (other than `except`): a refund found by
-/// lookup by its amount is never one that already belongs to another refund of the intent.
+/// The gateway refund ids already linked to refunds of `intent_id` (other than `except`): a gateway refund without
+/// hookline's reference that already belongs to another refund of the intent does not make a lookup ambiguous.
 pub async fn linked_refund_ids(
     conn: &mut PgConnection,
     intent_id: i64,
