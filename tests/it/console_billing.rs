@@ -160,9 +160,13 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
     }
 
     // What the database says (the page must show this, not something else).
-    let status = billing::status(&mut pool.acquire().await.expect("connection"), 1000)
-        .await
-        .expect("billing status");
+    let status = billing::status(
+        &mut pool.acquire().await.expect("connection"),
+        1000,
+        &Default::default(),
+    )
+    .await
+    .expect("billing status");
     let ids = |subs: &[billing::Subscription]| subs.iter().map(|s| s.id).collect::<Vec<_>>();
     assert_eq!(ids(&status.past_due), vec![past_due]);
     assert_eq!(ids(&status.needs_payment_method), vec![no_method]);
@@ -180,9 +184,13 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
         (SHOWN as i64 + 1, 2)
     );
     // A bounded read: the lists are cut, the totals stay whole.
-    let cut = billing::status(&mut pool.acquire().await.expect("connection"), 3)
-        .await
-        .expect("billing status");
+    let cut = billing::status(
+        &mut pool.acquire().await.expect("connection"),
+        3,
+        &Default::default(),
+    )
+    .await
+    .expect("billing status");
     assert_eq!(
         (cut.charging.len(), cut.totals.charging),
         (3, SHOWN as i64 + 1)
@@ -195,7 +203,7 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
     let html = &page.text;
     assert!(html.contains("href=\"/billing\""), "the nav links the page");
     assert!(
-        html.contains("1 past due, 1 waiting for a payment method, 1 cycle(s) in retry, 51 charging, 2 unpaid."),
+        html.contains("1 past due, 1 waiting for a payment method, 1 cycle(s) in retry, 51 charging, 2 unpaid, 0 not charged (currency not accepted)."),
         "{html}"
     );
 

@@ -265,26 +265,17 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
         ));
     }
     let amount = amount(&m)?;
-    let currency = required(&m, "currency")?
-        .as_str()
-        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
-        .ok_or_else(|| {
-            ApiError::field(
-                "currency_invalid",
-                "currency",
-                "currency must be a three-letter ISO 4217 code",
-            )
-        })?
-        .to_ascii_lowercase();
-    if !hookline_payments::currency::accepts(configured.scheme, &currency) {
-        return Err(ApiError::field(
-            "currency_unsupported",
-            "currency",
-            format!(
-                "{provider} cannot be charged in {currency}: not one of the ISO 4217 currencies the provider accepts"
-            ),
-        ));
-    }
+    let raw_currency = required(&m, "currency")?.as_str().unwrap_or_default();
+    let currency = hookline_payments::currency::check(configured.scheme, provider, raw_currency)
+        .map_err(|e| {
+            let code = match e {
+                hookline_payments::currency::CurrencyError::Invalid => "currency_invalid",
+                hookline_payments::currency::CurrencyError::Unsupported { .. } => {
+                    "currency_unsupported"
+                }
+            };
+            ApiError::field(code, "currency", e.to_string())
+        })?;
     let customer = optional_text(
         &m,
         "customer",

@@ -186,13 +186,18 @@ pub async fn subscriptions(
                     return Ok(ExitCode::from(2));
                 }
             };
-            let currency = currency.trim().to_ascii_lowercase();
-            if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_lowercase()) {
-                eprintln!(
-                    "error: --currency must be a three-letter ISO 4217 code, not {currency:?}"
-                );
-                return Ok(ExitCode::from(2));
-            }
+            // The merchant API's rule, the same function: a pagarme-v5 subscription takes BRL only.
+            let currency =
+                match hookline_payments::currency::check(scheme, provider, currency.trim()) {
+                    Ok(code) => code,
+                    Err(e) => {
+                        eprintln!(
+                            "error: --currency {:?}: {e}",
+                            crate::ops::terminal_safe(currency)
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                };
             let (customer, payment_method) = (customer.trim(), payment_method.trim());
             if let Err((flag, what)) = billing::valid_saved_method(scheme, customer, payment_method)
             {
@@ -411,7 +416,8 @@ const STATUS_ROWS: i64 = 10_000;
 async fn status(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
     let mut conn = pool.acquire().await?;
-    let status = billing::status(&mut conn, STATUS_ROWS).await?;
+    let accepted = hookline_payments::currency::ProviderCurrencies::from_config(config);
+    let status = billing::status(&mut conn, STATUS_ROWS, &accepted).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -436,6 +442,21 @@ fn print_status(s: &BillingStatus) {
         s.totals.charging,
         s.totals.unpaid_cycles
     );
+    if s.totals.currency_not_accepted > 0 {
+        println!(
+            "not charged, currency not accepted by the provider: {}",
+            s.totals.currency_not_accepted
+        );
+    }
+    for sub in &s.currency_not_accepted {
+        println!(
+            "  subscription {:>6}  {:<20}  currency {} is not one {} charges in: never charged",
+            sub.id,
+            sub.status,
+            crate::ops::terminal_safe(&sub.currency),
+            crate::ops::terminal_safe(&sub.provider)
+        );
+    }
     for sub in s.past_due.iter().chain(&s.needs_payment_method) {
         println!(
             "  subscription {:>6}  {:<20}  {}",

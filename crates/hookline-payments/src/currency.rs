@@ -47,6 +47,80 @@ pub fn accepts(scheme: Scheme, code: &str) -> bool {
     accepted(scheme).contains(&code)
 }
 
+/// Why a currency cannot be charged through a provider ([`check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CurrencyError {
+    /// Not three ASCII letters.
+    #[error("currency must be a three-letter ISO 4217 code")]
+    Invalid,
+    /// A code the provider does not charge in (`pagarme-v5` takes BRL only).
+    #[error(
+        "{provider} cannot be charged in {currency}: not one of the ISO 4217 currencies the provider accepts"
+    )]
+    Unsupported {
+        /// The configured provider's name.
+        provider: String,
+        /// The code asked for, lower-case.
+        currency: String,
+    },
+}
+
+/// THE currency rule of every path that creates a charge — the merchant API, `hookline subscriptions add`, a
+/// billing run: `raw` must be three ASCII letters, and (lower-cased) a currency that `provider`, of `scheme`,
+/// charges in ([`accepts`]). Returns the lower-case code. A Pagar.me order carries no currency: a subscription
+/// entered as `usd` would be charged as that many BRL cents, so it is refused here, not at the gateway.
+pub fn check(scheme: Scheme, provider: &str, raw: &str) -> Result<String, CurrencyError> {
+    if raw.len() != 3 || !raw.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(CurrencyError::Invalid);
+    }
+    let code = raw.to_ascii_lowercase();
+    if !accepts(scheme, &code) {
+        return Err(CurrencyError::Unsupported {
+            provider: provider.to_owned(),
+            currency: code,
+        });
+    }
+    Ok(code)
+}
+
+/// The `(provider, currency)` pairs the configured chargeable providers accept, as the database reads them (the
+/// billing status lists the subscriptions of a listed provider whose currency is not among its pairs: rows of an
+/// older version, written before [`check`] guarded every path).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderCurrencies {
+    providers: Vec<String>,
+    currencies: Vec<String>,
+}
+
+impl ProviderCurrencies {
+    /// The pairs of `providers` (`(name, scheme)`); a scheme that is not charged adds none.
+    pub fn new<'a>(providers: impl IntoIterator<Item = (&'a str, Scheme)>) -> ProviderCurrencies {
+        let mut pairs = ProviderCurrencies::default();
+        for (name, scheme) in providers {
+            for code in accepted(scheme) {
+                pairs.providers.push(name.to_owned());
+                pairs.currencies.push((*code).to_owned());
+            }
+        }
+        pairs
+    }
+
+    /// The pairs of the configured providers hookline charges through.
+    pub fn from_config(config: &hookline_core::Config) -> ProviderCurrencies {
+        ProviderCurrencies::new(
+            config
+                .providers
+                .values()
+                .map(|p| (p.name.as_str(), p.scheme)),
+        )
+    }
+
+    /// The pairs as two parallel arrays (provider names, currency codes).
+    pub fn arrays(&self) -> (&[String], &[String]) {
+        (&self.providers, &self.currencies)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +140,37 @@ mod tests {
             }
         }
         assert!(MERCADO_PAGO.iter().all(|c| STRIPE.contains(c)));
+    }
+
+    #[test]
+    fn one_rule_names_what_is_wrong() {
+        assert_eq!(check(Scheme::PagarmeV5, "pg", "BRL"), Ok("brl".into()));
+        assert_eq!(check(Scheme::Stripe, "st", "usd"), Ok("usd".into()));
+        assert_eq!(
+            check(Scheme::PagarmeV5, "pg", "usd"),
+            Err(CurrencyError::Unsupported {
+                provider: "pg".into(),
+                currency: "usd".into()
+            })
+        );
+        for bad in ["", "us", "usdd", "u$d", "12a", "bré"] {
+            assert_eq!(
+                check(Scheme::Stripe, "st", bad),
+                Err(CurrencyError::Invalid),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            check(Scheme::PagarmeV5, "pg", "usd")
+                .unwrap_err()
+                .to_string(),
+            "pg cannot be charged in usd: not one of the ISO 4217 currencies the provider accepts"
+        );
+        let pairs = ProviderCurrencies::new([("pg", Scheme::PagarmeV5), ("gh", Scheme::Github)]);
+        assert_eq!(
+            pairs.arrays(),
+            (&["pg".to_owned()][..], &["brl".to_owned()][..])
+        );
     }
 
     #[test]

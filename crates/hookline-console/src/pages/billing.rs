@@ -17,7 +17,8 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
     let s = session(&req, &state)?;
     let status = {
         let mut conn = state.pool.acquire().await.context("acquire a connection")?;
-        billing::status(&mut conn, BILLING_ROWS as i64)
+        let accepted = hookline_payments::currency::ProviderCurrencies::from_config(&state.config);
+        billing::status(&mut conn, BILLING_ROWS as i64, &accepted)
             .await
             .context("read the billing status")?
     };
@@ -32,7 +33,8 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
                 (status.totals.needs_payment_method) " waiting for a payment method, "
                 (status.totals.in_retry) " cycle(s) in retry, "
                 (status.totals.charging) " charging, "
-                (status.totals.unpaid_cycles) " unpaid."
+                (status.totals.unpaid_cycles) " unpaid, "
+                (status.totals.currency_not_accepted) " not charged (currency not accepted)."
             }
             p.muted {
                 "A subscription past due or waiting for a payment method is charged again once it has a new one: "

@@ -73,6 +73,9 @@ pub enum Billed {
     CanceledAtPeriodEnd,
     /// Its provider is not configured for charges (no scheme that charges, no `api_base`).
     ProviderNotConfigured,
+    /// Its currency is not one its provider charges in ([`crate::currency::check`]; a row of an older version,
+    /// e.g. a `pagarme-v5` subscription in `usd`): never charged, listed by `hookline billing status`.
+    CurrencyNotAccepted(String),
 }
 
 /// What to do for one subscription and cycle, from what the database holds (pure; [`bill`] and the dry run
@@ -167,6 +170,10 @@ pub async fn bill(
     let Some(provider) = provider_of(&sub.provider) else {
         return Ok(Billed::ProviderNotConfigured);
     };
+    if let Err(e) = crate::currency::check(provider.scheme, &sub.provider, &sub.currency) {
+        tracing::warn!(subscription_id = sub.id, error = %e, "billing: not charged");
+        return Ok(Billed::CurrencyNotAccepted(sub.currency.clone()));
+    }
     let cycle_ref = CycleRef {
         subscription_id: sub.id,
         billing_cycle: &cycle_text,
@@ -261,9 +268,16 @@ pub async fn would_bill(
     };
     let cycle_text = cycle.to_string();
     let claim = claims::get(conn, sub.id, &cycle_text).await?;
+    let provider = provider_of(&sub.provider);
     Ok(match decide(&sub, claim.as_ref(), cycle, now) {
         Decision::Skip(billed) => billed,
-        _ if provider_of(&sub.provider).is_none() => Billed::ProviderNotConfigured,
+        _ if provider.is_none() => Billed::ProviderNotConfigured,
+        _ if provider.is_some_and(|p| {
+            crate::currency::check(p.scheme, &sub.provider, &sub.currency).is_err()
+        }) =>
+        {
+            Billed::CurrencyNotAccepted(sub.currency.clone())
+        }
         Decision::Retry => Billed::Retried(String::new()),
         Decision::Charge => Billed::Charged(String::new()),
     })
@@ -317,6 +331,10 @@ impl RunSummary {
             Ok(Billed::CanceledAtPeriodEnd) => self.canceled_at_period_end += 1,
             Ok(Billed::ProviderNotConfigured) => self.errors.push(format!(
                 "subscription {subscription_id}: its provider is not configured for charges"
+            )),
+            Ok(Billed::CurrencyNotAccepted(currency)) => self.errors.push(format!(
+                "subscription {subscription_id}: its provider does not charge in {currency:?}; not charged \
+                 (see hookline billing status)"
             )),
             Err(e) => self
                 .errors

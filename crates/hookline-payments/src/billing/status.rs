@@ -21,6 +21,9 @@ pub struct Totals {
     pub charging: i64,
     /// Cycles past due or waiting for a payment method.
     pub unpaid_cycles: i64,
+    /// Subscriptions whose currency their provider does not charge in (never charged; see
+    /// [`BillingStatus::currency_not_accepted`]). Counted by [`status`]; [`totals`] leaves it 0.
+    pub currency_not_accepted: i64,
 }
 
 /// Where billing stands.
@@ -39,12 +42,17 @@ pub struct BillingStatus {
     pub charging: Vec<Claim>,
     /// Unpaid cycles: past due or waiting for a payment method.
     pub unpaid_cycles: Vec<Claim>,
+    /// Subscriptions (not canceled) whose currency is not one their provider charges in — rows of an older
+    /// version, e.g. a `pagarme-v5` subscription in `usd`: billing runs never charge them; fix the row or
+    /// cancel the subscription.
+    pub currency_not_accepted: Vec<Subscription>,
 }
 
 impl BillingStatus {
     /// Whether any subscription is behind.
     pub fn anything_behind(&self) -> bool {
-        self.totals.past_due + self.totals.needs_payment_method > 0
+        self.totals.past_due + self.totals.needs_payment_method + self.totals.currency_not_accepted
+            > 0
     }
 }
 
@@ -69,9 +77,17 @@ pub async fn totals(conn: &mut PgConnection) -> Result<Totals, sqlx::Error> {
     Ok(totals)
 }
 
-/// Reads it, each list cut to its first `limit` rows.
-pub async fn status(conn: &mut PgConnection, limit: i64) -> Result<BillingStatus, sqlx::Error> {
-    let totals = totals(conn).await?;
+/// Reads it, each list cut to its first `limit` rows. `accepted`: what the configured providers charge in
+/// ([`crate::currency::ProviderCurrencies`]), for [`BillingStatus::currency_not_accepted`].
+pub async fn status(
+    conn: &mut PgConnection,
+    limit: i64,
+    accepted: &crate::currency::ProviderCurrencies,
+) -> Result<BillingStatus, sqlx::Error> {
+    let mut totals = totals(conn).await?;
+    let (wrong_currency, currency_not_accepted) =
+        subscriptions::with_currency_not_accepted(conn, accepted, limit).await?;
+    totals.currency_not_accepted = wrong_currency;
     let past_due = subscriptions::with_status(conn, &[SubscriptionStatus::PastDue], limit).await?;
     let needs_payment_method =
         subscriptions::with_status(conn, &[SubscriptionStatus::NeedsPaymentMethod], limit).await?;
@@ -94,5 +110,6 @@ pub async fn status(conn: &mut PgConnection, limit: i64) -> Result<BillingStatus
         in_retry,
         charging,
         unpaid_cycles,
+        currency_not_accepted,
     })
 }

@@ -292,6 +292,35 @@ pub async fn with_status(
     .await
 }
 
+/// Subscriptions not canceled whose provider is listed in `accepted` but whose currency is not one of that
+/// provider's: rows of an older version, written before every path checked the currency. At most `limit` of
+/// them, oldest first, and how many there are in all.
+pub async fn with_currency_not_accepted(
+    conn: &mut PgConnection,
+    accepted: &crate::currency::ProviderCurrencies,
+    limit: i64,
+) -> Result<(i64, Vec<Subscription>), sqlx::Error> {
+    const WRONG: &str = "status <> 'canceled' AND provider = ANY($1::text[])
+        AND NOT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[]) AS a(provider, currency)
+                         WHERE a.provider = subscriptions.provider AND a.currency = subscriptions.currency)";
+    let (providers, currencies) = accepted.arrays();
+    let total: i64 =
+        sqlx::query_scalar(&format!("SELECT count(*) FROM subscriptions WHERE {WRONG}"))
+            .bind(providers)
+            .bind(currencies)
+            .fetch_one(&mut *conn)
+            .await?;
+    let rows = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE {WRONG} ORDER BY id LIMIT $3"
+    ))
+    .bind(providers)
+    .bind(currencies)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok((total, rows))
+}
+
 /// How many subscriptions are in each status.
 pub async fn count_by_status(
     conn: &mut PgConnection,
