@@ -407,3 +407,173 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
     assert_eq!(report["stored"], 0, "{report}");
     sandbox.stop().await;
 }
+
+/// Issue 44: a dispute whose webhooks were lost is recovered by reconciliation, for the three providers. One paid
+/// payment each (Stripe, Mercado Pago, Pagar.me v5), applied from its webhooks; then every webhook is dropped and
+/// each payment is charged back and lost at the gateway. `hookline reconcile` finds the disputes (Stripe's
+/// `charge.dispute.*` events in its Events list; Mercado Pago's `charged_back` payment; Pagar.me's `chargedback`
+/// charge) and the worker applies them through the same state machine as their webhooks: each dispute once, lost,
+/// its loss posted once, `dispute.opened` and `dispute.lost` written once. A second run finds everything present.
+/// Before issue 44 the Mercado Pago and Pagar.me runs compared status and refunded total only: the payment was
+/// `succeeded` on both sides, and the dispute stayed unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
+    let (p, sandbox, http) = start().await;
+    let worker = p.spawn_worker();
+    let mp = mp_payment(&http, &sandbox, "disputed-mp", "40.00").await;
+    let res = http
+        .post(sandbox.url("/v1/payment_intents"))
+        .bearer_auth(STRIPE_KEY)
+        .header("Idempotency-Key", "pi-disputed")
+        .form(&[
+            ("amount", "5000"),
+            ("currency", "brl"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+        ])
+        .send()
+        .await
+        .expect("payment intent");
+    assert!(res.status().is_success(), "{}", res.status());
+    let st: Value = res.json().await.expect("json");
+    let st = st["id"].as_str().expect("pi_").to_owned();
+    let (customer, card) = crate::pagarme_outbound::saved_card(
+        &sandbox,
+        crate::pagarme_outbound::APPROVED,
+        "Cliente Contestação",
+    )
+    .await;
+    let order: Value = http
+        .post(sandbox.url("/core/v5/orders"))
+        .basic_auth(hookline_tests::sandboxed::PAGARME_KEY, Some(""))
+        .header("Idempotency-Key", "order-disputed")
+        .json(&json!({
+            "code": "disputed-pg",
+            "customer_id": customer,
+            "items": [{"amount": 3000, "description": "Chaveiro", "quantity": 1, "code": "k"}],
+            "payments": [{"payment_method": "credit_card", "amount": 3000,
+                "credit_card": {"card_id": card, "installments": 1, "operation_type": "auth_and_capture"}}],
+            "closed": true,
+        }))
+        .send()
+        .await
+        .expect("order")
+        .json()
+        .await
+        .expect("order json");
+    let pg = order["charges"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a charge: {order}"))
+        .to_owned();
+    settle(
+        &p,
+        "the three payments posted",
+        "SELECT count(*) FROM ledger_transactions WHERE kind = 'payment'",
+        3,
+    )
+    .await;
+
+    // From now on every webhook is lost.
+    let control = sandbox.control();
+    control
+        .set_delivery_behaviour(DeliveryBehaviour {
+            drop_next: 1_000,
+            ..DeliveryBehaviour::default()
+        })
+        .expect("behaviour");
+    control
+        .chargeback("st", &st, Some("lost"))
+        .expect("stripe dispute");
+    control
+        .chargeback("mp", &mp, None)
+        .expect("mercado pago chargeback");
+    control
+        .chargeback("pg", &pg, Some("lost"))
+        .expect("pagar.me chargeback");
+    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 0);
+
+    let reconcile = |provider: &'static str| {
+        let config = p.config_file();
+        async move {
+            tokio::process::Command::new(binary("hookline"))
+                .arg("--config")
+                .arg(&config)
+                .args([
+                    "reconcile",
+                    provider,
+                    "--since",
+                    "1h",
+                    "--rate",
+                    "0",
+                    "--json",
+                ])
+                .env_remove("DATABASE_URL")
+                .env_remove("AMQP_URL")
+                .output_within(CLI_TIMEOUT)
+                .await
+        }
+    };
+    for provider in ["st", "mp", "pg"] {
+        let out = reconcile(provider).await;
+        assert_eq!(out.status.code(), Some(0), "{provider}: {out:?}");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("report");
+        assert!(
+            report["stored"].as_u64().unwrap_or(0) > 0,
+            "{provider}: {report}"
+        );
+    }
+    settle(
+        &p,
+        "the three disputes lost",
+        "SELECT count(*) FROM disputes WHERE status = 'lost'",
+        3,
+    )
+    .await;
+    settle(
+        &p,
+        "the three losses posted",
+        "SELECT count(*) FROM ledger_transactions WHERE kind = 'dispute'",
+        3,
+    )
+    .await;
+    p.drain(WAIT).await;
+    // A second run finds everything present and stores nothing.
+    for provider in ["st", "mp", "pg"] {
+        let out = reconcile(provider).await;
+        assert_eq!(out.status.code(), Some(0), "{provider}: {out:?}");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("report");
+        assert_eq!(
+            (&report["stored"], &report["missing"], &report["mismatched"]),
+            (&json!(0), &json!(0), &json!(0)),
+            "{provider}: {report}"
+        );
+    }
+    p.drain(WAIT).await;
+    worker.stop().await;
+    for provider in ["st", "mp", "pg"] {
+        let facts: Vec<String> = sqlx::query_scalar(
+            "SELECT type FROM domain_events WHERE type LIKE 'dispute.%'
+                AND convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'provider' = $1 ORDER BY seq",
+        )
+        .bind(provider)
+        .fetch_all(p.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            facts,
+            vec!["dispute.opened".to_owned(), "dispute.lost".to_owned()],
+            "{provider}"
+        );
+    }
+    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 3);
+    assert_eq!(
+        scalar(
+            &p,
+            "SELECT count(*) FROM ledger_transactions WHERE kind = 'dispute'"
+        )
+        .await,
+        3
+    );
+    assert_ledger_balanced(p.pool()).await;
+    sandbox.stop().await;
+}

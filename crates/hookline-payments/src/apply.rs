@@ -37,6 +37,7 @@ mod payments;
 mod refunds;
 mod row;
 
+pub use disputes::dispute_status;
 pub use payments::payment_state;
 use payments::PaymentItem;
 

@@ -11,10 +11,17 @@
 //!   we do not have is stored as received from the API; a payment whose stored events report a further status
 //!   than ours (events stored but not applied: pending or dead-lettered) is reported as mismatched.
 //! - **Mercado Pago**: `GET /v1/payments/search` over the window (by `date_last_updated`): a payment whose state
-//!   differs from ours (unknown, lower status, other refunded amount) gets a notification stored with the key
+//!   differs from ours (unknown, lower status, other refunded amount, a dispute hookline does not know or holds
+//!   at an earlier status: `in_mediation` open, `charged_back` lost) gets a notification stored with the key
 //!   `mp:{id}:reconcile:{date_last_updated}` — the worker fetches the payment and applies it, as for a webhook.
 //!
-//! - **Pagar.me v5**: `GET /core/v5/charges` created in the window: a charge whose state differs from ours gets a
+//! Disputes are part of a payment's state: a chargeback whose webhook was lost is recovered like a refund whose
+//! webhook was lost — Stripe's `charge.dispute.*` events are in its Events list; Mercado Pago's and Pagar.me's
+//! are read off the payment or charge — and applied by the worker through the same state machine, ledger posting
+//! and `dispute.*` facts as the webhook, once (the dispute's UNIQUE key and its forward-only status).
+//!
+//! - **Pagar.me v5**: `GET /core/v5/charges` created in the window: a charge whose state differs from ours (its
+//!   chargeback included: `chargedback` open or lost, `paid` again after an open one: won) gets a
 //!   notification stored with the key `pgv5:{charge}:reconcile:{updated_at}` — the worker reads the charge and
 //!   applies it, as for a webhook (Pagar.me's webhooks are not signed: both paths apply only what the API says).
 //!
@@ -34,9 +41,9 @@ use serde::Serialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use crate::apply::payment_state;
+use crate::apply::{dispute_status, payment_state};
 use crate::gateway::{Api, ApiClient};
-use crate::model::{PaymentFact, PaymentStatus};
+use crate::model::{DisputeStatus, PaymentFact, PaymentStatus};
 use crate::normalize::{normalize, pagarme_v5_object_resource, payment_resource};
 
 /// Settings of one run.
@@ -455,7 +462,8 @@ impl Ctx<'_> {
                 let ours = payment_state(self.pool, &self.provider.name, &id)
                     .await
                     .context("read our payment")?;
-                if !self.differs(&format!("payment {id}"), ours, theirs, refunded) {
+                let disputes = self.disputes_behind(&facts).await?;
+                if !self.differs(&format!("payment {id}"), ours, theirs, refunded, disputes) {
                     continue;
                 }
                 let updated = payment["date_last_updated"]
@@ -558,7 +566,8 @@ impl Ctx<'_> {
                 let ours = payment_state(self.pool, &self.provider.name, &id)
                     .await
                     .context("read our payment")?;
-                if !self.differs(&format!("charge {id}"), ours, theirs, refunded) {
+                let disputes = self.disputes_behind(&facts).await?;
+                if !self.differs(&format!("charge {id}"), ours, theirs, refunded, disputes) {
                     continue;
                 }
                 let updated: String = charge["updated_at"]
@@ -608,20 +617,52 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// Whether the provider's view of a payment (`facts`, its resource normalized) holds a dispute hookline does not
+    /// know, or knows at an earlier status (open where the provider says won or lost; an open Pagar.me chargeback
+    /// whose charge is `paid` again: won).
+    async fn disputes_behind(&self, facts: &[PaymentFact]) -> anyhow::Result<bool> {
+        for fact in facts {
+            let (dispute_ref, theirs) = match fact {
+                PaymentFact::Dispute {
+                    dispute_ref,
+                    status,
+                    ..
+                } => (dispute_ref, Some(*status)),
+                PaymentFact::ChargebackReversed { dispute_ref, .. } => (dispute_ref, None),
+                _ => continue,
+            };
+            let ours = dispute_status(self.pool, &self.provider.name, dispute_ref)
+                .await
+                .context("read our dispute")?;
+            let behind = match (ours, theirs) {
+                (None, Some(_)) => true,
+                (Some(ours), Some(theirs)) => ours < theirs,
+                // Reversed: won, if hookline still holds it open.
+                (Some(ours), None) => ours == DisputeStatus::Open,
+                (None, None) => false,
+            };
+            if behind {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Counts how our record of a payment (`ours`: status and refunded amount) compares with what the provider
-    /// says (`theirs`, `refunded`): present, missing or mismatched. `true` when a notification must be stored;
-    /// `false` when ours matches, or is further than the provider's (then `what` needs an operator: nothing we
-    /// store can fix that).
+    /// says (`theirs`, `refunded`, and whether its disputes are ahead of ours: `disputes_behind`): present,
+    /// missing or mismatched. `true` when a notification must be stored; `false` when ours matches, or is further
+    /// than the provider's (then `what` needs an operator: nothing we store can fix that).
     fn differs(
         &mut self,
         what: &str,
         ours: Option<(PaymentStatus, i64)>,
         theirs: Option<PaymentStatus>,
         refunded: i64,
+        disputes_behind: bool,
     ) -> bool {
         match (ours, theirs) {
             (Some((status, ours_refunded)), Some(t))
-                if status == t && ours_refunded == refunded =>
+                if status == t && ours_refunded == refunded && !disputes_behind =>
             {
                 self.report.present += 1;
                 false

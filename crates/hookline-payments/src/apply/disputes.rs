@@ -11,6 +11,22 @@ use crate::facts;
 use crate::ledger::{self, Posting};
 use crate::model::{DisputeStatus, Money, PaymentStatus};
 
+/// The status hookline holds for dispute `dispute_ref` of `provider` (`None`: unknown to hookline).
+/// Reconciliation compares it with what the provider's API says.
+pub async fn dispute_status<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    provider: &str,
+    dispute_ref: &str,
+) -> Result<Option<DisputeStatus>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT status FROM disputes WHERE provider = $1 AND provider_dispute_id = $2",
+    )
+    .bind(provider)
+    .bind(dispute_ref)
+    .fetch_optional(conn)
+    .await
+}
+
 /// One dispute fact as the provider reported it.
 pub(super) struct DisputeItem<'a> {
     pub(super) event_id: i64,
