@@ -464,3 +464,41 @@ async fn an_intent_is_one_trace_from_the_merchants_call_to_the_gateway_and_back(
     collector.stop().await;
     rig.teardown().await;
 }
+
+/// Issue 44: the OTLP exporter follows no redirect, like every other outbound client of hookline. The configured
+/// endpoint answers every export `307` to a real collector: the edge counts the export as failed
+/// (`hookline_trace_spans_total{outcome="failed"}`), and the collector the redirect names never receives a
+/// request. An exporter that followed it would have delivered the spans there and counted them exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_trace_exporter_follows_no_redirect() {
+    let collector = Collector::start();
+    let redirector = Collector::start_redirecting(&collector.base);
+    let rig = BillingRig::start_with("traces_redirect", &[1], &telemetry(&redirector)).await;
+    let body = stripe_event("evt_trace_redirect", "pi_trace_redirect", 4242);
+    post_webhook(&rig, &body).await;
+    let metrics = format!("{}/metrics", rig.cluster.base);
+    let failed = "hookline_trace_spans_total{outcome=\"failed\"}";
+    hookline_tests::wait_until(WAIT, "the edge counted its export failed", || {
+        let metrics = metrics.clone();
+        async move {
+            let Ok(res) = reqwest::get(&metrics).await else {
+                return false;
+            };
+            let text = res.text().await.unwrap_or_default();
+            text.lines().any(|l| {
+                l.starts_with(failed)
+                    && l.rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse::<f64>().ok())
+                        .is_some_and(|n| n > 0.0)
+            })
+        }
+    })
+    .await;
+    assert!(redirector.requests().0 >= 1, "the endpoint was asked");
+    assert_eq!(collector.requests().0, 0, "the redirect was followed");
+    assert!(collector.spans().is_empty());
+    rig.teardown().await;
+    redirector.stop().await;
+    collector.stop().await;
+}

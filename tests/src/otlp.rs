@@ -50,6 +50,8 @@ struct State {
     requests: usize,
     undecodable: usize,
     content_types: Vec<String>,
+    /// [`Collector::start_redirecting`]: every request is answered `307` to this URL, and only counted.
+    redirect_to: Option<String>,
 }
 
 /// The running collector.
@@ -64,7 +66,21 @@ impl Collector {
     /// Starts on a free loopback port: a plain HTTP/1.1 server on its own threads (one per connection, keep-alive
     /// honoured), independent of the test's runtime, as a collector is of the processes that export to it.
     pub fn start() -> Collector {
-        let state = Arc::new(Mutex::new(State::default()));
+        Collector::start_with(State::default())
+    }
+
+    /// An endpoint that is not a collector: it answers every request `307 Temporary Redirect` to `to` +
+    /// `/v1/traces` (another collector), records no span and counts the requests. An exporter that follows the
+    /// redirect sends its spans to `to`; one that does not fails the export.
+    pub fn start_redirecting(to: &str) -> Collector {
+        Collector::start_with(State {
+            redirect_to: Some(format!("{to}/v1/traces")),
+            ..State::default()
+        })
+    }
+
+    fn start_with(state: State) -> Collector {
+        let state = Arc::new(Mutex::new(state));
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the collector");
         listener.set_nonblocking(true).expect("nonblocking accept");
         let port = listener.local_addr().expect("address").port();
@@ -183,6 +199,23 @@ fn serve(stream: std::net::TcpStream, state: &Mutex<State>) {
         let mut body = vec![0u8; length.min(64 * 1024 * 1024)];
         if reader.read_exact(&mut body).is_err() {
             return;
+        }
+        let redirect = {
+            let mut s = state.lock().expect("collector");
+            let to = s.redirect_to.clone();
+            if to.is_some() {
+                s.requests += 1;
+            }
+            to
+        };
+        if let Some(to) = redirect {
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {to}\r\ncontent-length: 0\r\n\r\n"
+            );
+            if writer.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+            continue;
         }
         let ok = line.starts_with("POST /v1/traces ") && record(state, content_type, &body);
         let status = if ok { "200 OK" } else { "400 Bad Request" };

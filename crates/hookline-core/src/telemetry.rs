@@ -9,7 +9,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
 use opentelemetry::Context;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
@@ -163,8 +163,13 @@ fn tracer_provider(config: &TelemetryConfig, service: &str) -> (SdkTracerProvide
     let Some(url) = config.traces_url() else {
         return (off(), None);
     };
+    let client = match otlp_client(config.export_timeout) {
+        Ok(c) => c,
+        Err(e) => return (off(), Some(e)),
+    };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(client)
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(url)
         .with_timeout(config.export_timeout)
@@ -192,6 +197,24 @@ fn tracer_provider(config: &TelemetryConfig, service: &str) -> (SdkTracerProvide
         .with_resource(resource)
         .build();
     (provider, None)
+}
+
+/// The collector's HTTP client, bounded like every other outbound client of hookline: it follows **no redirect**
+/// (a 3xx is a failed export — the spans never go to an address the configuration does not name), and it gives up
+/// after the export timeout (connecting included). The exporter's own default would follow up to ten redirects.
+/// Built on a thread of its own: the blocking client runs a runtime of its own, which may not be created inside
+/// the caller's async runtime.
+fn otlp_client(timeout: Duration) -> Result<reqwest::blocking::Client, String> {
+    std::thread::spawn(move || {
+        reqwest::blocking::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| format!("the collector's HTTP client: {e}"))
+    })
+    .join()
+    .map_err(|_| "the collector's HTTP client: its builder thread panicked".to_owned())?
 }
 
 /// Metric names of the trace export (fixed).
