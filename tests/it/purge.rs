@@ -698,13 +698,20 @@ async fn periodic_purge_disabled_waits_for_cancel() {
         ..f.config.retention.clone()
     };
     let cancel = CancellationToken::new();
+    // On tokio's paused clock (this test's runtime is single-threaded): forty of its intervals pass at once, and
+    // every timer they reach has fired before `advance` returns — no sleep racing the machine's load.
+    tokio::time::pause();
     let task = tokio::spawn(hookline_ops::purge_loop::run_periodic(
         f.pool().clone(),
         retention,
         cancel.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::advance(Duration::from_millis(50 * 40)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
     assert!(!task.is_finished(), "returns only when cancelled");
+    tokio::time::resume();
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await

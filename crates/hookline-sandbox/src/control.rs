@@ -73,6 +73,15 @@ impl SandboxControl {
         self.shared.lock().faults.clear();
     }
 
+    /// How many passes the delivery loop has made over the queued deliveries (each takes what is due, unless
+    /// paused). A pass that starts after a delivery was queued has seen it: a test that waits for two more passes
+    /// than it read knows the loop had its chance to send what it queued.
+    pub fn delivery_rounds(&self) -> u64 {
+        self.shared
+            .delivery_rounds
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// How deliveries are currently sent.
     pub fn delivery_behaviour(&self) -> DeliveryBehaviour {
         self.shared.lock().behaviour.clone()

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) edge_url: Url,
     pub(crate) seed: u64,
     pub(crate) client: reqwest::Client,
+    /// Passes the delivery loop has made over the deliveries ([`crate::SandboxControl::delivery_rounds`]): a test
+    /// waits for the loop to have looked at what it queued, instead of sleeping and hoping it did.
+    pub(crate) delivery_rounds: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
         Ok(Shared {
             state: Mutex::new(State::new(settings)),
             wake: Notify::new(),
+            delivery_rounds: std::sync::atomic::AtomicU64::new(0),
             timing: Timing {
                 webhook_timeout: settings.webhook_timeout,
                 webhook_max_attempts: settings.webhook_max_attempts.max(1),

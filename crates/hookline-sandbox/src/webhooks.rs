@@ -224,6 +224,9 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) -> anyho
         for job in jobs {
             tokio::spawn(send(shared.clone(), job));
         }
+        shared
+            .delivery_rounds
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let wait = next
             .map(|t| t.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::from_secs(1))

@@ -220,14 +220,25 @@ async fn concurrent_requests_with_one_key_never_charge_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_expire_after_the_window() {
-    let sandbox = start_with(|s| s.idempotency_window = Duration::from_millis(500)).await;
+    // Stripe's 24 h, on the sandbox's clock: moved past it, not waited out.
+    let window = Duration::from_secs(24 * 3600);
+    let sandbox = start_with(|s| s.idempotency_window = window).await;
     assert_eq!(
         stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("short"))
             .await
             .status(),
         200
     );
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let replayed = stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("short")).await;
+    assert_eq!(
+        replayed.headers()["Idempotent-Replayed"],
+        "true",
+        "inside the window"
+    );
+    sandbox
+        .control()
+        .advance_clock(window + Duration::from_secs(1))
+        .expect("move the clock");
     let response = stripe_post(&sandbox, "/v1/payment_intents", CHARGE, Some("short")).await;
     assert_eq!(response.status(), 200);
     assert!(

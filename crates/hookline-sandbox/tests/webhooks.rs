@@ -253,8 +253,24 @@ async fn deliveries_can_be_duplicated_in_parallel_held_and_shuffled() {
     for _ in 0..4 {
         succeeded_intent(&sandbox, 800).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Two whole passes of the delivery loop after the held deliveries were queued: it has looked at each of them
+    // at least once (a pass that started before they were queued may not have).
+    let seen = control.delivery_rounds() + 2;
+    eventually(
+        Duration::from_secs(10),
+        "the delivery loop passed over the held deliveries",
+        || async { control.delivery_rounds() >= seen },
+    )
+    .await;
     assert_eq!(receiver.received().len(), 9, "nothing sent while paused");
+    assert!(
+        control
+            .deliveries()
+            .iter()
+            .filter(|d| d.state == DeliveryState::Pending)
+            .all(|d| d.attempts.is_empty()),
+        "no attempt started while paused"
+    );
     let held = control
         .deliveries()
         .iter()
