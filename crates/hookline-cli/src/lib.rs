@@ -86,6 +86,10 @@ enum Command {
     /// Run the outbound dispatcher on its own (it also runs inside hookline-worker): send queued charges and
     /// refunds to the gateways, with the same idempotency key on every attempt, until SIGTERM/SIGINT.
     Dispatch(outbound::DispatchArgs),
+    /// Outbound requests needing an operator: `resolve` records what the gateway shows for an unknown refund
+    /// the lookup could not decide.
+    #[command(subcommand)]
+    Outbound(outbound::OutboundCommand),
     /// Domain events' HTTP destinations: list, status, add (generates the secret), rotate-secret, enable.
     #[command(subcommand)]
     Destinations(destinations::DestinationsCommand),
@@ -165,6 +169,7 @@ pub fn main() -> ExitCode {
             Command::Billing(cmd) => billing::billing(&config, &cmd).await,
             Command::Refund(args) => outbound::refund(&config, &args).await,
             Command::Dispatch(args) => outbound::dispatch(&config, &args).await,
+            Command::Outbound(cmd) => outbound::outbound(&config, &cmd).await,
             Command::Destinations(cmd) => {
                 destinations::destinations(&config, config_path.as_deref(), &cmd).await
             }

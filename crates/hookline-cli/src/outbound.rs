@@ -1,13 +1,15 @@
-//! The outbound direction from the command line: `hookline refund` and `hookline dispatch` (the dispatcher on
-//! its own; it also runs inside `hookline-worker`). Subscriptions and billing runs: [`crate::billing`].
+//! The outbound direction from the command line: `hookline refund`, `hookline dispatch` (the dispatcher on its
+//! own; it also runs inside `hookline-worker`) and `hookline outbound resolve` (an operator's finding on a refund
+//! the lookup could not decide). Subscriptions and billing runs: [`crate::billing`].
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use hookline_core::Config;
 use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
 use hookline_payments::intents::{self, RefundError};
+use hookline_payments::outbound_requests::{self, OperatorFinding};
 
 use crate::ops;
 
@@ -49,6 +51,125 @@ pub struct DispatchArgs {
     #[arg(long, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..=600))]
     request_timeout_secs: Option<u64>,
+}
+
+/// `hookline outbound …`.
+#[derive(Subcommand, Debug)]
+pub enum OutboundCommand {
+    /// Record what you found at the gateway for an `unknown` refund the lookup could not decide (a gateway refund
+    /// without hookline's reference could be it: Mercado Pago, Pagar.me). `hookline status` and the console name
+    /// such requests; their `last_error` says why.
+    #[command(after_help = "\
+Check the payment at the gateway's dashboard first. --made: the refund hookline asked for is there (it is \
+recorded as succeeded; give its id with --gateway-id when the gateway shows one). --not-made: it is not (what \
+you saw was made elsewhere): the refund is sent again under the next key generation — refused until the \
+request's key has expired, as the dispatcher's own lookup waits. Decided in one statement: only from unknown, \
+never while a dispatcher is looking the request up.
+
+Exit codes: 0 recorded, 1 refused (not an unknown refund, looked up right now, or --not-made before the key \
+expired), 2 usage.")]
+    Resolve(ResolveArgs),
+}
+
+/// Arguments of `hookline outbound resolve`.
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("finding").required(true).args(["made", "not_made"])))]
+pub struct ResolveArgs {
+    /// The outbound request's id (`hookline status`, the console's Outbound page)
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    request: i64,
+    /// The refund was made at the gateway
+    #[arg(long)]
+    made: bool,
+    /// The refund was not made at the gateway: send it again (under a new key)
+    #[arg(long)]
+    not_made: bool,
+    /// With --made: the gateway's id of the refund (default: the payment's id and hookline's refund id)
+    #[arg(long, value_name = "ID", requires = "made")]
+    gateway_id: Option<String>,
+    /// Why (kept with the request): what you checked
+    #[arg(long)]
+    reason: String,
+    /// Who decides (default: $SUDO_USER, else $USER)
+    #[arg(long)]
+    operator: Option<String>,
+}
+
+/// Runs `hookline outbound …`.
+pub async fn outbound(config: &Config, cmd: &OutboundCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        OutboundCommand::Resolve(args) => resolve(config, args).await,
+    }
+}
+
+/// Runs `hookline outbound resolve`.
+async fn resolve(config: &Config, args: &ResolveArgs) -> anyhow::Result<ExitCode> {
+    let reason = args.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 500 {
+        eprintln!("error: --reason must be 1 to 500 characters");
+        return Ok(ExitCode::from(2));
+    }
+    if let Some(id) = &args.gateway_id {
+        if id.is_empty() || id.len() > 255 || !id.bytes().all(|b| b.is_ascii_graphic()) {
+            eprintln!("error: --gateway-id must be 1 to 255 printable ASCII characters");
+            return Ok(ExitCode::from(2));
+        }
+    }
+    let finding = if args.made {
+        OperatorFinding::Made
+    } else {
+        OperatorFinding::NotMade
+    };
+    let operator = ops::operator(args.operator.as_deref());
+    let note = format!(
+        "resolved by {operator}: {} at the gateway: {reason}",
+        if args.made { "made" } else { "not made" }
+    );
+    let pool = ops::pool(config).await?;
+    let Some((request, provider)) = outbound_requests::get(&pool, args.request).await? else {
+        eprintln!("refused: no outbound request {}", args.request);
+        return Ok(ExitCode::from(1));
+    };
+    let ttl = config
+        .providers
+        .get(&provider)
+        .map_or(outbound_requests::DEFAULT_KEY_TTL, |p| p.idempotency_key_ttl);
+    let mut tx = pool.begin().await?;
+    let Some((refund, generation)) =
+        outbound_requests::resolve_unknown_refund(&mut tx, args.request, finding, ttl, &note)
+            .await?
+    else {
+        tx.rollback().await.ok();
+        eprintln!(
+            "refused: request {} is a {} {} — only an unknown refund that no dispatcher is looking up right now, \
+             and for --not-made only once its key has expired, can be resolved",
+            request.id,
+            request.status,
+            request.kind
+        );
+        return Ok(ExitCode::from(1));
+    };
+    if finding == OperatorFinding::Made {
+        let intent = intents::get(&mut tx, request.intent_id).await?;
+        let gateway_id = match (&args.gateway_id, intent.and_then(|i| i.provider_payment_id)) {
+            (Some(id), _) => id.clone(),
+            (None, Some(payment)) => format!("{payment}-{}", intents::refund_public_id(refund)),
+            (None, None) => intents::refund_public_id(refund),
+        };
+        intents::record_refund_answer(&mut tx, refund, Some(&gateway_id), "succeeded").await?;
+    }
+    tx.commit().await?;
+    tracing::warn!(request = request.id, refund = refund, operator = %operator, made = args.made,
+        "outbound: an operator resolved an unknown refund");
+    if args.made {
+        println!("{}: recorded as made", intents::refund_public_id(refund));
+    } else {
+        println!(
+            "{}: sent again under key generation {generation}",
+            intents::refund_public_id(refund)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `hookline refund`.
