@@ -23,12 +23,11 @@ use crate::outbound::{
     CRASH_LEASE, WAIT,
 };
 use hookline_payments::dispatch::{Answer, Dispatcher};
-use hookline_payments::outbound_requests;
 
 /// The merchant API key of the client `shop`.
 const API_KEY: &str = "sk_hl_pagarme_outbound";
 /// Pagar.me's test cards: paid, declined (`not_authorized`).
-const APPROVED: &str = "4000000000000010";
+pub(crate) const APPROVED: &str = "4000000000000010";
 const DECLINED: &str = "4000000000000028";
 
 /// The sandboxed pipeline (providers `st`, `mp`, `pg`) with the merchant API on its own port; its base URL.
@@ -120,7 +119,11 @@ async fn card_token(sandbox: &RunningSandbox, number: &str) -> String {
 }
 
 /// A customer with test card `number` saved to it: `(cus_…, card_…)`.
-async fn saved_card(sandbox: &RunningSandbox, number: &str, name: &str) -> (String, String) {
+pub(crate) async fn saved_card(
+    sandbox: &RunningSandbox,
+    number: &str,
+    name: &str,
+) -> (String, String) {
     let (status, customer) = pagarme_json(
         sandbox,
         reqwest::Method::POST,
@@ -148,7 +151,7 @@ async fn saved_card(sandbox: &RunningSandbox, number: &str, name: &str) -> (Stri
 }
 
 /// The parameters of a charge of a saved card.
-fn saved_params(customer: &str, card: &str) -> PaymentParams {
+pub(crate) fn saved_params(customer: &str, card: &str) -> PaymentParams {
     PaymentParams::Pagarme(PagarmeParams {
         payment_method: Some("credit_card".into()),
         card_id: Some(card.into()),
@@ -443,9 +446,7 @@ async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
     // The dispatcher "crash": sent, never recorded; once its lease expired the next one sends it again.
     let crashed = create_intent_with(&p, "pg", 1990, "cliente-pg-2", Some(&params)).await;
     let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
-    let claimed = outbound_requests::claim_due(p.pool(), 16, CRASH_LEASE)
-        .await
-        .unwrap();
+    let claimed = d.claim(CRASH_LEASE).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let answer = d.send(&claimed[0]).await.unwrap();
     assert!(matches!(answer, Answer::Accepted { .. }), "{answer:?}");
@@ -983,5 +984,149 @@ async fn repeated_billing_runs_make_one_pagarme_order_per_cycle() {
         .await,
         3
     );
+    sandbox.stop().await;
+}
+
+/// Issue 44, Pagar.me's rules: `hookline subscriptions add` refuses a currency a pagarme-v5 provider cannot charge
+/// (a Pagar.me order carries no currency: `usd` would be charged as that many BRL cents), naming `--currency`; a
+/// `usd` row of an older version is never charged by a billing run and is listed by `hookline billing status`; and
+/// a saved card the acquirer calls expired (`acquirer_return_code` 1001) parks its subscription as
+/// `needs_payment_method` at the first decline instead of going through the dunning schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
+    let (p, sandbox, _) = start(47).await;
+    let (customer, card) = saved_card(&sandbox, APPROVED, "Clint Barton").await;
+    sandbox
+        .control()
+        .script_payment_method("pg", &card, &["expired_card"])
+        .expect("script the card");
+    let config = p.config_file();
+    let cli = |args: Vec<String>| {
+        let config = config.clone();
+        async move {
+            tokio::process::Command::new(binary("hookline"))
+                .arg("--config")
+                .arg(&config)
+                .args(&args)
+                .env_remove("DATABASE_URL")
+                .env_remove("AMQP_URL")
+                .output_within(CLI_TIMEOUT)
+                .await
+        }
+    };
+    let add = |currency: &str| {
+        [
+            "subscriptions",
+            "add",
+            "--provider",
+            "pg",
+            "--customer",
+            customer.as_str(),
+            "--payment-method",
+            card.as_str(),
+            "--amount",
+            "4990",
+            "--currency",
+            currency,
+            "--interval",
+            "month",
+            "--anchor",
+            "2026-10-01T00:00:00Z",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let refused = cli(add("usd")).await;
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--currency") && stderr.contains("pg cannot be charged in usd"),
+        "{stderr}"
+    );
+    assert_eq!(count(&p, "SELECT count(*) FROM subscriptions").await, 0);
+    let out = cli(add("BRL")).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let good: i64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("id");
+    // A row an older version let in.
+    let old = {
+        let mut conn = p.pool().acquire().await.unwrap();
+        hookline_payments::billing::add(
+            &mut conn,
+            &hookline_payments::billing::NewSubscription {
+                provider: "pg",
+                customer: &customer,
+                payment_method: &card,
+                amount: 1000,
+                currency: "usd",
+                interval: hookline_payments::billing::Interval::Month,
+                anchor: time::macros::datetime!(2026-10-01 00:00 UTC),
+            },
+        )
+        .await
+        .unwrap()
+    };
+
+    let (cancel, task) = spawn(Dispatcher::from_config(
+        p.pool().clone(),
+        &p.config,
+        fast_settings(),
+    ));
+    let run = cli([
+        "billing",
+        "run",
+        "--json",
+        "--cycle",
+        "2026-10",
+        "--allow-cycle",
+        "2026-10",
+    ]
+    .map(str::to_owned)
+    .to_vec())
+    .await;
+    // Exit 1: a subscription needs attention (the usd row, named in `errors`).
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    let summary: Value = serde_json::from_slice(&run.stdout).expect("summary");
+    assert_eq!(summary["charged"], 1, "{summary}");
+    let errors = summary["errors"].to_string();
+    assert!(
+        errors.contains(&format!("subscription {old}")) && errors.contains("usd"),
+        "{summary}"
+    );
+    all_answered(&p).await;
+    cancel.cancel();
+    within(WAIT, "the dispatcher's stop", task).await.unwrap();
+
+    let claims: Vec<(i64, String, i32, Option<String>)> = sqlx::query_as(
+        "SELECT subscription_id, status, attempts, last_failure_code FROM billing_claims ORDER BY subscription_id",
+    )
+    .fetch_all(p.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        claims,
+        vec![(
+            good,
+            "needs_payment_method".to_owned(),
+            1,
+            Some("1001".to_owned())
+        )],
+        "the expired card parked at once; the usd row never claimed"
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM subscriptions WHERE id = $1")
+        .bind(good)
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+    assert_eq!(status, "needs_payment_method");
+    assert_eq!(pg_orders(&sandbox), 1, "only the expired card's order");
+
+    let out = cli(["billing", "status", "--json"].map(str::to_owned).to_vec()).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status");
+    assert_eq!(status["totals"]["currency_not_accepted"], 1, "{status}");
+    assert_eq!(status["currency_not_accepted"][0]["id"], old, "{status}");
     sandbox.stop().await;
 }
