@@ -5,68 +5,17 @@
 
 use std::time::Duration;
 
-use hookline_sandbox::{Sandbox, SandboxProvider, SandboxSettings, Scheme};
 use hookline_tests::faults::*;
 
 const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dispatcher_killed_between_send_and_record_charges_once() {
-    let sandbox_port = free_port();
-    let api = format!("http://127.0.0.1:{sandbox_port}");
-    let mut c = Cluster::new(
-        "dispatcher_killed_between_send_and_record",
-        ClusterOptions {
-            // The lease a dead dispatcher holds before another may claim its request (default 60 s).
-            tail: format!(
-                "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_kill\"]\n\
-                 api_base = \"{api}\"\napi_token = \"sk_test_kill\"\n\
-                 [dispatcher]\nlease_secs = 2\n"
-            ),
-            ..ClusterOptions::default()
-        },
-    )
-    .await;
-    let mut settings = SandboxSettings::new(
-        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
-        c.base.parse().expect("edge url"),
-        vec![SandboxProvider {
-            name: "st".into(),
-            scheme: Scheme::Stripe,
-            webhook_secret: b"whsec_kill".to_vec(),
-            api_token: Some("sk_test_kill".into()),
-            webhook_basic_auth: None,
-        }],
-    );
-    settings.webhook_backoff = Duration::from_millis(100);
-    let sandbox = Sandbox::start(settings).await.expect("sandbox");
-    c.start_edge(None).await;
-
+    let (mut c, sandbox) =
+        stripe_sandbox_cluster("dispatcher_killed_between_send_and_record").await;
     // The intent and its outbound request, as the merchant API writes them (one transaction), with the payment
     // method a checkout sends (Stripe's test card).
-    let params =
-        hookline_payments::params::PaymentParams::Stripe(hookline_payments::params::StripeParams {
-            payment_method: Some("pm_card_visa".into()),
-            ..Default::default()
-        });
-    let mut tx = c.pool().begin().await.unwrap();
-    let intent = hookline_payments::intents::create_intent(
-        &mut tx,
-        &hookline_payments::intents::NewIntent {
-            provider: "st",
-            amount: 4200,
-            currency: "brl",
-            customer: Some("cliente-1"),
-            description: Some("pedido 1"),
-            order_reference: None,
-            payment_params: Some(&params),
-            confirm: true,
-            cycle: None,
-        },
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    let intent = stripe_charge(&c, 4200, "cliente-1").await;
 
     // A worker that hangs right after the gateway answered, before recording anything; then SIGKILL.
     let slot = c

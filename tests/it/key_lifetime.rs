@@ -11,12 +11,11 @@
 use std::time::Duration;
 
 use hookline_payments::dispatch::Dispatcher;
-use hookline_payments::intents;
-use hookline_sandbox::{
-    FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme,
-};
+use hookline_payments::intents::{self, Intent};
+use hookline_sandbox::{FaultAction, RunningSandbox};
 use hookline_tests::faults::*;
-use hookline_tests::{wait_until, OutputWithinAsync, TestPipeline};
+use hookline_tests::sandboxed::fault;
+use hookline_tests::{wait_until, TestPipeline};
 
 use crate::outbound::{create_intent, create_intent_with, fast_settings, intent, WAIT};
 
@@ -49,18 +48,36 @@ async fn weekend(pool: &sqlx::PgPool, sandbox: &RunningSandbox) {
 }
 
 /// `hookline outbound resolve REQUEST FLAGS…` against the pipeline's configuration: its exit code and stdout.
-async fn operator_resolves(p: &TestPipeline, request: i64, flags: &[&str]) -> (Option<i32>, String) {
-    let out = tokio::process::Command::new(hookline_tests::binary("hookline"))
-        .arg("--config")
-        .arg(p.config_file())
-        .args(["outbound", "resolve", &request.to_string()])
-        .args(flags)
-        .args(["--reason", "checked the dashboard", "--operator", "ops-44"])
-        .env_remove("DATABASE_URL")
-        .env_remove("AMQP_URL")
-        .output_within(hookline_tests::CLI_TIMEOUT)
-        .await;
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+async fn operator_resolves(
+    p: &TestPipeline,
+    request: i64,
+    flags: &[&str],
+) -> (Option<i32>, String) {
+    let request = request.to_string();
+    let mut args = vec!["outbound", "resolve", &request];
+    args.extend_from_slice(flags);
+    args.extend(["--reason", "checked the dashboard", "--operator", "ops-44"]);
+    let out = p.hookline(&args).await;
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// An intent of 5 000 at `provider` with what a checkout sends: a card saved at Pagar.me, Stripe's test card,
+/// Mercado Pago's approved test card.
+async fn checkout(p: &TestPipeline, sandbox: &RunningSandbox, provider: &str) -> Intent {
+    if provider != "pg" {
+        return create_intent(p, provider, 5_000, "cliente@example.com").await;
+    }
+    let (customer, card) = crate::pagarme_outbound::saved_card(
+        sandbox,
+        crate::pagarme_outbound::APPROVED,
+        "Cliente Fim de Semana",
+    )
+    .await;
+    let params = crate::pagarme_outbound::saved_params(&customer, &card);
+    create_intent_with(p, provider, 5_000, "cliente-pg", Some(&params)).await
 }
 
 /// `(status, key_generation, last_error)` of the outbound request `request`.
@@ -80,43 +97,10 @@ async fn request_row(pool: &sqlx::PgPool, request: i64) -> (String, i32, Option<
 /// second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dispatcher_stopped_past_the_key_lifetime_looks_the_charge_up_instead_of_resending() {
-    let sandbox_port = free_port();
-    let api = format!("http://127.0.0.1:{sandbox_port}");
-    let mut c = Cluster::new(
-        "dispatcher_stopped_past_the_key_lifetime",
-        ClusterOptions {
-            tail: format!(
-                "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_weekend\"]\n\
-                 api_base = \"{api}\"\napi_token = \"sk_test_weekend\"\n\
-                 [dispatcher]\nlease_secs = 2\n"
-            ),
-            ..ClusterOptions::default()
-        },
-    )
-    .await;
-    let mut settings = SandboxSettings::new(
-        format!("127.0.0.1:{sandbox_port}").parse().expect("addr"),
-        c.base.parse().expect("edge url"),
-        vec![SandboxProvider {
-            name: "st".into(),
-            scheme: Scheme::Stripe,
-            webhook_secret: b"whsec_weekend".to_vec(),
-            api_token: Some("sk_test_weekend".into()),
-            webhook_basic_auth: None,
-        }],
-    );
-    settings.webhook_backoff = Duration::from_millis(100);
-    let sandbox = Sandbox::start(settings).await.expect("sandbox");
-    c.start_edge(None).await;
+    let (mut c, sandbox) = stripe_sandbox_cluster("dispatcher_stopped_past_the_key_lifetime").await;
     let control = sandbox.control();
-    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
-        provider: Some("st".into()),
-        method: Some("POST".into()),
-        path: Some("/v1/payment_intents".into()),
-        action,
-        count,
-        rate,
-    };
+    let post =
+        |action, count, rate| fault("st", "POST", "/v1/payment_intents", action, count, rate);
     // The first answer is lost after the gateway charged; every later attempt is answered 503 (retryable).
     control
         .arm_fault(post(FaultAction::DropResponse, Some(1), None))
@@ -132,29 +116,7 @@ async fn a_dispatcher_stopped_past_the_key_lifetime_looks_the_charge_up_instead_
         ))
         .expect("arm");
 
-    let params =
-        hookline_payments::params::PaymentParams::Stripe(hookline_payments::params::StripeParams {
-            payment_method: Some("pm_card_visa".into()),
-            ..Default::default()
-        });
-    let mut tx = c.pool().begin().await.unwrap();
-    let created = intents::create_intent(
-        &mut tx,
-        &intents::NewIntent {
-            provider: "st",
-            amount: 4200,
-            currency: "brl",
-            customer: Some("cliente-fim-de-semana"),
-            description: Some("pedido 44"),
-            order_reference: None,
-            payment_params: Some(&params),
-            confirm: true,
-            cycle: None,
-        },
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    let created = stripe_charge(&c, 4200, "cliente-fim-de-semana").await;
     let key = intents::charge_key(created.id);
 
     let slot = c.start_worker(None).await;
@@ -234,19 +196,7 @@ enum Op {
 async fn lost_then_a_weekend(provider: &str, op: Op) -> (TestPipeline, RunningSandbox, i64) {
     let (p, sandbox) = hookline_tests::sandboxed::start(44).await;
     let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
-    let i = match provider {
-        "pg" => {
-            let (customer, card) = crate::pagarme_outbound::saved_card(
-                &sandbox,
-                crate::pagarme_outbound::APPROVED,
-                "Cliente Fim de Semana",
-            )
-            .await;
-            let params = crate::pagarme_outbound::saved_params(&customer, &card);
-            create_intent_with(&p, provider, 5_000, "cliente-pg", Some(&params)).await
-        }
-        _ => create_intent(&p, provider, 5_000, "cliente@example.com").await,
-    };
+    let i = checkout(&p, &sandbox, provider).await;
     let (method, path) = match (provider, op) {
         ("st", Op::Charge) => ("POST", "/v1/payment_intents".to_owned()),
         ("mp", Op::Charge) => ("POST", "/v1/payments".to_owned()),
@@ -259,14 +209,14 @@ async fn lost_then_a_weekend(provider: &str, op: Op) -> (TestPipeline, RunningSa
     let lose_next = || {
         sandbox
             .control()
-            .arm_fault(FaultSpec {
-                provider: Some(provider.to_owned()),
-                method: Some(method.to_owned()),
-                path: Some(path.clone()),
-                action: FaultAction::DropResponse,
-                count: Some(1),
-                rate: None,
-            })
+            .arm_fault(fault(
+                provider,
+                method,
+                &path,
+                FaultAction::DropResponse,
+                Some(1),
+                None,
+            ))
             .expect("arm");
     };
     if let Op::Charge = op {
@@ -350,7 +300,9 @@ async fn every_gateway_never_resends_a_lost_refund_after_its_key_expired() {
             assert_eq!(code, Some(0), "{out}");
             let (status, _, error) = request_row(p.pool(), request).await;
             assert_eq!(status, "succeeded");
-            assert!(error.unwrap_or_default().contains("resolved by ops-44: made"));
+            assert!(error
+                .unwrap_or_default()
+                .contains("resolved by ops-44: made"));
             let refunded: (String, i64) = sqlx::query_as(
                 "SELECT f.status, i.refunded FROM outbound_refunds f
                    JOIN payment_intents i ON i.id = f.intent_id
@@ -385,19 +337,7 @@ async fn a_refund_made_elsewhere_is_never_taken_for_hooklines() {
     for provider in ["mp", "pg"] {
         let (p, sandbox) = hookline_tests::sandboxed::start(45).await;
         let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
-        let i = match provider {
-            "pg" => {
-                let (customer, card) = crate::pagarme_outbound::saved_card(
-                    &sandbox,
-                    crate::pagarme_outbound::APPROVED,
-                    "Cliente Painel",
-                )
-                .await;
-                let params = crate::pagarme_outbound::saved_params(&customer, &card);
-                create_intent_with(&p, provider, 5_000, "cliente-pg", Some(&params)).await
-            }
-            _ => create_intent(&p, provider, 5_000, "painel@example.com").await,
-        };
+        let i = checkout(&p, &sandbox, provider).await;
         assert_eq!(d.dispatch_once().await.expect("dispatch"), 1);
         let charged = intent(&p, i.id).await;
         assert_eq!(charged.status, "succeeded", "{charged:?}");
@@ -406,19 +346,13 @@ async fn a_refund_made_elsewhere_is_never_taken_for_hooklines() {
             "pg" => ("DELETE", format!("/core/v5/charges/{payment}")),
             _ => ("POST", format!("/v1/payments/{payment}/refunds")),
         };
+        let refused = FaultAction::Status {
+            status: 500,
+            retry_after_secs: None,
+        };
         sandbox
             .control()
-            .arm_fault(FaultSpec {
-                provider: Some(provider.to_owned()),
-                method: Some(method.to_owned()),
-                path: Some(path.clone()),
-                action: FaultAction::Status {
-                    status: 500,
-                    retry_after_secs: None,
-                },
-                count: Some(1),
-                rate: None,
-            })
+            .arm_fault(fault(provider, method, &path, refused, Some(1), None))
             .expect("arm");
         let mut tx = p.pool().begin().await.unwrap();
         let refund = intents::request_refund(&mut tx, &i.public_id, 2_000, "devolução")

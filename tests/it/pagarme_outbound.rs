@@ -798,6 +798,31 @@ async fn parallel_refunds_never_cancel_more_than_the_charge() {
     sandbox.stop().await;
 }
 
+/// The arguments of `hookline subscriptions add` for a monthly Pagar.me (`pg`) subscription of `amount` in
+/// `currency`, anchored on 2026-10-01.
+fn add_subscription(customer: &str, card: &str, amount: i64, currency: &str) -> Vec<String> {
+    [
+        "subscriptions",
+        "add",
+        "--provider",
+        "pg",
+        "--customer",
+        customer,
+        "--payment-method",
+        card,
+        "--amount",
+        amount.to_string().as_str(),
+        "--currency",
+        currency,
+        "--interval",
+        "month",
+        "--anchor",
+        "2026-10-01T00:00:00Z",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// `hookline billing run` 15 times, then 3 at once for the next cycle, on Pagar.me subscriptions (a customer
 /// `cus_…` and its saved card `card_…`): ONE order per subscription and cycle at Pagar.me. A declined card is a
 /// decline (its cycle retried on the dunning schedule); a card Pagar.me does not know is the unusable-method
@@ -809,42 +834,15 @@ async fn repeated_billing_runs_make_one_pagarme_order_per_cycle() {
     let (bad_customer, bad_card) = saved_card(&sandbox, DECLINED, "Bucky Barnes").await;
     let (gone_customer, _) = saved_card(&sandbox, APPROVED, "Sam Wilson").await;
     let gone_card = "card_gone0000000001";
-    let config = p.config_file();
     let cli = |args: Vec<String>| {
-        let config = config.clone();
+        let p = &p;
         async move {
-            tokio::process::Command::new(binary("hookline"))
-                .arg("--config")
-                .arg(&config)
-                .args(&args)
-                .env_remove("DATABASE_URL")
-                .env_remove("AMQP_URL")
-                .output_within(CLI_TIMEOUT)
-                .await
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            p.hookline(&args).await
         }
     };
-    let add = |customer: &str, card: &str, amount: i64| {
-        [
-            "subscriptions",
-            "add",
-            "--provider",
-            "pg",
-            "--customer",
-            customer,
-            "--payment-method",
-            card,
-            "--amount",
-            amount.to_string().as_str(),
-            "--currency",
-            "brl",
-            "--interval",
-            "month",
-            "--anchor",
-            "2026-10-01T00:00:00Z",
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
+    let add =
+        |customer: &str, card: &str, amount: i64| add_subscription(customer, card, amount, "brl");
     let mut subs = Vec::new();
     for (customer, card, amount) in [
         (&good_customer, good_card.as_str(), 2990),
@@ -1000,42 +998,14 @@ async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
         .control()
         .script_payment_method("pg", &card, &["expired_card"])
         .expect("script the card");
-    let config = p.config_file();
     let cli = |args: Vec<String>| {
-        let config = config.clone();
+        let p = &p;
         async move {
-            tokio::process::Command::new(binary("hookline"))
-                .arg("--config")
-                .arg(&config)
-                .args(&args)
-                .env_remove("DATABASE_URL")
-                .env_remove("AMQP_URL")
-                .output_within(CLI_TIMEOUT)
-                .await
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            p.hookline(&args).await
         }
     };
-    let add = |currency: &str| {
-        [
-            "subscriptions",
-            "add",
-            "--provider",
-            "pg",
-            "--customer",
-            customer.as_str(),
-            "--payment-method",
-            card.as_str(),
-            "--amount",
-            "4990",
-            "--currency",
-            currency,
-            "--interval",
-            "month",
-            "--anchor",
-            "2026-10-01T00:00:00Z",
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
+    let add = |currency: &str| add_subscription(&customer, &card, 4990, currency);
     let refused = cli(add("usd")).await;
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);

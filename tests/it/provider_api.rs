@@ -65,6 +65,46 @@ async fn mp_payment(
     body["id"].to_string().trim_matches('"').to_string()
 }
 
+/// `POST /v1/payment_intents` at the sandbox (Stripe), confirmed with Stripe's test card: the PaymentIntent's id.
+async fn stripe_payment(
+    http: &reqwest::Client,
+    sandbox: &RunningSandbox,
+    key: &str,
+    amount: &str,
+) -> String {
+    let res = http
+        .post(sandbox.url("/v1/payment_intents"))
+        .bearer_auth(STRIPE_KEY)
+        .header("Idempotency-Key", key)
+        .form(&[
+            ("amount", amount),
+            ("currency", "brl"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+        ])
+        .send()
+        .await
+        .expect("create payment intent");
+    assert!(res.status().is_success(), "{}", res.status());
+    let body: Value = res.json().await.expect("json");
+    body["id"].as_str().expect("pi_").to_owned()
+}
+
+/// `hookline reconcile PROVIDER --since 1h --rate 0 --json EXTRA…` against the pipeline's configuration.
+async fn reconcile(p: &TestPipeline, provider: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "reconcile",
+        provider,
+        "--since",
+        "1h",
+        "--rate",
+        "0",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    p.hookline(&args).await
+}
+
 async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(p.pool())
@@ -275,45 +315,12 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
         mp_payment(&http, &sandbox, &format!("dropped-{i}"), "12.34").await;
     }
     for i in 0..3 {
-        let res = http
-            .post(sandbox.url("/v1/payment_intents"))
-            .bearer_auth(STRIPE_KEY)
-            .header("Idempotency-Key", format!("pi-dropped-{i}"))
-            .form(&[
-                ("amount", "5000"),
-                ("currency", "brl"),
-                ("confirm", "true"),
-                ("payment_method", "pm_card_visa"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert!(res.status().is_success(), "{}", res.status());
+        stripe_payment(&http, &sandbox, &format!("pi-dropped-{i}"), "5000").await;
     }
     assert_eq!(scalar(&p, "SELECT count(*) FROM webhook_events").await, 0);
 
-    let reconcile = |provider: &'static str, extra: &'static [&'static str]| {
-        let config = p.config_file();
-        async move {
-            tokio::process::Command::new(binary("hookline"))
-                .arg("--config")
-                .arg(&config)
-                .args([
-                    "reconcile",
-                    provider,
-                    "--since",
-                    "1h",
-                    "--rate",
-                    "0",
-                    "--json",
-                ])
-                .args(extra)
-                .env_remove("DATABASE_URL")
-                .env_remove("AMQP_URL")
-                .output_within(CLI_TIMEOUT)
-                .await
-        }
-    };
+    let reconcile =
+        |provider: &'static str, extra: &'static [&'static str]| reconcile(&p, provider, extra);
     let dry = reconcile("mp", &["--dry-run"]).await;
     assert_eq!(
         dry.status.code(),
@@ -375,20 +382,7 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
         .set_delivery_behaviour(DeliveryBehaviour::default())
         .expect("behaviour");
     let stored_before = scalar(&p, "SELECT count(*) FROM webhook_events").await;
-    let res = http
-        .post(sandbox.url("/v1/payment_intents"))
-        .bearer_auth(STRIPE_KEY)
-        .header("Idempotency-Key", "pi-unapplied")
-        .form(&[
-            ("amount", "7000"),
-            ("currency", "brl"),
-            ("confirm", "true"),
-            ("payment_method", "pm_card_visa"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{}", res.status());
+    stripe_payment(&http, &sandbox, "pi-unapplied", "7000").await;
     let pool = p.pool().clone();
     wait_until(WAIT, "the new payment's three webhooks stored", || {
         let pool = pool.clone();
@@ -421,22 +415,7 @@ async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
     let (p, sandbox, http) = start().await;
     let worker = p.spawn_worker();
     let mp = mp_payment(&http, &sandbox, "disputed-mp", "40.00").await;
-    let res = http
-        .post(sandbox.url("/v1/payment_intents"))
-        .bearer_auth(STRIPE_KEY)
-        .header("Idempotency-Key", "pi-disputed")
-        .form(&[
-            ("amount", "5000"),
-            ("currency", "brl"),
-            ("confirm", "true"),
-            ("payment_method", "pm_card_visa"),
-        ])
-        .send()
-        .await
-        .expect("payment intent");
-    assert!(res.status().is_success(), "{}", res.status());
-    let st: Value = res.json().await.expect("json");
-    let st = st["id"].as_str().expect("pi_").to_owned();
+    let st = stripe_payment(&http, &sandbox, "pi-disputed", "5000").await;
     let (customer, card) = crate::pagarme_outbound::saved_card(
         &sandbox,
         crate::pagarme_outbound::APPROVED,
@@ -492,27 +471,7 @@ async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
         .expect("pagar.me chargeback");
     assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 0);
 
-    let reconcile = |provider: &'static str| {
-        let config = p.config_file();
-        async move {
-            tokio::process::Command::new(binary("hookline"))
-                .arg("--config")
-                .arg(&config)
-                .args([
-                    "reconcile",
-                    provider,
-                    "--since",
-                    "1h",
-                    "--rate",
-                    "0",
-                    "--json",
-                ])
-                .env_remove("DATABASE_URL")
-                .env_remove("AMQP_URL")
-                .output_within(CLI_TIMEOUT)
-                .await
-        }
-    };
+    let reconcile = |provider: &'static str| reconcile(&p, provider, &[]);
     for provider in ["st", "mp", "pg"] {
         let out = reconcile(provider).await;
         assert_eq!(out.status.code(), Some(0), "{provider}: {out:?}");

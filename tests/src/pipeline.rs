@@ -351,6 +351,19 @@ impl TestPipeline {
         path
     }
 
+    /// Runs the operator command `hookline --config FILE ARGS…` against this pipeline's configuration to
+    /// completion (at most [`CLI_TIMEOUT`]), with the environment's database and broker settings removed.
+    pub async fn hookline(&self, args: &[&str]) -> std::process::Output {
+        tokio::process::Command::new(binary("hookline"))
+            .arg("--config")
+            .arg(self.config_file())
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("AMQP_URL")
+            .output_within(CLI_TIMEOUT)
+            .await
+    }
+
     /// The AMQP URL, for tests that talk to the broker directly.
     pub fn amqp_url(&self) -> String {
         self.config

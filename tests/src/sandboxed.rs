@@ -124,3 +124,23 @@ async fn stripe_post(
     assert!(res.status().is_success(), "{path}: {}", res.status());
     res.json().await.expect("json")
 }
+
+/// The sandbox fault on `provider`'s requests `method path…` (a path prefix): `action` for the next `count`
+/// matching requests, or at `rate` (see [`hookline_sandbox::FaultSpec`]).
+pub fn fault(
+    provider: &str,
+    method: &str,
+    path: &str,
+    action: hookline_sandbox::FaultAction,
+    count: Option<u32>,
+    rate: Option<f64>,
+) -> hookline_sandbox::FaultSpec {
+    hookline_sandbox::FaultSpec {
+        provider: Some(provider.to_owned()),
+        method: Some(method.to_owned()),
+        path: Some(path.to_owned()),
+        action,
+        count,
+        rate,
+    }
+}

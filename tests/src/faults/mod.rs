@@ -26,11 +26,13 @@ use std::time::Duration;
 
 pub mod check;
 pub mod cluster;
+pub mod dispatch;
 pub mod load;
 pub mod services;
 
 pub use check::*;
 pub use cluster::*;
+pub use dispatch::*;
 pub use load::*;
 pub use services::*;
 
