@@ -133,7 +133,9 @@ async fn resolve(config: &Config, args: &ResolveArgs) -> anyhow::Result<ExitCode
     let ttl = config
         .providers
         .get(&provider)
-        .map_or(outbound_requests::DEFAULT_KEY_TTL, |p| p.idempotency_key_ttl);
+        .map_or(outbound_requests::DEFAULT_KEY_TTL, |p| {
+            p.idempotency_key_ttl
+        });
     let mut tx = pool.begin().await?;
     let Some((refund, generation)) =
         outbound_requests::resolve_unknown_refund(&mut tx, args.request, finding, ttl, &note)
