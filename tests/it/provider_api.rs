@@ -90,6 +90,39 @@ async fn stripe_payment(
     body["id"].as_str().expect("pi_").to_owned()
 }
 
+/// A Pagar.me order of `amount` cents paid with a card saved at the sandbox: its charge's id (`ch_…`).
+async fn pagarme_payment(
+    http: &reqwest::Client,
+    sandbox: &RunningSandbox,
+    code: &str,
+    amount: i64,
+) -> String {
+    let (customer, card) =
+        crate::pagarme_outbound::saved_card(sandbox, crate::pagarme_outbound::APPROVED, code).await;
+    let order: Value = http
+        .post(sandbox.url("/core/v5/orders"))
+        .basic_auth(hookline_tests::sandboxed::PAGARME_KEY, Some(""))
+        .header("Idempotency-Key", format!("order-{code}"))
+        .json(&json!({
+            "code": code,
+            "customer_id": customer,
+            "items": [{"amount": amount, "description": "Chaveiro", "quantity": 1, "code": "k"}],
+            "payments": [{"payment_method": "credit_card", "amount": amount,
+                "credit_card": {"card_id": card, "installments": 1, "operation_type": "auth_and_capture"}}],
+            "closed": true,
+        }))
+        .send()
+        .await
+        .expect("order")
+        .json()
+        .await
+        .expect("order json");
+    order["charges"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a charge: {order}"))
+        .to_owned()
+}
+
 /// `hookline reconcile PROVIDER --since 1h --rate 0 --json EXTRA…` against the pipeline's configuration.
 async fn reconcile(p: &TestPipeline, provider: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
@@ -404,56 +437,45 @@ async fn reconcile_repairs_dropped_webhooks_without_doubling() {
 
 /// Issue 44: a dispute whose webhooks were lost is recovered by reconciliation, for the three providers. One paid
 /// payment each (Stripe, Mercado Pago, Pagar.me v5), applied from its webhooks; then every webhook is dropped and
-/// each payment is charged back and lost at the gateway. `hookline reconcile` finds the disputes (Stripe's
-/// `charge.dispute.*` events in its Events list; Mercado Pago's `charged_back` payment; Pagar.me's `chargedback`
-/// charge) and the worker applies them through the same state machine as their webhooks: each dispute once, lost,
-/// its loss posted once, `dispute.opened` and `dispute.lost` written once. A second run finds everything present.
-/// Before issue 44 the Mercado Pago and Pagar.me runs compared status and refunded total only: the payment was
-/// `succeeded` on both sides, and the dispute stayed unknown.
+/// each payment is charged back and lost at the gateway — and two more disputes are won (Stripe's opened and won
+/// unseen; Pagar.me's opened while the webhooks still arrived, won unseen: its charge `paid` again).
+/// `hookline reconcile` finds the disputes (Stripe's `charge.dispute.*` events in its Events list; Mercado Pago's
+/// `charged_back` payment; Pagar.me's `chargedback` or paid-again charge) and the worker applies them through the
+/// same state machine as their webhooks: each dispute once, a loss posted once (a win posts nothing),
+/// `dispute.opened` and its final `dispute.lost` or `dispute.won` written once. A second run finds everything
+/// present. Before issue 44 the Mercado Pago and Pagar.me runs compared status and refunded total only: the
+/// payment was `succeeded` on both sides, and the dispute stayed unknown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
     let (p, sandbox, http) = start().await;
     let worker = p.spawn_worker();
     let mp = mp_payment(&http, &sandbox, "disputed-mp", "40.00").await;
     let st = stripe_payment(&http, &sandbox, "pi-disputed", "5000").await;
-    let (customer, card) = crate::pagarme_outbound::saved_card(
-        &sandbox,
-        crate::pagarme_outbound::APPROVED,
-        "Cliente Contestação",
-    )
-    .await;
-    let order: Value = http
-        .post(sandbox.url("/core/v5/orders"))
-        .basic_auth(hookline_tests::sandboxed::PAGARME_KEY, Some(""))
-        .header("Idempotency-Key", "order-disputed")
-        .json(&json!({
-            "code": "disputed-pg",
-            "customer_id": customer,
-            "items": [{"amount": 3000, "description": "Chaveiro", "quantity": 1, "code": "k"}],
-            "payments": [{"payment_method": "credit_card", "amount": 3000,
-                "credit_card": {"card_id": card, "installments": 1, "operation_type": "auth_and_capture"}}],
-            "closed": true,
-        }))
-        .send()
-        .await
-        .expect("order")
-        .json()
-        .await
-        .expect("order json");
-    let pg = order["charges"][0]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a charge: {order}"))
-        .to_owned();
+    let pg = pagarme_payment(&http, &sandbox, "disputed-pg", 3000).await;
+    // Two more, whose disputes are won: Pagar.me's opened while the webhooks still arrive, both won once they are
+    // lost.
+    let st_won = stripe_payment(&http, &sandbox, "pi-disputed-won", "6000").await;
+    let pg_won = pagarme_payment(&http, &sandbox, "disputed-pg-won", 3500).await;
     settle(
         &p,
-        "the three payments posted",
+        "the five payments posted",
         "SELECT count(*) FROM ledger_transactions WHERE kind = 'payment'",
-        3,
+        5,
+    )
+    .await;
+    let control = sandbox.control();
+    control
+        .chargeback("pg", &pg_won, None)
+        .expect("pagar.me chargeback opened");
+    settle(
+        &p,
+        "the open Pagar.me dispute known",
+        "SELECT count(*) FROM disputes WHERE status = 'open'",
+        1,
     )
     .await;
 
     // From now on every webhook is lost.
-    let control = sandbox.control();
     control
         .set_delivery_behaviour(DeliveryBehaviour {
             drop_next: 1_000,
@@ -469,7 +491,13 @@ async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
     control
         .chargeback("pg", &pg, Some("lost"))
         .expect("pagar.me chargeback");
-    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 0);
+    control
+        .chargeback("st", &st_won, Some("won"))
+        .expect("stripe dispute won");
+    control
+        .chargeback("pg", &pg_won, Some("won"))
+        .expect("pagar.me chargeback won");
+    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 1);
 
     let reconcile = |provider: &'static str| reconcile(&p, provider, &[]);
     for provider in ["st", "mp", "pg"] {
@@ -486,6 +514,13 @@ async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
         "the three disputes lost",
         "SELECT count(*) FROM disputes WHERE status = 'lost'",
         3,
+    )
+    .await;
+    settle(
+        &p,
+        "the two disputes won",
+        "SELECT count(*) FROM disputes WHERE status = 'won'",
+        2,
     )
     .await;
     settle(
@@ -509,22 +544,28 @@ async fn reconcile_recovers_disputes_whose_webhooks_were_lost() {
     }
     p.drain(WAIT).await;
     worker.stop().await;
-    for provider in ["st", "mp", "pg"] {
+    // Each dispute's facts, once each: opened, then its final word.
+    let disputes: Vec<(String, String)> =
+        sqlx::query_as("SELECT provider_dispute_id, status FROM disputes ORDER BY id")
+            .fetch_all(p.pool())
+            .await
+            .unwrap();
+    for (dispute, status) in &disputes {
         let facts: Vec<String> = sqlx::query_scalar(
-            "SELECT type FROM domain_events WHERE type LIKE 'dispute.%'
-                AND convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'provider' = $1 ORDER BY seq",
+            "SELECT type FROM domain_events
+              WHERE convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'provider_dispute_id' = $1 ORDER BY seq",
         )
-        .bind(provider)
+        .bind(dispute)
         .fetch_all(p.pool())
         .await
         .unwrap();
         assert_eq!(
             facts,
-            vec!["dispute.opened".to_owned(), "dispute.lost".to_owned()],
-            "{provider}"
+            vec!["dispute.opened".to_owned(), format!("dispute.{status}")],
+            "{dispute}"
         );
     }
-    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 3);
+    assert_eq!(scalar(&p, "SELECT count(*) FROM disputes").await, 5);
     assert_eq!(
         scalar(
             &p,
