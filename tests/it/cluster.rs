@@ -320,6 +320,8 @@ struct DbFault {
     old_primary: String,
     new_primary: String,
     start: Instant,
+    /// When the fault's action (kill, switchover) had returned.
+    end: Instant,
     promoted: Instant,
     streaming: Instant,
     recovered: Instant,
@@ -335,12 +337,20 @@ impl DbFault {
             .collect()
     }
 
-    /// The first 2xx answer to a request sent after the fault began.
+    /// The first 2xx answer once the edges had begun to refuse: to a request sent after the fault's first 503
+    /// (or, when nothing was refused, after the fault's action had returned). Requests sent between the test's
+    /// clock start and the fault's real moment (the script first looks the primary up) do not count.
     fn first_200(&self, reports: &[&LoadReport]) -> Option<Instant> {
+        let from = self
+            .refused(reports)
+            .iter()
+            .map(|x| x.sent_at)
+            .min()
+            .unwrap_or(self.end);
         reports
             .iter()
             .flat_map(|r| r.attempts.iter())
-            .filter(|x| x.is_2xx() && x.sent_at >= self.start)
+            .filter(|x| x.is_2xx() && x.sent_at >= from)
             .map(Attempt::ended_at)
             .min()
     }
@@ -524,6 +534,7 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
         old_primary,
         new_primary,
         start,
+        end,
         promoted,
         streaming,
         recovered,
@@ -551,6 +562,7 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
         old_primary,
         new_primary,
         start,
+        end,
         promoted,
         streaming,
         recovered,
@@ -576,6 +588,7 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
         old_primary,
         new_primary,
         start,
+        end,
         promoted,
         streaming,
         recovered,
