@@ -23,6 +23,7 @@
 #   rabbit-start N     start node N again (it rejoins the cluster) and wait until it runs
 #   rabbit-leader Q    the node (1-3) holding the leader of quorum queue Q
 #   pg-primary         the node (a|b|c) whose Patroni answers 200 on /primary
+#   pg-sync-standby    the node (a|b|c) whose Patroni answers 200 on /sync (the synchronous standby)
 #   pg-kill-primary    SIGKILL the primary's postmaster (Patroni fails over, then rejoins the node); prints the node
 #   pg-kill-node N     SIGKILL node N's Patroni and postmaster (the leader key expires after ttl)
 #   pg-start N         start node N's Patroni again (it rejoins as a replica by itself)
@@ -158,7 +159,13 @@ etcd_initial_cluster() {
   echo "$out"
 }
 etcdctl_() { ETCDCTL_API=3 etcdctl --endpoints="$(etcd_endpoints)" --command-timeout=3s "$@"; }
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# Whether the process whose pid is in file $1 runs (a killed process not yet reaped, state Z, does not).
+pid_alive() {
+  local state
+  [ -s "$1" ] || return 1
+  state=$(ps -o stat= -p "$(cat "$1")" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state#Z}" = "$state" ]
+}
 
 etcd_start() {
   local n=$1 d
@@ -201,8 +208,11 @@ etcd_kill() {
   pid_alive "$d.pid" || die "etcd member e$n is not running"
   log "SIGKILL etcd member e$n (pid $(cat "$d.pid"))"
   kill -9 "$(cat "$d.pid")"
-  for _ in $(seq 50); do port_open "$((ETCD_CLIENT_BASE + n))" || return 0; sleep 0.1; done
-  die "etcd member e$n still listens after SIGKILL"
+  for _ in $(seq 50); do
+    if ! pid_alive "$d.pid" && ! port_open "$((ETCD_CLIENT_BASE + n))"; then return 0; fi
+    sleep 0.1
+  done
+  die "etcd member e$n still runs after SIGKILL"
 }
 
 etcd_stop() {
@@ -382,6 +392,15 @@ pg_primary() {
   die "no node answers 200 on /primary"
 }
 
+# The node whose Patroni answers 200 on /sync: the synchronous standby. Fails when there is none.
+pg_sync_standby() {
+  local node
+  for node in $PG_NODES; do
+    if [ "$(rest_status "$node" /sync)" = 200 ]; then echo "$node"; return 0; fi
+  done
+  die "no node answers 200 on /sync"
+}
+
 # Whether NODE is a replica whose WAL receiver is streaming (from whichever node is primary).
 pg_streaming() {
   local node=$1
@@ -441,6 +460,8 @@ pg_kill_node() {
   log "SIGKILL Patroni node $node and its postmaster"
   if pid_alive "$DIR/pg/patroni-$node.pid"; then kill -9 "$(cat "$DIR/pg/patroni-$node.pid")"; fi
   if [ -s "$d/postmaster.pid" ]; then kill -9 "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true; fi
+  for _ in $(seq 50); do pid_alive "$DIR/pg/patroni-$node.pid" || return 0; sleep 0.1; done
+  die "Patroni node $node still runs after SIGKILL"
 }
 
 # A planned move of the primary (Patroni does it: the candidate must be a healthy synchronous standby).
@@ -578,6 +599,7 @@ case "$verb" in
   rabbit-start) rabbit_start "${2:?node 1-3}"; rabbit_wait "$2" ;;
   rabbit-leader) rabbit_leader "${2:?queue name}" ;;
   pg-primary) pg_primary ;;
+  pg-sync-standby) pg_sync_standby ;;
   pg-kill-primary) pg_kill_primary ;;
   pg-kill-node) pg_kill_node "$(pg_node_arg "${2:-}")" ;;
   pg-start) patroni_start "$(pg_node_arg "${2:-}")" ;;

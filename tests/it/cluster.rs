@@ -11,7 +11,11 @@
 //! 4. SIGKILL of the whole primary node (Patroni and postmaster): the leader key expires after Patroni's `ttl`, the
 //!    synchronous standby is promoted; the node's Patroni is started again (the machine is back) and the node rejoins
 //!    by itself;
-//! 5. a planned switchover (`patronictl switchover --force`): 503s for no longer than the edge's `Retry-After`.
+//! 5. a planned switchover (`patronictl switchover --force`): 503s for no longer than the edge's `Retry-After`;
+//! 6. SIGKILL of the synchronous standby's node: Patroni names the other replica synchronous, the primary stays;
+//!    the node's Patroni is started again and it streams by itself;
+//! 7. etcd loses one member, then a second (no majority) for longer than Patroni's `ttl`: the primary stays primary
+//!    (`failsafe_mode`) and the edges never refuse; both members come back.
 //!
 //! For each database fault it prints the time from the fault to another node being primary, to the edges' first 200
 //! and to the old node streaming again. Then the total-queue checker: every acknowledged event processed once (0
@@ -44,6 +48,9 @@ const STEADY: Duration = Duration::from_secs(3);
 /// What Patroni's settings promise (`deploy/cluster.sh`: ttl 12 s, loop_wait 2 s, retry_timeout 5 s; see
 /// `deploy/SCALING.md`): another node is primary, and the edges answer 200 again, within this of a crash.
 const PROMISED_FAILOVER: Duration = Duration::from_secs(30);
+/// Patroni's `ttl` in `deploy/cluster.sh`: without a majority in etcd for longer than this, a primary without
+/// `failsafe_mode` would have demoted itself.
+const PATRONI_TTL: Duration = Duration::from_secs(12);
 /// The edge's `Retry-After` on a 503 (`hookline_web::RETRY_AFTER_SECS`): a planned switchover must not refuse
 /// for longer than a provider honouring it waits.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -595,6 +602,83 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
     });
     tokio::time::sleep(WINDOW).await;
 
+    // 6. The synchronous standby's node dies: commits wait until Patroni names the other replica synchronous; the
+    //    primary stays. Its Patroni starts again and the node streams by itself.
+    let primary = cluster_sh(&["pg-primary"]).await;
+    let standby = cluster_sh(&["pg-sync-standby"]).await;
+    let start = Instant::now();
+    cluster_sh(&["pg-kill-node", &standby]).await;
+    let end = Instant::now();
+    let (new_sync, new_sync_at) = poll_cluster_sh(
+        &["pg-sync-standby"],
+        PROMISED_FAILOVER,
+        &format!("a synchronous standby other than {standby}"),
+        |s| !s.is_empty() && s != standby,
+    )
+    .await;
+    cluster_sh(&["pg-start", &standby]).await;
+    let streaming = wait_streaming(&standby).await;
+    let recovered = sampler.wait_recovered(end, normal_lag).await;
+    assert_eq!(
+        cluster_sh(&["pg-primary"]).await,
+        primary,
+        "losing the synchronous standby moved the primary"
+    );
+    faults.push(Fault {
+        name: "synchronous standby node SIGKILLed",
+        start,
+        end,
+        recovered,
+    });
+    let standby_fault = (start, recovered);
+    let standby_line = format!(
+        "[cluster] synchronous standby {standby} SIGKILLed (primary {primary} stays): {new_sync} synchronous after \
+         {:5.1}s, {standby} streaming again after {:5.1}s",
+        (new_sync_at - start).as_secs_f64(),
+        (streaming - start).as_secs_f64(),
+    );
+    tokio::time::sleep(WINDOW).await;
+
+    // 7. etcd loses one member (a majority is left: nothing changes), then a second (no majority: no promotion is
+    //    possible) for longer than the leader key's ttl. failsafe_mode keeps the primary primary, since it still
+    //    reaches both other Patronis: the edges must not refuse anything (checked with the other 503s below) and
+    //    keep acknowledging.
+    let primary = cluster_sh(&["pg-primary"]).await;
+    let start = Instant::now();
+    cluster_sh(&["etcd-kill", "1"]).await;
+    tokio::time::sleep(WINDOW).await;
+    cluster_sh(&["etcd-kill", "2"]).await;
+    let without_majority = Instant::now();
+    while without_majority.elapsed() < 2 * PATRONI_TTL {
+        assert_eq!(
+            cluster_sh(&["pg-primary"]).await,
+            primary,
+            "the primary changed or demoted itself with etcd's majority gone"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    cluster_sh(&["etcd-start", "1"]).await;
+    cluster_sh(&["etcd-start", "2"]).await;
+    let end = Instant::now();
+    let recovered = sampler.wait_recovered(end, normal_lag).await;
+    let ack_stall = sampler.longest_stall(start, end, |x| Some(x.acked as i64));
+    assert!(
+        ack_stall < Duration::from_secs(3),
+        "the edges stopped acknowledging for {ack_stall:?} while etcd lost members"
+    );
+    faults.push(Fault {
+        name: "etcd: one member, then two SIGKILLed",
+        start,
+        end,
+        recovered,
+    });
+    assert_eq!(
+        cluster_sh(&["pg-primary"]).await,
+        primary,
+        "etcd's members coming back moved the primary"
+    );
+    tokio::time::sleep(WINDOW).await;
+
     run_a.progress.stop_starting();
     run_b.progress.stop_starting();
     let (a, b) = tokio::join!(run_a.finish(), run_b.finish());
@@ -609,6 +693,14 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
     for f in &db_faults {
         report_line(&f.report(&reports));
     }
+    let standby_refused = reports
+        .iter()
+        .flat_map(|r| r.attempts.iter())
+        .filter(|x| !x.is_2xx() && x.ended_at() >= standby_fault.0 && x.sent_at <= standby_fault.1)
+        .count();
+    report_line(&format!(
+        "{standby_line} | {standby_refused} answers 503 + Retry-After"
+    ));
 
     // The edges answered 2xx, or 503 with Retry-After, and the latter only during a database fault; never a 500 or
     // a hang.
@@ -630,7 +722,9 @@ async fn scale_out_survives_broker_nodes_and_database_failovers_under_load() {
                 !x.is_2xx()
                     && !db_faults
                         .iter()
-                        .any(|f| x.ended_at() >= f.start && x.sent_at <= f.recovered)
+                        .map(|f| (f.start, f.recovered))
+                        .chain([standby_fault])
+                        .any(|(start, recovered)| x.ended_at() >= start && x.sent_at <= recovered)
             })
             .collect();
         assert!(
