@@ -344,14 +344,14 @@ impl DbFault {
             .collect()
     }
 
-    /// The first 2xx answer once the edges had begun to refuse: to a request sent after the fault's first 503
-    /// (or, when nothing was refused, after the fault's action had returned). Requests sent between the test's
-    /// clock start and the fault's real moment (the script first looks the primary up) do not count.
+    /// The first 2xx answer to a request sent once the edges were seen refusing (after the fault's first 503 was
+    /// answered; when nothing was refused, after the fault's action had returned). Earlier requests may have
+    /// committed on the old primary before it died: the fault's clock starts before the script finds and kills it.
     fn first_200(&self, reports: &[&LoadReport]) -> Option<Instant> {
         let from = self
             .refused(reports)
             .iter()
-            .map(|x| x.sent_at)
+            .map(|x| x.ended_at())
             .min()
             .unwrap_or(self.end);
         reports
