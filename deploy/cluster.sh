@@ -2,34 +2,42 @@
 # A scaled-out hookline backend on ONE machine, for trying and testing failover locally:
 #   - a RabbitMQ cluster of three nodes: hl1@localhost, hl2@localhost, hl3@localhost, AMQP on 127.0.0.1:5701-5703,
 #     Erlang distribution on 25701-25703, no management plugin, each with its own data and log directories;
-#   - PostgreSQL 15: a primary and a streaming standby with synchronous replication (nodes "a" on 127.0.0.1:5441
-#     and "b" on 127.0.0.1:5442), behind HAProxy on 127.0.0.1:5440, which routes only to the node that is writable
-#     (an external check asks each node `pg_is_in_recovery()`).
+#   - an etcd cluster of three members (e1-e3, clients on 127.0.0.1:23791-23793, peers on 23801-23803);
+#   - PostgreSQL 15 under Patroni: three nodes a, b, c on 127.0.0.1:5441-5443 (Patroni's REST API on 8441-8443),
+#     synchronous_mode (strict), pg_rewind; Patroni promotes and rejoins by itself (deploy/SCALING.md);
+#   - HAProxy on 127.0.0.1:5440, which routes only to the node whose Patroni answers 200 on GET /primary.
 # Everything lives under $HOOKLINE_CLUSTER_DIR (default /tmp/hookline-cluster). The machine's default RabbitMQ node
 # (rabbit@localhost, 5672) and PostgreSQL (5432) are not touched. The RabbitMQ nodes run as the `rabbitmq` user
 # and share its Erlang cookie (/var/lib/rabbitmq/.erlang.cookie, i.e. ~rabbitmq/.erlang.cookie), so the usual
-# `rabbitmqctl -n hl1@localhost …` reaches them. Needs root (it switches to the rabbitmq and postgres users).
+# `rabbitmqctl -n hl1@localhost …` reaches them; etcd runs as `etcd`, Patroni and PostgreSQL as `postgres`. Needs
+# root. Installs Debian's patroni, etcd-server, etcd-client, haproxy and curl when missing, and refuses a Patroni
+# other than 3.0.x or an etcd other than 3.4.x (the versions it was tested with).
 #
 # Usage: deploy/cluster.sh VERB [ARG]
-#   up                 create and start everything (installs Debian's haproxy when missing); idempotent
+#   up                 create and start everything; idempotent
 #   down               stop everything and delete $HOOKLINE_CLUSTER_DIR
-#   status             nodes, cluster membership, queue leaders, PostgreSQL roles, where the proxy routes
+#   status             RabbitMQ nodes and queue leaders, etcd members, each PostgreSQL node's role, state and lag
+#                      (`patronictl list`), where the proxy routes
 #   env                the settings hookline needs (amqp_urls, database_url) as shell exports
 #   rabbit-kill N      SIGKILL RabbitMQ node N (1-3)
 #   rabbit-start N     start node N again (it rejoins the cluster) and wait until it runs
 #   rabbit-leader Q    the node (1-3) holding the leader of quorum queue Q
-#   pg-primary         the node (a|b) that is the primary
-#   pg-stop-primary    stop the primary as a crash would (pg_ctl stop -m immediate)
-#   pg-promote         promote the standby; it runs without a synchronous standby until pg-rejoin
-#   pg-rejoin          bring the old primary back as the new standby (pg_rewind, or a fresh pg_basebackup if
-#                      rewinding fails) and make replication synchronous again
+#   pg-primary         the node (a|b|c) whose Patroni answers 200 on /primary
+#   pg-sync-standby    the node (a|b|c) whose Patroni answers 200 on /sync (the synchronous standby)
+#   pg-kill-primary    SIGKILL the primary's postmaster (Patroni fails over, then rejoins the node); prints the node
+#   pg-kill-node N     SIGKILL node N's Patroni and postmaster (the leader key expires after ttl)
+#   pg-start N         start node N's Patroni again (it rejoins as a replica by itself)
+#   pg-streaming N     succeeds when node N is a replica streaming WAL
+#   pg-switchover [N]  planned move of the primary (to node N, or to the synchronous standby):
+#                      `patronictl -c $HOOKLINE_CLUSTER_DIR/pg/patroni-a.yml switchover --force`
+#   etcd-kill N        SIGKILL etcd member N (1-3)
+#   etcd-start N       start etcd member N again
 set -euo pipefail
 
 DIR=${HOOKLINE_CLUSTER_DIR:-/tmp/hookline-cluster}
 PGBIN=${HOOKLINE_PGBIN:-/usr/lib/postgresql/15/bin}
 RABBIT_BIN=/usr/lib/rabbitmq/bin
 PROXY_PORT=5440
-declare -A PG_PORT=([a]=5441 [b]=5442)
 rabbit_port() { echo $((5700 + $1)); }
 rabbit_node() { echo "hl$1@localhost"; }
 
@@ -137,187 +145,346 @@ rabbit_leader() { # rabbit-leader QUEUE: prints N of the node holding the leader
   die "no running node knows a leader for $q"
 }
 
-# -------------------------------------------------------------------------------------------------- PostgreSQL
-pg_dir() { echo "$DIR/pg/$1"; }
-as_pg() { runuser -u postgres -- "$@"; }
-psql_at() { # psql_at PORT SQL
-  "$PGBIN/psql" -h 127.0.0.1 -p "$1" -U postgres -d postgres -Atqc "$2"
+# ------------------------------------------------------------------------------------------------ etcd (3 members)
+# Patroni's store: three etcd members e1-e3, clients on 127.0.0.1:23791-23793, peers on 23801-23803. Patroni keeps
+# the leader key there (a lease of `ttl` seconds); a majority (2 of 3) must be up for it to be written.
+ETCD_CLIENT_BASE=23790
+ETCD_PEER_BASE=23800
+etcd_dir() { echo "$DIR/etcd/e$1"; }
+etcd_client_url() { echo "http://127.0.0.1:$((ETCD_CLIENT_BASE + $1))"; }
+etcd_endpoints() { echo "127.0.0.1:$((ETCD_CLIENT_BASE + 1)),127.0.0.1:$((ETCD_CLIENT_BASE + 2)),127.0.0.1:$((ETCD_CLIENT_BASE + 3))"; }
+etcd_initial_cluster() {
+  local n sep="" out=""
+  for n in 1 2 3; do out="$out${sep}e$n=http://127.0.0.1:$((ETCD_PEER_BASE + n))"; sep=,; done
+  echo "$out"
 }
-other() { if [ "$1" = a ]; then echo b; else echo a; fi; }
-pg_primary() { cat "$DIR/pg/primary"; }
-
-# Settings that differ between the two nodes live in node.conf, rewritten after every copy of the data directory
-# (pg_basebackup and pg_rewind copy the source's configuration files).
-pg_node_conf() {
-  local node=$1
-  cat >"$(pg_dir "$node")/node.conf" <<EOF
-port = ${PG_PORT[$node]}
-cluster_name = 'hookline-$node'
-EOF
-  chown postgres:postgres "$(pg_dir "$node")/node.conf"
-}
-
-pg_start() {
-  local node=$1
-  if as_pg "$PGBIN/pg_ctl" -D "$(pg_dir "$node")" status >/dev/null 2>&1; then return 0; fi
-  log "starting PostgreSQL node $node on 127.0.0.1:${PG_PORT[$node]}"
-  as_pg "$PGBIN/pg_ctl" -D "$(pg_dir "$node")" -l "$DIR/pg/$node.log" -w -t 120 start >/dev/null
+etcdctl_() { ETCDCTL_API=3 etcdctl --endpoints="$(etcd_endpoints)" --command-timeout=3s "$@"; }
+# Whether the process whose pid is in file $1 runs (a killed process not yet reaped, state Z, does not).
+pid_alive() {
+  local state
+  [ -s "$1" ] || return 1
+  state=$(ps -o stat= -p "$(cat "$1")" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state#Z}" = "$state" ]
 }
 
-pg_stop() {
-  local node=$1 mode=${2:-fast}
-  if [ -d "$(pg_dir "$node")" ] && as_pg "$PGBIN/pg_ctl" -D "$(pg_dir "$node")" status >/dev/null 2>&1; then
-    log "stopping PostgreSQL node $node (-m $mode)"
-    as_pg "$PGBIN/pg_ctl" -D "$(pg_dir "$node")" -m "$mode" -w -t 120 stop >/dev/null
-  fi
+etcd_start() {
+  local n=$1 d
+  d=$(etcd_dir "$n")
+  if pid_alive "$d.pid"; then return 0; fi
+  local state=new
+  [ -d "$d/member" ] && state=existing
+  mkdir -p "$d"
+  chown -R etcd:etcd "$DIR/etcd"
+  chmod 700 "$d"
+  log "starting etcd member e$n on $(etcd_client_url "$n")"
+  # setsid: the member outlives the shell (and a test) that started it; its pid is the one in e$n.pid.
+  setsid setpriv --reuid=etcd --regid=etcd --init-groups -- etcd \
+    --name "e$n" --data-dir "$d" \
+    --listen-client-urls "$(etcd_client_url "$n")" --advertise-client-urls "$(etcd_client_url "$n")" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PEER_BASE + n))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PEER_BASE + n))" \
+    --initial-cluster "$(etcd_initial_cluster)" --initial-cluster-state "$state" \
+    --initial-cluster-token hookline-cluster \
+    >>"$DIR/etcd/e$n.log" 2>&1 </dev/null &
+  echo $! >"$d.pid"
 }
 
-# Makes the standby of `primary` synchronous: a commit on the primary returns only once the standby has flushed
-# its WAL (synchronous_commit = on, the default), so whatever hookline acknowledged survives a failover.
-pg_sync_on() {
-  local primary=$1
-  psql_at "${PG_PORT[$primary]}" "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null
-  psql_at "${PG_PORT[$primary]}" "SELECT pg_reload_conf()" >/dev/null
-}
-
-pg_wait_streaming() {
-  local primary=$1
+etcd_wait() { # etcd_wait [N]: until every member (or member N) answers healthy
+  local endpoints
+  endpoints=$(etcd_endpoints)
+  [ -n "${1:-}" ] && endpoints=$(etcd_client_url "$1")
   for _ in $(seq 120); do
-    if [ "$(psql_at "${PG_PORT[$primary]}" "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'" 2>/dev/null)" = 1 ]; then
+    if ETCDCTL_API=3 etcdctl --endpoints="$endpoints" --command-timeout=3s endpoint health >/dev/null 2>&1; then
       return 0
     fi
     sleep 0.5
   done
-  die "no standby is streaming from node $primary"
+  die "etcd ${1:+member e$1 }is not healthy; see $DIR/etcd/*.log"
 }
 
-pg_basebackup_into() { # pg_basebackup_into NODE FROM
-  local node=$1 from=$2 d
+etcd_kill() {
+  local n=$1 d
+  d=$(etcd_dir "$n")
+  pid_alive "$d.pid" || die "etcd member e$n is not running"
+  log "SIGKILL etcd member e$n (pid $(cat "$d.pid"))"
+  kill -9 "$(cat "$d.pid")"
+  for _ in $(seq 50); do
+    if ! pid_alive "$d.pid" && ! port_open "$((ETCD_CLIENT_BASE + n))"; then return 0; fi
+    sleep 0.1
+  done
+  die "etcd member e$n still runs after SIGKILL"
+}
+
+etcd_stop() {
+  local n=$1 d
+  d=$(etcd_dir "$n")
+  if pid_alive "$d.pid"; then kill "$(cat "$d.pid")" 2>/dev/null || true; fi
+}
+
+# ---------------------------------------------------------------------------------- PostgreSQL under Patroni
+# Three nodes a, b, c: PostgreSQL on 127.0.0.1:5441-5443, Patroni's REST API on 8441-8443. Patroni bootstraps the
+# first node (initdb), clones the others from it (pg_basebackup), keeps exactly one primary, promotes the
+# synchronous standby when the primary is gone and rewinds (pg_rewind) a node that comes back.
+PG_NODES="a b c"
+declare -A PG_PORT=([a]=5441 [b]=5442 [c]=5443)
+declare -A REST_PORT=([a]=8441 [b]=8442 [c]=8443)
+# The timing Patroni promises (deploy/SCALING.md): the leader key lives TTL s unless renewed; each member runs its
+# loop every LOOP_WAIT s; a store or PostgreSQL call is retried for RETRY_TIMEOUT s before the primary demotes
+# itself. Patroni requires TTL >= LOOP_WAIT + 2 * RETRY_TIMEOUT.
+PATRONI_TTL=12
+PATRONI_LOOP_WAIT=2
+PATRONI_RETRY_TIMEOUT=5
+
+pg_dir() { echo "$DIR/pg/$1"; }
+patroni_yml() { echo "$DIR/pg/patroni-$1.yml"; }
+psql_at() { # psql_at PORT SQL
+  "$PGBIN/psql" -h 127.0.0.1 -p "$1" -U postgres -d postgres -Atqc "$2"
+}
+patronictl_() { patronictl -c "$(patroni_yml a)" "$@"; }
+# The HTTP status of Patroni's REST API of NODE at PATH (000 when it does not answer).
+rest_status() { curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:${REST_PORT[$1]}$2" || true; }
+
+# The versions this script was written and tested against (Debian 12's): a major version change of Patroni or
+# etcd is a change to review, not to take silently.
+PATRONI_SERIES=3.0
+ETCD_SERIES=3.4
+pg_packages() {
+  local missing=()
+  command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+  command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]} (Debian)"
+    # Debian starts no etcd of its own here unless systemd runs; where it does, that one listens on 2379, not ours.
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null ||
+      { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null; }
+  fi
+  local v
+  v=$(patroni --version 2>/dev/null | awk '{print $2}')
+  case "$v" in "$PATRONI_SERIES".*) ;; *) die "Patroni $v installed; this script is for Patroni $PATRONI_SERIES.x" ;; esac
+  v=$(etcd --version 2>/dev/null | awk '/^etcd Version:/ {print $3}')
+  case "$v" in "$ETCD_SERIES".*) ;; *) die "etcd $v installed; this script is for etcd $ETCD_SERIES.x" ;; esac
+}
+
+patroni_conf() {
+  local node=$1
+  cat >"$(patroni_yml "$node")" <<EOF
+# Written by deploy/cluster.sh. Node $node of the Patroni cluster "hookline".
+scope: hookline
+namespace: /hookline-cluster/
+name: $node
+log:
+  level: INFO
+restapi:
+  listen: 127.0.0.1:${REST_PORT[$node]}
+  connect_address: 127.0.0.1:${REST_PORT[$node]}
+etcd3:
+  hosts: $(etcd_endpoints)
+bootstrap:
+  # The cluster-wide settings, written to etcd once by the member that bootstraps; later changes go through
+  # \`patronictl edit-config\`.
+  dcs:
+    ttl: $PATRONI_TTL
+    loop_wait: $PATRONI_LOOP_WAIT
+    retry_timeout: $PATRONI_RETRY_TIMEOUT
+    # A crashed primary is not restarted in place: fail over at once to the synchronous standby (it has every
+    # acknowledged commit), then the old node rejoins as a replica.
+    primary_start_timeout: 0
+    # Commits wait for one synchronous standby, and only that standby may be promoted (Patroni records it in
+    # etcd). Strict: with no standby left, commits wait (hookline answers 503) instead of being acknowledged on
+    # one node only. See deploy/SCALING.md.
+    synchronous_mode: true
+    synchronous_mode_strict: true
+    synchronous_node_count: 1
+    # With etcd's majority gone, the primary keeps running as long as it reaches every other member's REST API
+    # (instead of demoting itself); nothing can be promoted meanwhile.
+    failsafe_mode: true
+    postgresql:
+      use_pg_rewind: true
+      use_slots: true
+      parameters:
+        max_connections: 300
+        shared_buffers: 64MB
+        wal_level: replica
+        wal_log_hints: "on"
+        max_wal_senders: 10
+        max_replication_slots: 10
+        wal_keep_size: 256MB
+        hot_standby: "on"
+        synchronous_commit: "on"
+  initdb:
+    - encoding: UTF8
+    - locale: C.UTF-8
+    - auth: trust
+postgresql:
+  listen: 127.0.0.1:${PG_PORT[$node]}
+  connect_address: 127.0.0.1:${PG_PORT[$node]}
+  data_dir: $(pg_dir "$node")
+  bin_dir: $PGBIN
+  pgpass: $DIR/pg/$node.pgpass
+  authentication:
+    superuser:
+      username: postgres
+      password: hookline-local
+    replication:
+      username: replicator
+      password: hookline-local
+  parameters:
+    unix_socket_directories: $DIR/pg/run-$node
+    logging_collector: "on"
+    log_directory: $DIR/pg
+    log_filename: $node.log
+    log_file_mode: "0644"
+    cluster_name: hookline-$node
+  pg_hba:
+    - local all all trust
+    - host all all 127.0.0.1/32 trust
+    - host replication all 127.0.0.1/32 trust
+  # A node whose rewind fails, or whose timeline diverged beyond rewinding, is cloned afresh instead of staying out.
+  remove_data_directory_on_rewind_failure: true
+  remove_data_directory_on_diverged_timelines: true
+watchdog:
+  # One machine, no /dev/watchdog: see deploy/SCALING.md for production.
+  mode: off
+EOF
+  chown postgres:postgres "$(patroni_yml "$node")"
+  chmod 600 "$(patroni_yml "$node")"
+}
+
+patroni_start() {
+  local node=$1
+  if pid_alive "$DIR/pg/patroni-$node.pid"; then return 0; fi
+  patroni_conf "$node"
+  log "starting Patroni node $node (PostgreSQL 127.0.0.1:${PG_PORT[$node]}, REST 127.0.0.1:${REST_PORT[$node]})"
+  (
+    cd "$DIR/pg" || exit 1
+    setsid setpriv --reuid=postgres --regid=postgres --init-groups -- \
+      patroni "$(patroni_yml "$node")" >>"$DIR/pg/patroni-$node.log" 2>&1 </dev/null &
+    echo $! >"$DIR/pg/patroni-$node.pid"
+  )
+}
+
+patroni_stop() {
+  local node=$1 pidfile="$DIR/pg/patroni-$1.pid"
+  if pid_alive "$pidfile"; then
+    log "stopping Patroni node $node"
+    kill "$(cat "$pidfile")" 2>/dev/null || true
+    for _ in $(seq 60); do pid_alive "$pidfile" || break; sleep 0.5; done
+    if pid_alive "$pidfile"; then kill -9 "$(cat "$pidfile")" 2>/dev/null || true; fi
+  fi
+  # A postmaster left behind (Patroni SIGKILLed) is stopped too.
+  local d
   d=$(pg_dir "$node")
-  rm -rf "$d"
-  log "pg_basebackup of node $from into node $node"
-  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "${PG_PORT[$from]}" -U postgres -D "$d" -X stream -c fast \
-    -R -d "host=127.0.0.1 port=${PG_PORT[$from]} user=postgres application_name=$node"
-  pg_node_conf "$node"
+  if [ -s "$d/postmaster.pid" ] && kill -0 "$(head -1 "$d/postmaster.pid")" 2>/dev/null; then
+    kill -9 "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
+  fi
+}
+
+# The node whose Patroni answers 200 on /primary: the one HAProxy routes to. Fails when there is none.
+pg_primary() {
+  local node
+  for node in $PG_NODES; do
+    if [ "$(rest_status "$node" /primary)" = 200 ]; then echo "$node"; return 0; fi
+  done
+  die "no node answers 200 on /primary"
+}
+
+# The node whose Patroni answers 200 on /sync: the synchronous standby. Fails when there is none.
+pg_sync_standby() {
+  local node
+  for node in $PG_NODES; do
+    if [ "$(rest_status "$node" /sync)" = 200 ]; then echo "$node"; return 0; fi
+  done
+  die "no node answers 200 on /sync"
+}
+
+# Whether NODE is a replica whose WAL receiver is streaming (from whichever node is primary).
+pg_streaming() {
+  local node=$1
+  [ "$(psql_at "${PG_PORT[$node]}" "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'" 2>/dev/null)" = 1 ]
+}
+
+pg_wait_ready() {
+  local node
+  for _ in $(seq 240); do
+    local primary="" replicas=0
+    for node in $PG_NODES; do
+      [ "$(rest_status "$node" /primary)" = 200 ] && primary=$node
+      pg_streaming "$node" && replicas=$((replicas + 1))
+    done
+    # Ready: a primary, both others streaming, and a synchronous standby chosen (commits would wait otherwise).
+    if [ -n "$primary" ] && [ "$replicas" = 2 ] &&
+      [ "$(psql_at "${PG_PORT[$primary]}" "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'" 2>/dev/null)" = 1 ]; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  die "the Patroni cluster did not come up with a primary and two streaming replicas; see $DIR/pg/patroni-*.log"
 }
 
 pg_up() {
-  mkdir -p "$DIR/pg/run"
-  chown postgres:postgres "$DIR/pg" "$DIR/pg/run"
-  if [ ! -f "$DIR/pg/primary" ]; then
-    local d
-    d=$(pg_dir a)
-    rm -rf "$d" "$(pg_dir b)"
-    log "initdb node a"
-    as_pg "$PGBIN/initdb" -D "$d" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
-    cat >>"$d/postgresql.conf" <<EOF
-# --- hookline cluster (deploy/cluster.sh) ---
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$DIR/pg/run'
-max_connections = 300
-shared_buffers = 64MB
-wal_level = replica
-max_wal_senders = 8
-wal_keep_size = 512MB
-# pg_rewind needs hint-bit changes in the WAL (or data checksums).
-wal_log_hints = on
-hot_standby = on
-# The guarantee "an acknowledged event survives a failover" rests on these two: a commit waits until a standby
-# has flushed it. synchronous_standby_names is set by pg_sync_on once a standby streams, and emptied on the
-# promoted node until the old primary has rejoined (otherwise every commit would wait for a standby that is gone).
-synchronous_commit = on
-synchronous_standby_names = ''
-include_if_exists = 'node.conf'
-EOF
-    cat >"$d/pg_hba.conf" <<EOF
-local all all trust
-host all all 127.0.0.1/32 trust
-host replication all 127.0.0.1/32 trust
-EOF
-    pg_node_conf a
-    chown -R postgres:postgres "$d"
-    pg_start a
-    echo a >"$DIR/pg/primary"
-  fi
-  local primary standby
-  primary=$(pg_primary)
-  standby=$(other "$primary")
-  pg_start "$primary"
-  if [ ! -d "$(pg_dir "$standby")" ]; then
-    pg_basebackup_into "$standby" "$primary"
-  fi
-  pg_start "$standby"
-  pg_wait_streaming "$primary"
-  pg_sync_on "$primary"
-}
-
-pg_promote() {
-  local old new
-  old=$(pg_primary)
-  new=$(other "$old")
-  log "promoting node $new"
-  as_pg "$PGBIN/pg_ctl" -D "$(pg_dir "$new")" -w -t 60 promote >/dev/null
-  for _ in $(seq 120); do
-    [ "$(psql_at "${PG_PORT[$new]}" "SELECT pg_is_in_recovery()" 2>/dev/null)" = f ] && break
-    sleep 0.25
+  mkdir -p "$DIR/pg"
+  local node
+  for node in $PG_NODES; do mkdir -p "$DIR/pg/run-$node"; done
+  chown postgres:postgres "$DIR/pg" "$DIR"/pg/run-*
+  chmod 755 "$DIR/pg"
+  # The first member bootstraps (whichever takes the initialize key); starting it alone first makes that "a".
+  patroni_start a
+  for _ in $(seq 240); do
+    [ "$(rest_status a /primary)" = 200 ] && break
+    [ -n "$(etcdctl_ get --prefix --keys-only /hookline-cluster/hookline/leader 2>/dev/null)" ] && break
+    sleep 0.5
   done
-  [ "$(psql_at "${PG_PORT[$new]}" "SELECT pg_is_in_recovery()")" = f ] || die "node $new did not leave recovery"
-  # Alone until pg-rejoin: commits must not wait for a standby that is not there. This is the window in which an
-  # acknowledged write lives on one node only (see deploy/SCALING.md).
-  psql_at "${PG_PORT[$new]}" "ALTER SYSTEM SET synchronous_standby_names = ''" >/dev/null
-  psql_at "${PG_PORT[$new]}" "SELECT pg_reload_conf()" >/dev/null
-  echo "$new" >"$DIR/pg/primary"
+  for node in $PG_NODES; do patroni_start "$node"; done
+  pg_wait_ready
 }
 
-pg_rejoin() {
-  local primary old d
-  primary=$(pg_primary)
-  old=$(other "$primary")
-  d=$(pg_dir "$old")
-  pg_stop "$old" fast
-  # A freshly promoted node records its new timeline in pg_control only at its next checkpoint; until then
-  # pg_rewind sees "the same timeline" and rewinds nothing, leaving the old primary's unreplicated tail in place.
-  psql_at "${PG_PORT[$primary]}" "CHECKPOINT" >/dev/null
-  log "pg_rewind node $old onto the new primary $primary"
-  if as_pg "$PGBIN/pg_rewind" -D "$d" -R \
-    --source-server="host=127.0.0.1 port=${PG_PORT[$primary]} user=postgres dbname=postgres" \
-    >>"$DIR/pg/$old.rewind.log" 2>&1; then
-    # -R wrote standby.signal and primary_conninfo; name this standby and put its own port back.
-    echo "primary_conninfo = 'host=127.0.0.1 port=${PG_PORT[$primary]} user=postgres application_name=$old'" \
-      >>"$d/postgresql.auto.conf"
-    pg_node_conf "$old"
-  else
-    log "pg_rewind failed (see $DIR/pg/$old.rewind.log); taking a fresh base backup"
-    pg_basebackup_into "$old" "$primary"
-  fi
-  pg_start "$old"
-  pg_wait_streaming "$primary"
-  pg_sync_on "$primary"
+# SIGKILL of the primary's postmaster only: Patroni stays and sees its PostgreSQL gone.
+pg_kill_primary() {
+  local node d pid
+  node=$(pg_primary)
+  d=$(pg_dir "$node")
+  pid=$(head -1 "$d/postmaster.pid")
+  log "SIGKILL the postmaster of the primary $node (pid $pid)"
+  kill -9 "$pid"
+  echo "$node"
+}
+
+# SIGKILL of the whole node: Patroni first (no one is left to demote anything), then its postmaster.
+pg_kill_node() {
+  local node=$1 d
+  d=$(pg_dir "$node")
+  log "SIGKILL Patroni node $node and its postmaster"
+  if pid_alive "$DIR/pg/patroni-$node.pid"; then kill -9 "$(cat "$DIR/pg/patroni-$node.pid")"; fi
+  if [ -s "$d/postmaster.pid" ]; then kill -9 "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true; fi
+  for _ in $(seq 50); do pid_alive "$DIR/pg/patroni-$node.pid" || return 0; sleep 0.1; done
+  die "Patroni node $node still runs after SIGKILL"
+}
+
+# A planned move of the primary (Patroni does it: the candidate must be a healthy synchronous standby).
+pg_switchover() {
+  local from to=${1:-}
+  from=$(pg_primary)
+  local args=(switchover hookline --primary "$from" --force)
+  [ -n "$to" ] && args+=(--candidate "$to")
+  log "switchover from $from${to:+ to $to}"
+  patronictl_ "${args[@]}" >&2
 }
 
 # ----------------------------------------------------------------------------------------------------- HAProxy
+# Routes to the node whose Patroni answers 200 on GET /primary (the leader-key holder running as primary): a
+# replica, a node whose PostgreSQL is down and a primary that lost its key all answer 503.
 haproxy_up() {
-  if ! command -v haproxy >/dev/null 2>&1; then
-    log "installing haproxy (Debian)"
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq haproxy >/dev/null ||
-      { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq haproxy >/dev/null; }
-  fi
-  if [ -s "$DIR/haproxy.pid" ] && kill -0 "$(cat "$DIR/haproxy.pid")" 2>/dev/null; then return 0; fi
-  # The check: a node is "up" for the proxy only if it accepts a connection AND is not in recovery, so the proxy
-  # never sends a write to a standby. HAProxy runs it with the server's address and port as $3 and $4.
-  cat >"$DIR/pg-is-primary.sh" <<EOF
-#!/bin/sh
-[ "\$("$PGBIN/psql" -h "\$3" -p "\$4" -U postgres -d postgres -Atqc 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]
-EOF
-  chmod 755 "$DIR/pg-is-primary.sh"
-  cat >"$DIR/haproxy.cfg" <<EOF
+  if pid_alive "$DIR/haproxy.pid"; then return 0; fi
+  {
+    cat <<EOF
 global
   maxconn 2000
   pidfile $DIR/haproxy.pid
   daemon
-  external-check
-  insecure-fork-wanted
 
 defaults
   mode tcp
@@ -329,14 +496,15 @@ defaults
 
 listen postgres
   bind 127.0.0.1:$PROXY_PORT
-  option external-check
-  external-check path "/usr/bin:/bin"
-  external-check command $DIR/pg-is-primary.sh
+  option httpchk GET /primary
+  http-check expect status 200
   # Checked every 500 ms; two failures take a node out (and cut its sessions), two successes put it back.
   default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
-  server a 127.0.0.1:${PG_PORT[a]} check
-  server b 127.0.0.1:${PG_PORT[b]} check
 EOF
+    for node in $PG_NODES; do
+      echo "  server $node 127.0.0.1:${PG_PORT[$node]} check port ${REST_PORT[$node]}"
+    done
+  } >"$DIR/haproxy.cfg"
   log "starting HAProxy on 127.0.0.1:$PROXY_PORT"
   haproxy -f "$DIR/haproxy.cfg" -c -q
   haproxy -f "$DIR/haproxy.cfg"
@@ -366,20 +534,25 @@ cmd_env() {
 }
 
 cmd_up() {
-  mkdir -p "$DIR/rabbit" "$DIR/pg"
+  mkdir -p "$DIR/rabbit" "$DIR/pg" "$DIR/etcd"
   chmod 755 "$DIR"
+  pg_packages
+  for n in 1 2 3; do etcd_start "$n"; done
   for n in 1 2 3; do rabbit_start "$n"; done
+  etcd_wait
   for n in 1 2 3; do rabbit_wait "$n"; done
   for n in 2 3; do rabbit_join "$n"; done
   pg_up
   haproxy_up
-  log "up: RabbitMQ $(rabbit_node 1) $(rabbit_node 2) $(rabbit_node 3) on 5701-5703; PostgreSQL primary $(pg_primary) behind 127.0.0.1:$PROXY_PORT"
+  log "up: RabbitMQ $(rabbit_node 1) $(rabbit_node 2) $(rabbit_node 3) on 5701-5703; etcd on $(etcd_endpoints); PostgreSQL primary $(pg_primary) of a b c behind 127.0.0.1:$PROXY_PORT"
   cmd_env
 }
 
 cmd_down() {
   haproxy_down
-  for node in a b; do pg_stop "$node" immediate || true; done
+  local node
+  for node in $PG_NODES; do patroni_stop "$node" || true; done
+  for n in 1 2 3; do etcd_stop "$n"; done
   for n in 1 2 3; do rabbit_stop "$n"; done
   rm -rf "$DIR"
   log "down"
@@ -396,16 +569,24 @@ cmd_status() {
       break
     fi
   done
-  for node in a b; do
-    printf 'postgres %s 127.0.0.1:%s ' "$node" "${PG_PORT[$node]}"
-    case "$(psql_at "${PG_PORT[$node]}" "SELECT pg_is_in_recovery()" 2>/dev/null)" in
-      f) echo primary ;;
-      t) echo standby ;;
-      *) echo down ;;
-    esac
+  for n in 1 2 3; do
+    if ETCDCTL_API=3 etcdctl --endpoints="$(etcd_client_url "$n")" --command-timeout=2s endpoint health >/dev/null 2>&1; then
+      echo "etcd e$n $(etcd_client_url "$n") healthy"
+    else
+      echo "etcd e$n $(etcd_client_url "$n") down"
+    fi
+  done
+  # Each node's role, state, timeline and replication lag (MB behind the primary), as Patroni sees them.
+  patronictl_ list 2>/dev/null || echo "patronictl list: no answer (etcd without a majority?)"
+  for node in $PG_NODES; do
+    echo "postgres $node 127.0.0.1:${PG_PORT[$node]} REST /primary $(rest_status "$node" /primary) /replica $(rest_status "$node" /replica)"
   done
   printf 'proxy 127.0.0.1:%s -> ' "$PROXY_PORT"
   psql_at "$PROXY_PORT" "SELECT inet_server_port()" 2>/dev/null || echo "no primary"
+}
+
+pg_node_arg() {
+  case "${1:-}" in a | b | c) echo "$1" ;; *) die "a node: a, b or c" ;; esac
 }
 
 verb=${1:-}
@@ -418,8 +599,13 @@ case "$verb" in
   rabbit-start) rabbit_start "${2:?node 1-3}"; rabbit_wait "$2" ;;
   rabbit-leader) rabbit_leader "${2:?queue name}" ;;
   pg-primary) pg_primary ;;
-  pg-stop-primary) pg_stop "$(pg_primary)" immediate ;;
-  pg-promote) pg_promote ;;
-  pg-rejoin) pg_rejoin ;;
+  pg-sync-standby) pg_sync_standby ;;
+  pg-kill-primary) pg_kill_primary ;;
+  pg-kill-node) pg_kill_node "$(pg_node_arg "${2:-}")" ;;
+  pg-start) patroni_start "$(pg_node_arg "${2:-}")" ;;
+  pg-streaming) pg_streaming "$(pg_node_arg "${2:-}")" ;;
+  pg-switchover) pg_switchover "${2:-}" ;;
+  etcd-kill) etcd_kill "${2:?member 1-3}" ;;
+  etcd-start) etcd_start "${2:?member 1-3}"; etcd_wait "$2" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

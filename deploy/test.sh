@@ -100,8 +100,9 @@ if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_DISRUPTIVE:-0}" != 1 ]; then
   cargo test --locked -p hookline-tests --test it -- --ignored --test-threads=1 disruptive::
 fi
 
-# Scale-out (issue 15), its own step (deploy/test-cluster.sh): a three-node RabbitMQ cluster and a PostgreSQL
-# failover pair built by deploy/cluster.sh, the chaos test against them, the cluster removed again. Skipped when
+# Scale-out (issues 15 and 49), its own step (deploy/test-cluster.sh): a three-node RabbitMQ cluster, a three-member
+# etcd and three PostgreSQL nodes under Patroni built by deploy/cluster.sh, the chaos test against them, the cluster
+# removed again. Skipped when
 # arguments narrowed the run or HOOKLINE_SKIP_CLUSTER=1.
 if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_CLUSTER:-0}" != 1 ]; then
   bash deploy/test-cluster.sh

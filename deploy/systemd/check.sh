@@ -5,7 +5,8 @@
 #      values, so any output fails the check), and every program they run exists;
 #   3. `systemd-analyze security --offline=yes` of every service: exposure at most MAX_EXPOSURE (default 2.0), and
 #      exactly the score README "Deploying" states for it;
-#   4. the units agree with each other and with the configuration: the same hardening block in each, each
+#   4. the units agree with each other and with the configuration: the same hardening block in each (one for the
+#      hookline services, one for the high-availability units hookline-{etcd,patroni,haproxy}), each
 #      service's HEALTH_URL on the listener deploy/hookline.toml (or the console's default) gives it, the
 #      sandbox's --listen where the providers' api_base points.
 # Installs Debian's systemd package when systemd-analyze is missing. BIN_DIR: binaries to install (default:
@@ -31,6 +32,11 @@ if [ -z "${BIN_DIR:-}" ]; then
   mkdir "$BIN_DIR"
   for bin in hookline-edge hookline-worker hookline; do install -m 0755 /dev/null "$BIN_DIR/$bin"; done
 fi
+# What the high-availability units run comes from Debian's packages (etcd-server, patroni, haproxy): stand-ins in
+# the scratch root, so that the check needs none of them installed.
+for prog in /usr/bin/etcd /usr/bin/patroni /usr/sbin/haproxy /bin/kill; do
+  install -D -m 0755 /dev/null "$root$prog"
+done
 # sysinit.target, network-online.target, …: what the units order themselves after must exist in the root.
 mkdir -p "$root/usr/lib/systemd"
 cp -a /usr/lib/systemd/system "$root/usr/lib/systemd/"
@@ -38,7 +44,7 @@ echo "== deploy/systemd/install.sh into a scratch root"
 DESTDIR=$root BIN_DIR=$BIN_DIR bash deploy/systemd/install.sh deploy/hookline.toml | sed 's/^/  /'
 
 units=(hookline-migrate.service hookline-edge.service hookline-worker.service hookline-console.service
-  hookline-sandbox.service hookline.target)
+  hookline-sandbox.service hookline.target hookline-etcd.service hookline-patroni.service hookline-haproxy.service)
 echo "== systemd-analyze verify ${units[*]}"
 out=$(systemd-analyze verify --root="$root" "${units[@]}" 2>&1) || { echo "$out" >&2; exit 1; }
 if [ -n "$out" ]; then
@@ -94,6 +100,31 @@ for u, b in blocks.items():
 for key in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n"):
     if reference and key not in reference + "\n":
         problems.append(f"the hardening block lacks {key.strip()}")
+# The high-availability units (etcd, Patroni, HAProxy) share a block of their own: they run as the packages' users
+# (etcd, postgres) with state on disk, so DynamicUser is not in it.
+ha_marker = "# ---- hardening: the same in every high-availability unit"
+ha_units = {u: open(f"deploy/systemd/{u}").read() for u in (
+    "hookline-etcd.service", "hookline-patroni.service", "hookline-haproxy.service")}
+def ha_block(text):
+    start = text.find(ha_marker)
+    if start == -1:
+        return None
+    lines = []
+    for line in text[start:].splitlines():
+        if not line.strip():
+            break
+        lines.append(line)
+    return "\n".join(lines)
+ha_reference = ha_block(ha_units["hookline-etcd.service"])
+for u, t in ha_units.items():
+    b = ha_block(t)
+    if b is None:
+        problems.append(f"{u}: no hardening block ('{ha_marker}')")
+    elif b != ha_reference:
+        problems.append(f"{u}: its hardening block differs from hookline-etcd.service's")
+for key in ("ProtectSystem=strict", "NoNewPrivileges=yes", "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service"):
+    if ha_reference and key not in ha_reference + "\n":
+        problems.append(f"the high-availability hardening block lacks {key.strip()}")
 
 def setting(text, key):
     values = re.findall(rf"^{key}=(.*)$", text, re.M)
@@ -145,7 +176,7 @@ for p in problems:
     print(f"check.sh: {p}", file=sys.stderr)
 if problems:
     sys.exit(1)
-print(f"  hardening identical in {len(units)} services; health URLs: " +
+print(f"  hardening identical in {len(units)} services and in {len(ha_units)} high-availability units; health URLs: " +
       ", ".join(f"{u.split('.')[0].removeprefix('hookline-')} {l.rsplit(':', 1)[-1]}{p}" for u, (l, p) in listeners.items()))
 PY
 echo "  SUCCESS: deploy/systemd units verify, are hardened and agree with the configuration"

@@ -2,7 +2,10 @@
 # Installs hookline as systemd services (README "Deploying"):
 #   /usr/local/bin/    hookline-edge, hookline-worker, hookline, and hookline-healthcheck (the units' readiness
 #                      probe, compiled from deploy/container/healthcheck.rs with rustc)
-#   /etc/systemd/system/  hookline-{migrate,edge,worker,console,sandbox}.service, hookline.target
+#   /etc/systemd/system/  hookline-{migrate,edge,worker,console,sandbox}.service, hookline.target, and the
+#                      high-availability units hookline-{etcd,patroni,haproxy}.service (deploy/SCALING.md; their
+#                      programs come from Debian's etcd-server, patroni and haproxy, their configuration from
+#                      /etc/hookline/{etcd.env,patroni.yml,haproxy.cfg}: examples in deploy/systemd/ha/)
 #   /etc/hookline/hookline.toml  CONFIG (mode 0600, root), only when there is none: an existing configuration is
 #                      never replaced. Secrets named "env:NAME" in it go to /etc/hookline/hookline.env (0600).
 # The binaries: BIN_DIR's when BIN_DIR is given, else `cargo build --release --locked` of the three service
@@ -48,4 +51,9 @@ install.sh: installed. Start the services (the migrations run first) and have th
   systemctl enable --now hookline.target hookline-edge.service hookline-worker.service
   systemctl enable --now hookline-console.service      # with a [console] section in the configuration
   systemctl enable --now hookline-sandbox.service      # test hosts only: the providers' double
+The database's high availability (README "Deploying", deploy/SCALING.md), with /etc/hookline/{etcd.env,patroni.yml,
+haproxy.cfg} written from deploy/systemd/ha/:
+  systemctl enable --now hookline-etcd.service         # on each of the three database machines first
+  systemctl enable --now hookline-patroni.service      # then on each of them (postgresql@15-main disabled)
+  systemctl enable --now hookline-haproxy.service      # where hookline runs; database_url points at it
 EOF
