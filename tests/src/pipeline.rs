@@ -345,9 +345,15 @@ impl TestPipeline {
 
     /// Writes the configuration to a file for a child process and returns its path.
     pub fn config_file(&self) -> std::path::PathBuf {
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path =
             std::env::temp_dir().join(format!("hookline-test-{}.toml", self.config.amqp.prefix));
-        std::fs::write(&path, &self.toml).expect("write config file");
+        // Written whole under another name, then renamed over: a command started a moment earlier (several run
+        // at once) reads the old file or the new one, never a truncated one.
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = path.with_extension(format!("toml.{}.{n}", std::process::id()));
+        std::fs::write(&partial, &self.toml).expect("write config file");
+        std::fs::rename(&partial, &path).expect("move the config file into place");
         path
     }
 
