@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hookline_payments::billing::{self, claims::ClaimStatus, Billed, SubscriptionStatus};
+use hookline_billing::{self as billing, claims::ClaimStatus, Billed, SubscriptionStatus};
 use hookline_payments::intents::{self, ChargeAnswer};
 use hookline_payments::model::IntentStatus;
 use hookline_tests::console::{console_edge, ConsoleHttp};
@@ -83,6 +83,7 @@ async fn declined(pool: &sqlx::PgPool, intent_id: i64, code: &str, message: &str
             failure_code: Some(code),
             failure_message: Some(message),
         },
+        &hookline_billing::Dunning,
     )
     .await
     .expect("record the decline");

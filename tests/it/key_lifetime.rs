@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use hookline_payments::dispatch::Dispatcher;
 use hookline_payments::intents::{self, Intent};
 use hookline_sandbox::{FaultAction, RunningSandbox};
 use hookline_tests::faults::*;
@@ -195,7 +194,7 @@ enum Op {
 /// with the request id.
 async fn lost_then_a_weekend(provider: &str, op: Op) -> (TestPipeline, RunningSandbox, i64) {
     let (p, sandbox) = hookline_tests::sandboxed::start(44).await;
-    let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
+    let d = hookline_billing::dispatcher(p.pool().clone(), &p.config, fast_settings());
     let i = checkout(&p, &sandbox, provider).await;
     let (method, path) = match (provider, op) {
         ("st", Op::Charge) => ("POST", "/v1/payment_intents".to_owned()),
@@ -336,7 +335,7 @@ async fn every_gateway_never_resends_a_lost_refund_after_its_key_expired() {
 async fn a_refund_made_elsewhere_is_never_taken_for_hooklines() {
     for provider in ["mp", "pg"] {
         let (p, sandbox) = hookline_tests::sandboxed::start(45).await;
-        let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
+        let d = hookline_billing::dispatcher(p.pool().clone(), &p.config, fast_settings());
         let i = checkout(&p, &sandbox, provider).await;
         assert_eq!(d.dispatch_once().await.expect("dispatch"), 1);
         let charged = intent(&p, i.id).await;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
+use hookline_gateways::dispatch::DispatchSettings;
 use hookline_sandbox::{
     FaultAction, FaultSpec, RunningSandbox, Sandbox, SandboxProvider, SandboxSettings, Scheme,
 };
@@ -1197,7 +1197,7 @@ impl Gatewayed {
         );
         settings.webhook_backoff = Duration::from_millis(100);
         let sandbox = Sandbox::start(settings).await.expect("sandbox");
-        let dispatcher = Dispatcher::from_config(
+        let dispatcher = hookline_billing::dispatcher(
             db.pool.clone(),
             &config,
             DispatchSettings {

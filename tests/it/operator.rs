@@ -4,7 +4,6 @@ use std::process::Output;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hookline_payments::PaymentsHandler;
 use hookline_tests::stripe;
 use hookline_tests::*;
 
@@ -236,7 +235,7 @@ async fn replay_unprocessed_selects_only_events_without_a_marker() {
     let p = pipeline_without_relay().await;
     post_many(&p, 30, "mix").await;
     let pool = p.pool();
-    let handler = PaymentsHandler::new(p.config.providers.values());
+    let handler = hookline_billing::payments_handler(p.config.providers.values());
     let processed: Vec<i64> =
         sqlx::query_scalar("SELECT id FROM webhook_events ORDER BY id LIMIT 10")
             .fetch_all(pool)
@@ -333,7 +332,7 @@ async fn a_redelivery_changes_nothing_in_the_database() {
     .await;
     worker.stop().await;
     assert_eq!(snapshot().await, before, "a redelivery wrote something");
-    let handler = PaymentsHandler::new(p.config.providers.values());
+    let handler = hookline_billing::payments_handler(p.config.providers.values());
     let id: i64 = scalar(pool, "SELECT min(id) FROM webhook_events").await;
     let again = hookline_consumer::process_event(pool, &handler, id).await;
     assert!(
@@ -413,7 +412,7 @@ async fn interrupted_replay_resumes_without_skipping_or_doubling() {
 
 /// A worker deployed without the stripe-eu provider: that provider's events are dead-lettered.
 fn spawn_worker_without_stripe_eu(p: &TestPipeline) -> hookline_tests::pipeline::WorkerGuard {
-    p.spawn_worker_with(PaymentsHandler::new(
+    p.spawn_worker_with(hookline_billing::payments_handler(
         p.config
             .providers
             .values()

@@ -170,7 +170,7 @@ fn reference() -> (tokio::runtime::Runtime, TestDb, PaymentsHandler, Picture) {
     let (db, handler) = rt.block_on(async {
         let db = TestDb::new().await;
         let config = parse_config(&test_config_toml(&db.url, "", ""));
-        let handler = PaymentsHandler::new(config.providers.values());
+        let handler = hookline_billing::payments_handler(config.providers.values());
         (db, handler)
     });
     let n = history("x").len();
@@ -345,7 +345,7 @@ async fn refused(pool: &PgPool, sql: &str) -> String {
 async fn ledger_refuses_unbalanced_entries_and_rewrites() {
     let db = TestDb::new().await;
     let config = parse_config(&test_config_toml(&db.url, "", ""));
-    let handler = PaymentsHandler::new(config.providers.values());
+    let handler = hookline_billing::payments_handler(config.providers.values());
     let events = history("ledger");
     apply(
         &db.pool,

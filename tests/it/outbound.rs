@@ -1,5 +1,5 @@
 //! The outbound direction end to end: payment intents and refunds sent to the provider sandbox by the real
-//! dispatcher (`hookline_payments::dispatch`), billing runs, and the webhook that completes the intent through the
+//! dispatcher (`hookline_gateways::dispatch`), billing runs, and the webhook that completes the intent through the
 //! real pipeline (edge + relay + worker on PostgreSQL and RabbitMQ). Charges are counted at the gateway
 //! (`sandbox.control().charges()`), postings in the ledger.
 //!
@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use hookline_payments::billing::{self, Billed};
-use hookline_payments::dispatch::{Answer, DispatchSettings, Dispatcher};
+use hookline_billing::{self as billing, Billed};
+use hookline_gateways::dispatch::{Answer, DispatchSettings, Dispatcher};
 use hookline_payments::intents::{self, Intent, NewIntent, RefundError};
 use hookline_payments::params::{MercadoPagoParams, Payer, PaymentParams, StripeParams};
 use hookline_sandbox::{FaultAction, FaultSpec, RunningSandbox};
@@ -37,7 +37,7 @@ pub(crate) fn fast_settings() -> DispatchSettings {
 
 /// The real dispatcher with fast retries.
 fn dispatcher(p: &TestPipeline) -> Dispatcher {
-    Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings())
+    hookline_billing::dispatcher(p.pool().clone(), &p.config, fast_settings())
 }
 
 /// Runs a dispatcher in the background until the returned token is cancelled.
@@ -1105,7 +1105,7 @@ async fn gateway_2xx_without_the_object_is_not_a_success() {
     cancel.cancel();
     within(WAIT, "the dispatcher's stop", task).await.unwrap();
 
-    let max = hookline_payments::dispatch::MAX_UNREADABLE_ATTEMPTS;
+    let max = hookline_gateways::dispatch::MAX_UNREADABLE_ATTEMPTS;
     for (i, path, reason) in [
         (
             &st,
@@ -1370,7 +1370,12 @@ pub(crate) fn short_key_dispatcher(p: &TestPipeline) -> Dispatcher {
             c
         })
         .collect();
-    Dispatcher::new(p.pool().clone(), providers.iter(), fast_settings())
+    Dispatcher::new(
+        p.pool().clone(),
+        providers.iter(),
+        fast_settings(),
+        std::sync::Arc::new(hookline_billing::Dunning),
+    )
 }
 
 /// Issue 27: retries stay inside the key's lifetime. The charge's answer is lost (`reached`: the gateway charged)

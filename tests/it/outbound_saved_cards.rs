@@ -8,7 +8,6 @@
 //!   the gateway no longer finds or cannot tokenize is a decline (`payment_method_unusable`) and nothing is paid.
 //! - Stripe: a 400 `invalid_request_error` about `payment_method`/`customer` is a decline, not an incident.
 
-use hookline_payments::dispatch::Dispatcher;
 use hookline_payments::intents;
 use hookline_payments::params::{MercadoPagoParams, PaymentParams, StripeParams};
 use hookline_sandbox::{FaultAction, FaultSpec, RequestRecord, RunningSandbox};
@@ -123,7 +122,7 @@ async fn a_saved_card_is_charged_once_with_one_stored_token_however_often_the_pa
         .arm_fault(mp_fault("/v1/payments", FaultAction::DropResponse, Some(1)))
         .expect("arm");
     let i = create_intent_with(&p, "mp", 4_990, "ana", Some(&saved(&card, &ana, None))).await;
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -215,7 +214,7 @@ async fn a_saved_card_the_gateway_cannot_use_is_declined_and_nothing_is_paid() {
     }
     let declined =
         create_intent_with(&p, "mp", 2_000, "ana", Some(&saved(&disabled, &ana, None))).await;
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -393,7 +392,7 @@ async fn stripe_refusing_the_payment_method_is_a_decline_not_an_incident() {
         Some(&off_session(&anas_method, &ana)),
     )
     .await;
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),

@@ -22,7 +22,7 @@ use crate::outbound::{
     create_intent_with, expire_leases, fast_settings, intent, settle, short_key_dispatcher, spawn,
     CRASH_LEASE, WAIT,
 };
-use hookline_payments::dispatch::{Answer, Dispatcher};
+use hookline_gateways::dispatch::Answer;
 
 /// The merchant API key of the client `shop`.
 const API_KEY: &str = "sk_hl_pagarme_outbound";
@@ -342,7 +342,7 @@ async fn a_double_click_through_the_merchant_api_makes_one_pagarme_order() {
     }
     assert_eq!(count(&p, "SELECT count(*) FROM payment_intents").await, 1);
 
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -434,7 +434,7 @@ async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
         })
         .expect("arm");
     let lost = create_intent_with(&p, "pg", 2500, "cliente-pg-3", Some(&params)).await;
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -445,7 +445,7 @@ async fn a_lost_answer_is_resent_with_the_same_key_and_makes_one_order() {
 
     // The dispatcher "crash": sent, never recorded; once its lease expired the next one sends it again.
     let crashed = create_intent_with(&p, "pg", 1990, "cliente-pg-2", Some(&params)).await;
-    let d = Dispatcher::from_config(p.pool().clone(), &p.config, fast_settings());
+    let d = hookline_billing::dispatcher(p.pool().clone(), &p.config, fast_settings());
     let claimed = d.claim(CRASH_LEASE).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let answer = d.send(&claimed[0]).await.unwrap();
@@ -637,7 +637,7 @@ async fn parallel_refunds_never_cancel_more_than_the_charge() {
     // Created through the merchant API: its refunds are scoped to the client that created the intent.
     let a = api_intent(&p, &api, 10_000, &customer, &card).await;
     let b = api_intent(&p, &api, 5_000, &customer, &card).await;
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -865,7 +865,7 @@ async fn repeated_billing_runs_make_one_pagarme_order_per_cycle() {
         "{out:?}"
     );
 
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),
@@ -1023,15 +1023,15 @@ async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
     // A row an older version let in.
     let old = {
         let mut conn = p.pool().acquire().await.unwrap();
-        hookline_payments::billing::add(
+        hookline_billing::add(
             &mut conn,
-            &hookline_payments::billing::NewSubscription {
+            &hookline_billing::NewSubscription {
                 provider: "pg",
                 customer: &customer,
                 payment_method: &card,
                 amount: 1000,
                 currency: "usd",
-                interval: hookline_payments::billing::Interval::Month,
+                interval: hookline_billing::Interval::Month,
                 anchor: time::macros::datetime!(2026-10-01 00:00 UTC),
             },
         )
@@ -1039,7 +1039,7 @@ async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
         .unwrap()
     };
 
-    let (cancel, task) = spawn(Dispatcher::from_config(
+    let (cancel, task) = spawn(hookline_billing::dispatcher(
         p.pool().clone(),
         &p.config,
         fast_settings(),

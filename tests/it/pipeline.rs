@@ -318,7 +318,7 @@ async fn poison_message_reaches_dlq_after_delivery_limit() {
     let p = TestPipeline::start().await;
     let attempts = Arc::new(AtomicUsize::new(0));
     let worker = p.spawn_worker_with(PoisonOn {
-        inner: PaymentsHandler::new(p.config.providers.values()),
+        inner: hookline_billing::payments_handler(p.config.providers.values()),
         provider_event_id: "evt_poison",
         attempts: attempts.clone(),
     });
@@ -551,7 +551,7 @@ async fn a_poison_event_in_a_bundle_is_dead_lettered_alone_after_the_same_attemp
     let poison_id = one_bundle_with_a_poison_event(&p).await;
     let attempts = Arc::new(AtomicUsize::new(0));
     let worker = p.spawn_worker_with(PoisonOn {
-        inner: PaymentsHandler::new(p.config.providers.values()),
+        inner: hookline_billing::payments_handler(p.config.providers.values()),
         provider_event_id: "evt_poison",
         attempts: attempts.clone(),
     });
@@ -583,7 +583,7 @@ async fn a_returned_bundle_is_split_before_it_is_applied_and_its_delivery_counts
     conn.close(200, "crashed".into()).await.unwrap();
     let attempts = Arc::new(AtomicUsize::new(0));
     let worker = p.spawn_worker_with(PoisonOn {
-        inner: PaymentsHandler::new(p.config.providers.values()),
+        inner: hookline_billing::payments_handler(p.config.providers.values()),
         provider_event_id: "evt_poison",
         attempts: attempts.clone(),
     });

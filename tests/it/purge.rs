@@ -41,7 +41,7 @@ impl Fixture {
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::write(&config_path, toml).expect("write config file");
-        let handler = PaymentsHandler::new(config.providers.values());
+        let handler = hookline_billing::payments_handler(config.providers.values());
         Fixture {
             db,
             config,

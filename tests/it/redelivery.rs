@@ -119,7 +119,7 @@ async fn a_redelivered_batch_of_processed_events_changes_nothing() {
     let db = TestDb::new().await;
     let pool = db.pool.clone();
     let config = parse_config(&test_config_toml(&db.url, "", ""));
-    let handler = PaymentsHandler::new(config.providers.values());
+    let handler = hookline_billing::payments_handler(config.providers.values());
 
     // A mixed batch (one payment's whole history: handled one by one) ...
     let mut mixed = Vec::new();

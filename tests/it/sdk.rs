@@ -232,7 +232,7 @@ async fn pagarme_node_sdk_drives_the_sandbox_as_a_merchant() {
 // official SDKs; each test then asserts what it can read itself: rows, facts, ledger postings, the sandbox's
 // own count of charges and refunds, and the requests it received.
 
-use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
+use hookline_gateways::dispatch::{DispatchSettings, Dispatcher};
 use hookline_sandbox::{FaultAction, FaultSpec};
 use hookline_tests::sandboxed::{MP_TOKEN as LIVE_MP_TOKEN, STRIPE_KEY as LIVE_STRIPE_KEY};
 use hookline_tests::{
@@ -345,6 +345,7 @@ impl Live {
                 request_timeout: Duration::from_secs(10),
                 ..DispatchSettings::default()
             },
+            std::sync::Arc::new(hookline_billing::Dunning),
         );
         let cancel = CancellationToken::new();
         let token = cancel.clone();

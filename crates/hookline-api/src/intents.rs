@@ -359,7 +359,7 @@ fn subscription_cycle(m: &Map<String, Value>) -> Result<Option<(i64, String)>, A
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_str()
-                .filter(|c| hookline_payments::billing::valid_cycle(c))
+                .filter(|c| hookline_billing::valid_cycle(c))
                 .ok_or_else(|| {
                     ApiError::field(
                         "billing_cycle_invalid",

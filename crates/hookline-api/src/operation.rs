@@ -204,11 +204,10 @@ async fn check_subscription(
     subscription_id: i64,
     c: &CreateIntent,
 ) -> Result<(), ApiError> {
-    let sub = hookline_payments::billing::get(tx, subscription_id)
+    let sub = hookline_billing::get(tx, subscription_id)
         .await
         .map_err(|e| ApiError::database(e, "read the subscription"))?;
-    let Some(sub) =
-        sub.filter(|s| s.status != hookline_payments::billing::SubscriptionStatus::Canceled)
+    let Some(sub) = sub.filter(|s| s.status != hookline_billing::SubscriptionStatus::Canceled)
     else {
         return Err(ApiError::field(
             "subscription_unknown",

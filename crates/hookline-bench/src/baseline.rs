@@ -19,7 +19,6 @@ use hookline_consumer::{process_event, Processed};
 use hookline_core::config::Config;
 use hookline_core::db::{connect_options, PoolSettings};
 use hookline_core::events::{self, OwnedEvent, StoreOutcome};
-use hookline_payments::PaymentsHandler;
 use secrecy::SecretString;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -248,7 +247,9 @@ pub async fn worker_transaction(
 ) -> anyhow::Result<Measured> {
     anyhow::ensure!(!ids.is_empty(), "baseline B needs stored events");
     let pool = plain_pool(url, pool_size).await?;
-    let handler = Arc::new(PaymentsHandler::new(config.providers.values()));
+    let handler = Arc::new(hookline_billing::payments_handler(
+        config.providers.values(),
+    ));
     let ids = Arc::new(ids);
     let next = Arc::new(AtomicUsize::new(0));
     let window = Window::new();

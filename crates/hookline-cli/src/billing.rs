@@ -1,14 +1,14 @@
 //! Billing from the command line: `hookline subscriptions …` (add, list, cancel, update) and `hookline billing …`
-//! (run, status). The rules live in `hookline_payments::billing`; this module parses, validates and prints.
+//! (run, status). The rules live in `hookline_billing`; this module parses, validates and prints.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use hookline_core::Config;
-use hookline_payments::billing::{
-    self, BillingStatus, Cycle, Interval, NewSubscription, ProviderBilling, RunSummary,
+use hookline_billing::{
+    self as billing, BillingStatus, Cycle, Interval, NewSubscription, ProviderBilling, RunSummary,
 };
+use hookline_core::Config;
 use hookline_signature::Scheme;
 use time::OffsetDateTime;
 
@@ -157,7 +157,7 @@ fn cycle_allowed(cycle: &str, allow: Option<&str>, today: time::Date) -> Result<
 fn chargeable(config: &Config, provider: &str) -> Result<Scheme, String> {
     match config.providers.get(provider) {
         None => Err(format!("no provider named {provider:?} is configured")),
-        Some(p) if hookline_payments::gateway::Api::of(p.scheme).is_none() => Err(format!(
+        Some(p) if hookline_gateways::gateway::Api::of(p.scheme).is_none() => Err(format!(
             "provider {provider:?} is not a stripe, mercadopago or pagarme-v5 provider"
         )),
         Some(p) => Ok(p.scheme),

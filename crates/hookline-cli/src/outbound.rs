@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use hookline_core::Config;
-use hookline_payments::dispatch::{DispatchSettings, Dispatcher};
+use hookline_gateways::dispatch::DispatchSettings;
 use hookline_payments::intents::{self, RefundError};
 use hookline_payments::outbound_requests::{self, OperatorFinding};
 
@@ -224,7 +224,7 @@ pub async fn dispatch(config: &Config, args: &DispatchArgs) -> anyhow::Result<Ex
     if let Some(secs) = args.request_timeout_secs {
         settings.request_timeout = Duration::from_secs(secs);
     }
-    let dispatcher = Dispatcher::from_config(pool, config, settings);
+    let dispatcher = hookline_billing::dispatcher(pool, config, settings);
     if args.once {
         let mut total = 0;
         loop {

@@ -1,5 +1,5 @@
 //! `hookline reconcile PROVIDER --since DURATION`: compare what the provider's API says happened with what we
-//! stored, and store what never arrived (see `hookline_payments::reconcile` for how, and why it is safe).
+//! stored, and store what never arrived (see `hookline_gateways::reconcile` for how, and why it is safe).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -49,7 +49,7 @@ pub async fn run(config: &Config, args: &ReconcileArgs) -> anyhow::Result<ExitCo
         );
         return Ok(ExitCode::from(2));
     };
-    if let Err(why) = hookline_payments::reconcile::supported(provider) {
+    if let Err(why) = hookline_gateways::reconcile::supported(provider) {
         eprintln!("error: {why}");
         return Ok(ExitCode::from(2));
     }
@@ -62,7 +62,7 @@ pub async fn run(config: &Config, args: &ReconcileArgs) -> anyhow::Result<ExitCo
         }
     };
     let pool = ops::pool(config).await?;
-    let opts = hookline_payments::reconcile::Options {
+    let opts = hookline_gateways::reconcile::Options {
         since,
         until: time::OffsetDateTime::now_utc(),
         dry_run: args.dry_run,
@@ -83,7 +83,7 @@ pub async fn run(config: &Config, args: &ReconcileArgs) -> anyhow::Result<ExitCo
         }
     };
     let report =
-        hookline_payments::reconcile::run(&pool, provider, &opts, args.resume, &progress).await?;
+        hookline_gateways::reconcile::run(&pool, provider, &opts, args.resume, &progress).await?;
     if let Some(pb) = bar {
         pb.finish_and_clear();
     }

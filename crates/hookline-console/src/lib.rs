@@ -12,7 +12,7 @@
 //! It reuses what the CLI uses rather than re-implementing it:
 //!
 //! * the overview is [`hookline_ops::status::report`], the figures of `hookline status`;
-//! * the Billing page is [`hookline_payments::billing::status`], what `hookline billing status` prints;
+//! * the Billing page is [`hookline_billing::status`], what `hookline billing status` prints;
 //! * replays and dead-letter redrives go through [`hookline_ops::replay`], the engine of `hookline replay` and
 //!   `hookline dlq redrive`, and are audited in the same `replay_runs` rows (operator `console:NAME`);
 //! * signatures are re-verified with [`hookline_signature::Verifier`], as the edge and `hookline verify` do;
@@ -339,7 +339,7 @@ impl ConsoleState {
     /// refreshed every few seconds while a browser shows it.
     async fn read_billing_behind(&self) -> anyhow::Result<BillingBehind> {
         let mut conn = self.pool.acquire().await.context("acquire a connection")?;
-        let totals = hookline_payments::billing::totals(&mut conn)
+        let totals = hookline_billing::totals(&mut conn)
             .await
             .context("count the parked subscriptions")?;
         Ok(BillingBehind {

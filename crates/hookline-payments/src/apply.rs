@@ -17,12 +17,15 @@
 //! transaction ([`crate::facts`]), and moves the payment's `version` up.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
 use sqlx::PgConnection;
 
-use crate::fetch::ApiClient;
+use crate::intents::ChargeFinal;
 use crate::model::PaymentFact;
 use crate::normalize::{
     normalize, pagarme_v5_object, pagarme_v5_object_resource, payment_resource,
@@ -49,13 +52,31 @@ struct ProviderRule {
     fee_fixed: i64,
     /// The provider's API, when `api_base` is configured (Mercado Pago payments and Pagar.me v5 charges are read
     /// from it).
-    api: Option<ApiClient>,
+    api: Option<Arc<dyn ProviderRead>>,
+}
+
+/// The one read the payments effect may need from a provider's API, before its transaction (in
+/// [`Handler::prepare`]: no row locked, no pooled connection held, no side effect — a `GET` that may run several
+/// times for one event). A seam: the API clients live in `hookline-gateways`, which stands above this crate
+/// (`hookline_gateways::fetch` implements it for the provider's one client); the bytes returned are bounded by
+/// the reader, and its errors are already classified (transient: retried in-process; permanent: dead-lettered).
+pub trait ProviderRead: Send + Sync + std::fmt::Debug {
+    /// Mercado Pago: the payment `payment_id` (from signed material), as the API answers it.
+    fn mercadopago_payment<'a>(
+        &'a self,
+        payment_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, HandleError>>;
+    /// Pagar.me v5: the charge (`ch_…`) or order (`or_…`) the webhook's key names.
+    fn pagarme_object<'a>(&'a self, object: &'a str)
+        -> BoxFuture<'a, Result<Vec<u8>, HandleError>>;
 }
 
 /// The payments effect.
 #[derive(Debug, Clone)]
 pub struct PaymentsHandler {
     providers: HashMap<String, ProviderRule>,
+    /// What a subscription cycle's charge completed here does in the same transaction (billing's dunning).
+    charge_final: Arc<dyn ChargeFinal>,
 }
 
 /// Consumer name of the payments effect (processed markers, dead letters); named once, in
@@ -81,9 +102,16 @@ pub async fn parked_by_provider<'c>(
 
 impl PaymentsHandler {
     /// Builds the handler from the configured providers (their scheme selects the normaliser, their fee rate
-    /// the ledger split).
-    pub fn new<'a>(providers: impl IntoIterator<Item = &'a ProviderConfig>) -> PaymentsHandler {
+    /// the ledger split), the reader of each provider's API (`read`: `None` where no `api_base` is configured)
+    /// and billing's reaction to a subscription's charge reaching a final status. The composition every process
+    /// uses is `hookline_billing::payments_handler`.
+    pub fn new<'a>(
+        providers: impl IntoIterator<Item = &'a ProviderConfig>,
+        read: impl Fn(&ProviderConfig) -> Option<Arc<dyn ProviderRead>>,
+        charge_final: Arc<dyn ChargeFinal>,
+    ) -> PaymentsHandler {
         PaymentsHandler {
+            charge_final,
             providers: providers
                 .into_iter()
                 .map(|p| {
@@ -93,10 +121,7 @@ impl PaymentsHandler {
                             scheme: p.scheme,
                             fee_bps: p.fee_bps,
                             fee_fixed: p.fee_fixed,
-                            api: p
-                                .api_base
-                                .clone()
-                                .map(|base| ApiClient::new(&p.name, base, p.api_token.clone())),
+                            api: read(p),
                         },
                     )
                 })
@@ -121,7 +146,7 @@ impl Handler for PaymentsHandler {
             let Some(object) = pagarme_v5_object(event.provider_event_id) else {
                 return Ok(None); // names nothing to read: recorded as ignored
             };
-            let body = crate::gateway::pagarme_orders::fetch_object(api, object).await?;
+            let body = api.pagarme_object(object).await?;
             return Ok(Some(Prepared {
                 key: event.provider_event_id.to_owned(),
                 body,
@@ -196,7 +221,9 @@ impl Handler for PaymentsHandler {
             }
         }
         let mut details: Vec<Vec<String>> = vec![Vec::new(); events.len()];
-        if let Err(e) = payments::apply_payments(tx, &items, &mut details).await {
+        if let Err(e) =
+            payments::apply_payments(tx, &items, &mut details, &*self.charge_final).await
+        {
             return Some(Err(e));
         }
         let mut applied = vec![false; events.len()];
@@ -271,7 +298,15 @@ impl Handler for PaymentsHandler {
         let mut kinds = Vec::with_capacity(facts.len());
         let mut details = Vec::new();
         for fact in facts {
-            let (kind, detail) = apply_fact(tx, &event.provider, rule, event.id, fact).await?;
+            let (kind, detail) = apply_fact(
+                tx,
+                &event.provider,
+                rule,
+                event.id,
+                fact,
+                &*self.charge_final,
+            )
+            .await?;
             kinds.push(kind);
             details.extend(detail);
         }
@@ -316,6 +351,7 @@ async fn apply_fact(
     rule: &ProviderRule,
     event_id: i64,
     fact: PaymentFact,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<Applied, HandleError> {
     match fact {
         PaymentFact::Payment {
@@ -336,7 +372,7 @@ async fn apply_fact(
                 // The per-event path runs inside the event's span (`worker.apply` or `worker.effects`).
                 traceparent: hookline_core::telemetry::current_traceparent(),
             };
-            payments::apply_payment(tx, item).await
+            payments::apply_payment(tx, item, charge_final).await
         }
         PaymentFact::Refund {
             refund_ref,

@@ -188,7 +188,7 @@ pub struct UnknownStatus {
 }
 
 impl UnknownStatus {
-    pub(crate) fn new(kind: &'static str, value: &str) -> UnknownStatus {
+    pub fn new(kind: &'static str, value: &str) -> UnknownStatus {
         UnknownStatus {
             kind,
             value: value.chars().take(64).collect(),
@@ -205,6 +205,8 @@ impl From<UnknownStatus> for HandleError {
 
 /// Statuses travel as their enums across the SQL boundary: they decode from `TEXT` through `parse` (an unknown
 /// value is a decode error naming it, never a default) and encode as their database spelling.
+#[macro_export]
+#[doc(hidden)]
 macro_rules! text_status {
     ($ty:ty) => {
         impl sqlx::Type<sqlx::Postgres> for $ty {
@@ -256,7 +258,8 @@ macro_rules! text_status {
     };
 }
 
-pub(crate) use text_status;
+/// Also used by the crates that own other status columns (`hookline-billing`).
+pub use crate::text_status;
 
 text_status!(PaymentStatus);
 text_status!(DisputeStatus);

@@ -58,7 +58,7 @@ pub struct StripeParams {
 ///   `customer_id`, the card saved with `POST /v1/customers/{customer_id}/cards`. The dispatcher mints the
 ///   single-use token itself, per key generation (`POST /v1/card_tokens {card_id, customer_id}`), takes the card's
 ///   `payment_method.id` when `payment_method_id` is not given, and pays as `payer {type: customer, id}`
-///   ([`crate::gateway::mercadopago`]). Billing runs charge subscriptions this way.
+///   (`hookline_gateways::gateway::mercadopago`). Billing runs charge subscriptions this way.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MercadoPagoParams {

@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hookline_core::handler::{HandleError, Handler, StoredEvent};
 use hookline_core::ProviderConfig;
 use hookline_payments::apply::payment_state;
+use hookline_payments::intents::{ChargeFinal, FinalCharge};
 use hookline_payments::PaymentsHandler;
 use hookline_signature::Scheme;
 use secrecy::SecretString;
@@ -122,7 +123,7 @@ async fn an_unknown_stored_payment_status_is_refused_never_defaulted() {
         "the error names the value: {e}"
     );
 
-    let handler = PaymentsHandler::new([&stripe()]);
+    let handler = PaymentsHandler::new([&stripe()], |_| None, std::sync::Arc::new(NoSubscriptions));
     let event = stored_success(pool).await;
 
     let mut tx = pool.begin().await.expect("begin");
@@ -209,7 +210,7 @@ async fn an_unknown_stored_dispute_status_is_refused_never_defaulted() {
         body,
         ..event
     };
-    let handler = PaymentsHandler::new([&stripe()]);
+    let handler = PaymentsHandler::new([&stripe()], |_| None, std::sync::Arc::new(NoSubscriptions));
     let mut tx = pool.begin().await.expect("begin");
     let result = handler.handle(&mut tx, &dispute_event).await;
     tx.rollback().await.expect("rollback");
@@ -224,4 +225,19 @@ async fn an_unknown_stored_dispute_status_is_refused_never_defaulted() {
         other => panic!("expected a permanent error, got {other:?}"),
     }
     db.drop().await;
+}
+
+/// No subscription is billed here (the events are a plain Stripe payment's): billing's dunning, which stands above
+/// this crate, is not needed.
+#[derive(Debug)]
+struct NoSubscriptions;
+
+impl ChargeFinal for NoSubscriptions {
+    fn on_charge_final<'a>(
+        &'a self,
+        _conn: &'a mut sqlx::PgConnection,
+        _charge: &'a FinalCharge<'_>,
+    ) -> futures::future::BoxFuture<'a, Result<(), hookline_core::domain_events::RecordError>> {
+        Box::pin(async { Ok(()) })
+    }
 }

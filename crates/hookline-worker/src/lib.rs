@@ -15,7 +15,8 @@ use hookline_consumer::{Worker, WorkerSettings};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
-use hookline_payments::{dispatch, reconcile, PaymentsHandler};
+use hookline_gateways::{dispatch, reconcile};
+use hookline_payments::PaymentsHandler;
 
 /// Builds the payments worker from the shared configuration.
 pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
@@ -25,7 +26,7 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
     )?;
     Ok(Worker::new(
         pool,
-        PaymentsHandler::new(config.providers.values()),
+        hookline_billing::payments_handler(config.providers.values()),
         WorkerSettings {
             amqp_urls: config.amqp_urls.clone(),
             topology: hookline_bus::Topology::from_config(&config.amqp),
@@ -74,7 +75,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
     let dispatcher = config.dispatcher.enabled.then(|| {
-        let dispatcher = dispatch::Dispatcher::from_config(
+        let dispatcher = hookline_billing::dispatcher(
             worker.pool().clone(),
             &config,
             dispatch::DispatchSettings::from_config(&config.dispatcher),

@@ -1,8 +1,8 @@
 //! The Billing page: which subscriptions are behind and which cycles are being charged or retried, read with
-//! [`hookline_payments::billing::status`] — the same figures as `hookline billing status` — never from a
+//! [`hookline_billing::status`] — the same figures as `hookline billing status` — never from a
 //! process's memory.
 
-use hookline_payments::billing::{self, claims::Claim, Subscription};
+use hookline_billing::{self as billing, claims::Claim, Subscription};
 
 use super::*;
 

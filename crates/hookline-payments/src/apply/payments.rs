@@ -15,6 +15,7 @@ use hookline_core::handler::{BatchError, HandleError, OutcomeKind};
 use super::row::read_error;
 use super::{disputes, refunds, Applied, ProviderRule};
 use crate::facts;
+use crate::intents::ChargeFinal;
 use crate::ledger::{self, Posting};
 use crate::model::{Money, PaymentStatus};
 
@@ -55,10 +56,11 @@ pub(super) struct PaymentItem<'a> {
 pub(super) async fn apply_payment(
     tx: &mut PgConnection,
     item: PaymentItem<'_>,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<Applied, HandleError> {
     let mut details = vec![Vec::new()];
     let item = PaymentItem { index: 0, ..item };
-    apply_payments(tx, std::slice::from_ref(&item), &mut details)
+    apply_payments(tx, std::slice::from_ref(&item), &mut details, charge_final)
         .await
         .map_err(|e| e.error)?;
     let details: Vec<String> = details.into_iter().flatten().collect();
@@ -117,6 +119,7 @@ pub(super) async fn apply_payments(
     tx: &mut PgConnection,
     items: &[PaymentItem<'_>],
     details: &mut [Vec<String>],
+    charge_final: &dyn ChargeFinal,
 ) -> Result<(), BatchError> {
     if items.is_empty() {
         return Ok(());
@@ -126,7 +129,7 @@ pub(super) async fn apply_payments(
     for item in items {
         step(item, &mut payments, &mut changes, details)?;
     }
-    write(tx, &payments, changes, details).await
+    write(tx, &payments, changes, details, charge_final).await
 }
 
 /// Creates the unknown payments (one `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING`, keys sorted) and
@@ -325,6 +328,7 @@ async fn write(
     payments: &Payments,
     changes: Changes<'_>,
     details: &mut [Vec<String>],
+    charge_final: &dyn ChargeFinal,
 ) -> Result<(), BatchError> {
     let dirty: Vec<&Locked> = payments.values().filter(|p| p.dirty).collect();
     if !dirty.is_empty() {
@@ -369,7 +373,7 @@ async fn write(
     hookline_core::domain_events::record_many(tx, &changes.facts)
         .await
         .map_err(HandleError::from)?;
-    crate::intents::complete_from_payments(tx, &changes.completed)
+    crate::intents::complete_from_payments(tx, &changes.completed, charge_final)
         .await
         .map_err(HandleError::from)?;
     ledger::post_many(tx, &changes.postings).await?;

@@ -19,6 +19,7 @@
 //! what was captured; a refund the gateway refused or failed releases it again, in the transaction that records
 //! the refusal ([`record_refund_answer`]).
 
+use futures::future::BoxFuture;
 use hookline_core::telemetry;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -394,6 +395,7 @@ pub async fn record_gateway_answer(
     intent_id: i64,
     provider_payment_id: Option<&str>,
     status: &str,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<(), RecordError> {
     let status = IntentStatus::parse(status)
         .map_err(|e| RecordError::Database(sqlx::Error::Decode(Box::new(e))))?;
@@ -407,6 +409,7 @@ pub async fn record_gateway_answer(
             failure_code: None,
             failure_message: None,
         },
+        charge_final,
     )
     .await
 }
@@ -443,6 +446,7 @@ pub async fn record_charge_answer(
     conn: &mut PgConnection,
     intent_id: i64,
     answer: &ChargeAnswer<'_>,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<(), RecordError> {
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
     let moved: Option<Moved> = sqlx::query_as(&format!(
@@ -473,7 +477,7 @@ pub async fn record_charge_answer(
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(m) = moved {
-        announce_if_completed(conn, &m).await?;
+        announce_if_completed(conn, &m, charge_final).await?;
     }
     Ok(())
 }
@@ -501,6 +505,7 @@ pub async fn complete_from_payment(
     provider: &str,
     provider_payment_id: &str,
     status: IntentStatus,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<bool, RecordError> {
     let completed = [Completed {
         provider,
@@ -509,7 +514,7 @@ pub async fn complete_from_payment(
         failure: None,
         traceparent: None,
     }];
-    Ok(complete_from_payments(conn, &completed).await? > 0)
+    Ok(complete_from_payments(conn, &completed, charge_final).await? > 0)
 }
 
 /// Moves the intents linked to several completed payments in one statement (the worker's path; single
@@ -520,6 +525,7 @@ pub async fn complete_from_payment(
 pub async fn complete_from_payments(
     conn: &mut PgConnection,
     completed: &[Completed<'_>],
+    charge_final: &dyn ChargeFinal,
 ) -> Result<usize, RecordError> {
     if completed.is_empty() {
         return Ok(0);
@@ -574,7 +580,7 @@ pub async fn complete_from_payments(
         let Some(webhook) = webhook else {
             // Completed by the gateway's answer: the caller's span (the dispatcher's attempt) is already in the
             // intent's trace.
-            announce_if_completed(conn, m).await?;
+            announce_if_completed(conn, m, charge_final).await?;
             continue;
         };
         // Completed by a webhook: the completion belongs to the intent's trace (the merchant's request, the
@@ -590,7 +596,9 @@ pub async fn complete_from_payments(
         } else {
             telemetry::set_parent(&span, Some(webhook));
         }
-        announce_if_completed(conn, m).instrument(span).await?;
+        announce_if_completed(conn, m, charge_final)
+            .instrument(span)
+            .await?;
     }
     Ok(moved.len())
 }
@@ -627,9 +635,54 @@ struct IntentFact<'a> {
     billing_cycle: Option<&'a str>,
 }
 
+/// A subscription cycle's charge that just reached a final status (the intent's completion hands it to
+/// [`ChargeFinal`] in its transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct FinalCharge<'a> {
+    /// The intent's internal id.
+    pub intent_id: i64,
+    /// Its public id.
+    pub public_id: &'a str,
+    /// Configured provider name.
+    pub provider: &'a str,
+    /// Minor units.
+    pub amount: i64,
+    /// Lower-case ISO 4217.
+    pub currency: &'a str,
+    /// The gateway's payment id.
+    pub provider_payment_id: Option<&'a str>,
+    /// The subscription.
+    pub subscription_id: i64,
+    /// The cycle.
+    pub billing_cycle: &'a str,
+    /// Succeeded (else failed).
+    pub succeeded: bool,
+    /// The decline's code.
+    pub failure_code: Option<&'a str>,
+    /// The decline's message.
+    pub failure_message: Option<&'a str>,
+}
+
+/// What a subscription cycle's charge reaching a final status does, in the transaction that moved it: billing's
+/// dunning decides — paid, retried, past due (`hookline_billing::Dunning`). A seam because billing stands above
+/// this crate: whoever composes the payments effect or the dispatcher passes it in (`hookline_billing::
+/// payments_handler`, `hookline_billing::dispatcher`), so an intent never calls up into billing.
+pub trait ChargeFinal: Send + Sync + std::fmt::Debug {
+    /// Reacts to `charge` inside the caller's transaction (`conn`); an error rolls the whole transaction back.
+    fn on_charge_final<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        charge: &'a FinalCharge<'_>,
+    ) -> BoxFuture<'a, Result<(), RecordError>>;
+}
+
 /// Writes the intent's completion fact when this update moved it into a final status (once per intent: the
 /// status never leaves a final value, and the fact's id is derived from the intent).
-async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(), RecordError> {
+async fn announce_if_completed(
+    conn: &mut PgConnection,
+    m: &Moved,
+    charge_final: &dyn ChargeFinal,
+) -> Result<(), RecordError> {
     // The status decodes as the enum: an unknown stored value already failed the statement (naming it) instead
     // of passing for "not final".
     let now = m.intent.status;
@@ -663,23 +716,24 @@ async fn announce_if_completed(conn: &mut PgConnection, m: &Moved) -> Result<(),
     .await?;
     // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due).
     if let (Some(subscription_id), Some(cycle)) = (i.subscription_id, i.billing_cycle.as_deref()) {
-        crate::billing::claims::on_charge_final(
-            conn,
-            &crate::billing::claims::FinalCharge {
-                intent_id: i.id,
-                public_id: &i.public_id,
-                provider: &i.provider,
-                amount: i.amount,
-                currency: &i.currency,
-                provider_payment_id: i.provider_payment_id.as_deref(),
-                subscription_id,
-                billing_cycle: cycle,
-                succeeded: now == IntentStatus::Succeeded,
-                failure_code: i.failure_code.as_deref(),
-                failure_message: i.failure_message.as_deref(),
-            },
-        )
-        .await?;
+        charge_final
+            .on_charge_final(
+                conn,
+                &FinalCharge {
+                    intent_id: i.id,
+                    public_id: &i.public_id,
+                    provider: &i.provider,
+                    amount: i.amount,
+                    currency: &i.currency,
+                    provider_payment_id: i.provider_payment_id.as_deref(),
+                    subscription_id,
+                    billing_cycle: cycle,
+                    succeeded: now == IntentStatus::Succeeded,
+                    failure_code: i.failure_code.as_deref(),
+                    failure_message: i.failure_message.as_deref(),
+                },
+            )
+            .await?;
     }
     Ok(())
 }

@@ -83,7 +83,7 @@ fn check_token(
 /// `charged_back` and `in_mediation` are succeeded payments (their money was captured first) plus, for
 /// `charged_back`, a lost dispute `cb_{id}` and, for `in_mediation`, an open one. Every entry of `refunds` is
 /// its own refund fact keyed by the refund's id (partial refunds included).
-pub(crate) fn payment_resource(
+pub fn payment_resource(
     body: &[u8],
     expected_id: &str,
 ) -> Result<Vec<PaymentFact>, PermanentError> {

@@ -26,10 +26,10 @@
 mod form;
 mod json;
 mod mercadopago;
-pub(crate) use mercadopago::payment_resource;
+pub use mercadopago::payment_resource;
 mod pagarme;
 mod pagarme_v5;
-pub(crate) use pagarme_v5::{
+pub use pagarme_v5::{
     keyed_object as pagarme_v5_object, object_resource as pagarme_v5_object_resource,
 };
 mod stripe;

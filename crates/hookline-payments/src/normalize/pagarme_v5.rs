@@ -2,7 +2,7 @@
 //!
 //! A v5 webhook is not signed (see `hookline-signature`'s `schemes/pagarme_v5.rs`): its body is trusted only to
 //! name the object, and the edge puts that name into the dedupe key (`pgv5:{data.id}:{hook id}`). The worker
-//! reads the object from the API by that name ([`crate::gateway::pagarme_orders::fetch_object`]) and the effect
+//! reads the object from the API by that name (`hookline_gateways::gateway::pagarme_orders::fetch_object`) and the effect
 //! comes from what the API says, through [`object_resource`] — never from the webhook body. An event whose key
 //! names no object is recorded as ignored ([`normalize`]).
 //!
@@ -33,7 +33,7 @@ const MAX_CHARGES: usize = 20;
 
 /// The object a stored key names: `pgv5:{object}:{hook}` → `object`, when it is a charge (`ch_…`) or an order
 /// (`or_…`) id by the one rule for Pagar.me ids ([`is_pagarme_id`]; it goes into an API path).
-pub(crate) fn keyed_object(key: &str) -> Option<&str> {
+pub fn keyed_object(key: &str) -> Option<&str> {
     let object = key.strip_prefix("pgv5:")?.split(':').next()?;
     (is_pagarme_id(object, "ch_") || is_pagarme_id(object, "or_")).then_some(object)
 }
@@ -49,10 +49,7 @@ pub(super) fn normalize(event_type: Option<&str>) -> Result<Vec<PaymentFact>, Pe
 
 /// The charge (`ch_…`) or order (`or_…`) `expected_id` as `GET /core/v5/charges/{id}` or `/orders/{id}`
 /// returned it → its facts. Another object than the one asked for is refused.
-pub(crate) fn object_resource(
-    body: &[u8],
-    expected_id: &str,
-) -> Result<Vec<PaymentFact>, PermanentError> {
+pub fn object_resource(body: &[u8], expected_id: &str) -> Result<Vec<PaymentFact>, PermanentError> {
     let map = parse_json_object(body)?;
     let root = Obj::root(&map);
     let id = check_id("id", root.text("id")?)?;

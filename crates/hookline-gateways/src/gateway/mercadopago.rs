@@ -17,9 +17,9 @@ use hookline_core::handler::HandleError;
 use serde_json::{json, Value};
 
 use super::{bounded, valid_id, ApiClient, Object, PostError, Verdict};
-use crate::intents::Intent;
-pub use crate::params::MintedCard;
-use crate::params::{
+use hookline_payments::intents::Intent;
+pub use hookline_payments::params::MintedCard;
+use hookline_payments::params::{
     is_mercadopago_card_id, is_mercadopago_customer_id, MercadoPagoParams,
     MERCADOPAGO_NON_CARD_METHODS,
 };

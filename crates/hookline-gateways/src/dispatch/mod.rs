@@ -11,7 +11,7 @@
 //! attempt's answer instead of a second charge. No database transaction is open during the HTTP call; the answer
 //! is recorded afterwards in one short transaction. Every request goes through the provider's one
 //! [`gateway::ApiClient`]; what is sent is built from the intent's own payment parameters
-//! ([`crate::params::PaymentParams`]) — never a placeholder.
+//! ([`hookline_payments::params::PaymentParams`]) — never a placeholder.
 //!
 //! Classification ([`answer`]), and why:
 //!
@@ -69,13 +69,13 @@ use hookline_core::telemetry;
 use tracing::Instrument;
 
 use crate::gateway::{self, Api, ApiClient, PostError};
-use crate::intents::{self, ChargeAnswer};
-use crate::model::IntentStatus;
-use crate::outbound_requests::{self, Claimed, KeyLifetimes, Retried};
-use crate::params::PaymentParams;
 use hookline_core::config::DispatcherConfig;
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
+use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
+use hookline_payments::model::IntentStatus;
+use hookline_payments::outbound_requests::{self, Claimed, KeyLifetimes, Retried};
+use hookline_payments::params::PaymentParams;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -192,6 +192,8 @@ pub struct Dispatcher {
     /// The gateways' key lifetimes, as the claiming statement checks them.
     ttls: Arc<KeyLifetimes>,
     settings: DispatchSettings,
+    /// What a subscription's charge reaching a final status does in the answer's transaction (billing's dunning).
+    charge_final: Arc<dyn ChargeFinal>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -212,11 +214,13 @@ struct Subject {
 
 impl Dispatcher {
     /// A dispatcher for the providers that have an `api_base` and a scheme that can charge (Stripe, Mercado
-    /// Pago, Pagar.me v5). Requests for other providers fail with the reason.
+    /// Pago, Pagar.me v5). Requests for other providers fail with the reason. `charge_final` is billing's dunning
+    /// (`hookline_billing::dispatcher` composes it).
     pub fn new<'a>(
         pool: PgPool,
         providers: impl IntoIterator<Item = &'a ProviderConfig>,
         settings: DispatchSettings,
+        charge_final: Arc<dyn ChargeFinal>,
     ) -> Dispatcher {
         let gateways = providers
             .into_iter()
@@ -245,12 +249,18 @@ impl Dispatcher {
             gateways: Arc::new(gateways),
             ttls: Arc::new(ttls),
             settings,
+            charge_final,
         }
     }
 
     /// A dispatcher on `pool` for the configured providers.
-    pub fn from_config(pool: PgPool, config: &Config, settings: DispatchSettings) -> Dispatcher {
-        Dispatcher::new(pool, config.providers.values(), settings)
+    pub fn from_config(
+        pool: PgPool,
+        config: &Config,
+        settings: DispatchSettings,
+        charge_final: Arc<dyn ChargeFinal>,
+    ) -> Dispatcher {
+        Dispatcher::new(pool, config.providers.values(), settings, charge_final)
     }
 
     /// Whether `provider` can be charged through this dispatcher.
@@ -589,6 +599,7 @@ impl Dispatcher {
                             provider_id,
                             final_status,
                             next_action.as_ref(),
+                            &*self.charge_final,
                         )
                         .await?
                     }
@@ -622,8 +633,13 @@ impl Dispatcher {
                             failure_code: Some(code),
                             failure_message: Some(message),
                         };
-                        intents::record_charge_answer(&mut tx, claimed.intent_id, &recorded)
-                            .await?;
+                        intents::record_charge_answer(
+                            &mut tx,
+                            claimed.intent_id,
+                            &recorded,
+                            &*self.charge_final,
+                        )
+                        .await?;
                     }
                 }
                 let reason = format!("declined: {code}: {message}");
@@ -663,6 +679,7 @@ impl Dispatcher {
                             claimed.intent_id,
                             None,
                             "needs_attention",
+                            &*self.charge_final,
                         )
                         .await?
                     }
@@ -764,6 +781,7 @@ async fn record_accepted_charge(
     provider_id: &str,
     final_status: &str,
     next_action: Option<&serde_json::Value>,
+    charge_final: &dyn ChargeFinal,
 ) -> Result<(), sqlx::Error> {
     let status = IntentStatus::parse(final_status).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
     let recorded = ChargeAnswer {
@@ -773,14 +791,23 @@ async fn record_accepted_charge(
         failure_code: None,
         failure_message: None,
     };
-    intents::record_charge_answer(conn, claimed.intent_id, &recorded).await?;
+    intents::record_charge_answer(conn, claimed.intent_id, &recorded, charge_final).await?;
     if matches!(
         status,
         IntentStatus::Processing | IntentStatus::RequiresAction
     ) {
-        let state = crate::apply::payment_state(&mut *conn, &claimed.provider, provider_id).await?;
+        let state =
+            hookline_payments::apply::payment_state(&mut *conn, &claimed.provider, provider_id)
+                .await?;
         if let Some(done) = state.and_then(|(s, _)| s.intent_status()) {
-            intents::complete_from_payment(conn, &claimed.provider, provider_id, done).await?;
+            intents::complete_from_payment(
+                conn,
+                &claimed.provider,
+                provider_id,
+                done,
+                charge_final,
+            )
+            .await?;
         }
     }
     Ok(())

@@ -5,8 +5,8 @@
 use serde::Serialize;
 use sqlx::PgConnection;
 
-use super::claims::{self, Claim, ClaimStatus};
-use super::subscriptions::{self, Subscription, SubscriptionStatus};
+use crate::claims::{self, Claim, ClaimStatus};
+use crate::subscriptions::{self, Subscription, SubscriptionStatus};
 
 /// How many of each there are in all (the lists may be cut).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -78,11 +78,11 @@ pub async fn totals(conn: &mut PgConnection) -> Result<Totals, sqlx::Error> {
 }
 
 /// Reads it, each list cut to its first `limit` rows. `accepted`: what the configured providers charge in
-/// ([`crate::currency::ProviderCurrencies`]), for [`BillingStatus::currency_not_accepted`].
+/// ([`hookline_payments::currency::ProviderCurrencies`]), for [`BillingStatus::currency_not_accepted`].
 pub async fn status(
     conn: &mut PgConnection,
     limit: i64,
-    accepted: &crate::currency::ProviderCurrencies,
+    accepted: &hookline_payments::currency::ProviderCurrencies,
 ) -> Result<BillingStatus, sqlx::Error> {
     let mut totals = totals(conn).await?;
     let (wrong_currency, currency_not_accepted) =

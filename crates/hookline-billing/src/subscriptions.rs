@@ -4,11 +4,11 @@
 //! customer AT THE PROVIDER and `payment_method` the saved method ([`charge_params`]). Stripe: `cus_…` + `pm_…`,
 //! sent as `{payment_method, customer, off_session: true}`. Mercado Pago: the customer and the saved card's id,
 //! charged as a merchant-initiated payment ("Pagamentos automáticos", card on file): the dispatcher mints the card
-//! token from the card id itself ([`crate::params::MercadoPagoParams`]). Pagar.me v5: the customer `cus_…` and
+//! token from the card id itself ([`hookline_payments::params::MercadoPagoParams`]). Pagar.me v5: the customer `cus_…` and
 //! the card saved to it `card_…`, charged as an order with `customer_id` + `credit_card.card_id`
-//! ([`crate::params::PagarmeParams`]).
+//! ([`hookline_payments::params::PagarmeParams`]).
 //!
-//! Its status follows its cycles ([`super::claims`]): `active`; `past_due` when every attempt of a cycle was
+//! Its status follows its cycles ([`crate::claims`]): `active`; `past_due` when every attempt of a cycle was
 //! declined; `needs_payment_method` when the gateway called the method unusable. Both park it: the run charges
 //! no new cycle until [`update_payment_method`] gives it a method again. `canceled` ends it (immediately, or at
 //! the end of the running period with `cancel_at_period_end`).
@@ -17,9 +17,9 @@ use hookline_signature::Scheme;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use super::period::Interval;
-use crate::model::UnknownStatus;
-use crate::params::{
+use crate::period::Interval;
+use hookline_payments::model::UnknownStatus;
+use hookline_payments::params::{
     is_pagarme_id, MercadoPagoParams, PagarmeParams, PaymentParams, StripeParams,
     STRIPE_CUSTOMER_PREFIXES,
 };
@@ -68,7 +68,7 @@ impl SubscriptionStatus {
     }
 }
 
-crate::model::text_status!(SubscriptionStatus);
+hookline_payments::model::text_status!(SubscriptionStatus);
 
 /// A subscription.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
@@ -90,7 +90,7 @@ pub struct Subscription {
     /// `month` or `year`.
     #[sqlx(try_from = "String")]
     pub interval: Interval,
-    /// Periods start on its day (yearly: its month and day) at its time of day, UTC ([`super::period`]).
+    /// Periods start on its day (yearly: its month and day) at its time of day, UTC ([`crate::period`]).
     #[serde(with = "time::serde::rfc3339")]
     pub anchor: OffsetDateTime,
     /// Where it stands.
@@ -148,12 +148,12 @@ pub fn valid_saved_method(
 ) -> Result<(), (&'static str, &'static str)> {
     match scheme {
         Scheme::Stripe => {
-            if !crate::params::is_stripe_id(customer, STRIPE_CUSTOMER_PREFIXES) {
+            if !hookline_payments::params::is_stripe_id(customer, STRIPE_CUSTOMER_PREFIXES) {
                 return Err(("--customer", "a Stripe customer id (cus_…)"));
             }
-            if !crate::params::is_stripe_id(
+            if !hookline_payments::params::is_stripe_id(
                 payment_method,
-                crate::params::STRIPE_PAYMENT_METHOD_PREFIXES,
+                hookline_payments::params::STRIPE_PAYMENT_METHOD_PREFIXES,
             ) {
                 return Err(("--payment-method", "a Stripe PaymentMethod id (pm_…)"));
             }
@@ -161,13 +161,13 @@ pub fn valid_saved_method(
         }
         Scheme::MercadoPago => {
             // The rules the merchant API and the dispatcher apply to the same ids (they go into URL paths).
-            if !crate::params::is_mercadopago_customer_id(customer) {
+            if !hookline_payments::params::is_mercadopago_customer_id(customer) {
                 return Err((
                     "--customer",
                     "a Mercado Pago customer id (letters, digits and -, at most 64)",
                 ));
             }
-            if !crate::params::is_mercadopago_card_id(payment_method) {
+            if !hookline_payments::params::is_mercadopago_card_id(payment_method) {
                 return Err((
                     "--payment-method",
                     "a Mercado Pago card id (digits, at most 32)",
@@ -201,8 +201,11 @@ pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams
         Scheme::Stripe => Some(PaymentParams::Stripe(StripeParams {
             payment_method: sub.payment_method.clone(),
             // An older subscription's customer is the merchant's reference, not a Stripe customer: not sent.
-            customer: crate::params::is_stripe_id(&sub.customer, STRIPE_CUSTOMER_PREFIXES)
-                .then(|| sub.customer.clone()),
+            customer: hookline_payments::params::is_stripe_id(
+                &sub.customer,
+                STRIPE_CUSTOMER_PREFIXES,
+            )
+            .then(|| sub.customer.clone()),
             off_session: true,
             return_url: None,
         })),
@@ -210,8 +213,8 @@ pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams
             card_id: sub
                 .payment_method
                 .clone()
-                .filter(|id| crate::params::is_mercadopago_card_id(id)),
-            customer_id: crate::params::is_mercadopago_customer_id(&sub.customer)
+                .filter(|id| hookline_payments::params::is_mercadopago_card_id(id)),
+            customer_id: hookline_payments::params::is_mercadopago_customer_id(&sub.customer)
                 .then(|| sub.customer.clone()),
             installments: Some(1),
             ..MercadoPagoParams::default()
@@ -297,7 +300,7 @@ pub async fn with_status(
 /// them, oldest first, and how many there are in all.
 pub async fn with_currency_not_accepted(
     conn: &mut PgConnection,
-    accepted: &crate::currency::ProviderCurrencies,
+    accepted: &hookline_payments::currency::ProviderCurrencies,
     limit: i64,
 ) -> Result<(i64, Vec<Subscription>), sqlx::Error> {
     const WRONG: &str = "status <> 'canceled' AND provider = ANY($1::text[])
@@ -353,7 +356,7 @@ pub async fn lock(conn: &mut PgConnection, id: i64) -> Result<Option<Subscriptio
 
 /// Marks a subscription canceled now (`None`: it does not exist; `Some(false)`: it already was), or, with
 /// `at_period_end`, to be canceled when its running period ends (`Some(false)`: already so, or canceled). The
-/// table's half of [`super::manage::cancel`].
+/// table's half of [`crate::manage::cancel`].
 pub async fn mark_canceled(
     conn: &mut PgConnection,
     id: i64,
@@ -385,7 +388,7 @@ pub async fn mark_canceled(
 }
 
 /// Sets a subscription's saved payment method and makes it `active` again; `None` when it does not exist or
-/// is canceled. The table's half of [`super::manage::update_payment_method`].
+/// is canceled. The table's half of [`crate::manage::update_payment_method`].
 pub async fn set_payment_method(
     conn: &mut PgConnection,
     id: i64,

@@ -13,17 +13,17 @@
 //!    charge — and the claim is written (`billing_claims_cycle_key` for a new cycle).
 //!
 //! The dispatcher sends the charge later (inside `hookline-worker`, or `hookline dispatch`) with the intent's
-//! key; its outcome decides the cycle's dunning ([`super::claims::on_charge_final`]).
+//! key; its outcome decides the cycle's dunning ([`crate::claims::on_charge_final`]).
 
 use hookline_core::ProviderConfig;
 use hookline_signature::Scheme;
 use sqlx::{PgConnection, PgPool};
 use time::OffsetDateTime;
 
-use super::claims::{self, Claim, ClaimStatus};
-use super::period::{self, Cycle};
-use super::subscriptions::{self, charge_params, Subscription, SubscriptionStatus};
-use crate::intents::{self, CycleRef, NewIntent};
+use crate::claims::{self, Claim, ClaimStatus};
+use crate::period::{self, Cycle};
+use crate::subscriptions::{self, charge_params, Subscription, SubscriptionStatus};
+use hookline_payments::intents::{self, CycleRef, NewIntent};
 use tracing::Instrument;
 
 /// What billing needs of a provider: its scheme (the charge's parameters depend on it) and its dunning
@@ -73,7 +73,7 @@ pub enum Billed {
     CanceledAtPeriodEnd,
     /// Its provider is not configured for charges (no scheme that charges, no `api_base`).
     ProviderNotConfigured,
-    /// Its currency is not one its provider charges in ([`crate::currency::check`]; a row of an older version,
+    /// Its currency is not one its provider charges in ([`hookline_payments::currency::check`]; a row of an older version,
     /// e.g. a `pagarme-v5` subscription in `usd`): never charged, listed by `hookline billing status`.
     CurrencyNotAccepted(String),
 }
@@ -170,7 +170,9 @@ pub async fn bill(
     let Some(provider) = provider_of(&sub.provider) else {
         return Ok(Billed::ProviderNotConfigured);
     };
-    if let Err(e) = crate::currency::check(provider.scheme, &sub.provider, &sub.currency) {
+    if let Err(e) =
+        hookline_payments::currency::check(provider.scheme, &sub.provider, &sub.currency)
+    {
         tracing::warn!(subscription_id = sub.id, error = %e, "billing: not charged");
         return Ok(Billed::CurrencyNotAccepted(sub.currency.clone()));
     }
@@ -238,7 +240,7 @@ async fn follow(
     live: &intents::Intent,
     provider: &ProviderBilling,
 ) -> Result<Billed, sqlx::Error> {
-    let paid = live.status == crate::model::IntentStatus::Succeeded;
+    let paid = live.status == hookline_payments::model::IntentStatus::Succeeded;
     claims::follow_other_channel(
         &mut tx,
         sub.id,
@@ -273,7 +275,7 @@ pub async fn would_bill(
         Decision::Skip(billed) => billed,
         _ if provider.is_none() => Billed::ProviderNotConfigured,
         _ if provider.is_some_and(|p| {
-            crate::currency::check(p.scheme, &sub.provider, &sub.currency).is_err()
+            hookline_payments::currency::check(p.scheme, &sub.provider, &sub.currency).is_err()
         }) =>
         {
             Billed::CurrencyNotAccepted(sub.currency.clone())
@@ -412,7 +414,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::billing::period::Interval;
+    use crate::period::Interval;
     use time::macros::datetime;
 
     fn sub(status: SubscriptionStatus, cancel_at_period_end: bool) -> Subscription {

@@ -41,10 +41,10 @@ use serde::Serialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use crate::apply::{dispute_status, payment_state};
 use crate::gateway::{Api, ApiClient};
-use crate::model::{DisputeStatus, PaymentFact, PaymentStatus};
-use crate::normalize::{normalize, pagarme_v5_object_resource, payment_resource};
+use hookline_payments::apply::{dispute_status, payment_state};
+use hookline_payments::model::{DisputeStatus, PaymentFact, PaymentStatus};
+use hookline_payments::normalize::{normalize, pagarme_v5_object_resource, payment_resource};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -536,7 +536,9 @@ impl Ctx<'_> {
                 self.report.seen += 1;
                 (self.progress)(1);
                 let id = match charge["id"].as_str() {
-                    Some(id) if crate::params::is_pagarme_id(id, "ch_") => id.to_owned(),
+                    Some(id) if hookline_payments::params::is_pagarme_id(id, "ch_") => {
+                        id.to_owned()
+                    }
                     _ => {
                         self.report
                             .attention

@@ -13,9 +13,45 @@
 //!
 //! The client is the provider's one [`crate::gateway::ApiClient`] (also used by the dispatcher and
 //! reconciliation); the request itself is [`ApiClient::mercadopago_payment`] in [`crate::gateway::mercadopago`].
+//! The payments effect reaches it through its [`ProviderRead`] seam ([`reader`]): `hookline-payments` stands
+//! below the gateway clients.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use hookline_core::handler::HandleError;
+use hookline_core::ProviderConfig;
+use hookline_payments::apply::ProviderRead;
 
 pub use crate::gateway::metric;
 pub use crate::gateway::ApiClient;
+
+impl ProviderRead for ApiClient {
+    fn mercadopago_payment<'a>(
+        &'a self,
+        payment_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, HandleError>> {
+        Box::pin(ApiClient::mercadopago_payment(self, payment_id))
+    }
+
+    fn pagarme_object<'a>(
+        &'a self,
+        object: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, HandleError>> {
+        Box::pin(crate::gateway::pagarme_orders::fetch_object(self, object))
+    }
+}
+
+/// The reader of `provider`'s API the payments effect uses, when its `api_base` is configured (else the events
+/// that need a read stay recorded as fetches to do): the provider's one client.
+pub fn reader(provider: &ProviderConfig) -> Option<Arc<dyn ProviderRead>> {
+    let base = provider.api_base.clone()?;
+    Some(Arc::new(ApiClient::new(
+        &provider.name,
+        base,
+        provider.api_token.clone(),
+    )))
+}
 
 #[cfg(test)]
 mod tests {

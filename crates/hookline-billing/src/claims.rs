@@ -8,7 +8,7 @@
 //! | the cycle's charge | the cycle | the subscription | facts |
 //! |---|---|---|---|
 //! | succeeded (any channel) | `paid` | `active` again if nothing else is parked | `subscription.charged` |
-//! | declined, the method unusable ([`super::declines::method_unusable`]) | `needs_payment_method` | `needs_payment_method` | `subscription.payment_failed` (no next attempt) |
+//! | declined, the method unusable ([`crate::declines::method_unusable`]) | `needs_payment_method` | `needs_payment_method` | `subscription.payment_failed` (no next attempt) |
 //! | declined, a retry left in the cycle's schedule | `retry_scheduled` at now + the delay | unchanged | `subscription.payment_failed` (with `next_attempt_at`) |
 //! | declined, no retry left | `past_due` | `past_due` | `subscription.payment_failed`, `subscription.past_due` |
 //! | the gateway down, the outcome unknown | `charging` (unchanged) | unchanged | none: the dispatcher retries the SAME key inside its lifetime, then looks it up |
@@ -25,9 +25,11 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use super::declines::method_unusable;
-use super::subscriptions::{self, SubscriptionStatus};
-use crate::model::UnknownStatus;
+pub use hookline_payments::intents::FinalCharge;
+
+use crate::declines::method_unusable;
+use crate::subscriptions::{self, SubscriptionStatus};
+use hookline_payments::model::UnknownStatus;
 
 /// Where a claimed cycle stands (the column's CHECK lists the same values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,7 @@ impl ClaimStatus {
     }
 }
 
-crate::model::text_status!(ClaimStatus);
+hookline_payments::model::text_status!(ClaimStatus);
 
 /// A claimed cycle.
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -329,34 +331,6 @@ pub fn after_decline(attempts: i32, schedule: &[i32], code: Option<&str>) -> Aft
         Some(&secs) => AfterDecline::RetryIn(secs.max(1)),
         None => AfterDecline::PastDue,
     }
-}
-
-/// A subscription cycle's charge that just reached a final status (the intent's completion calls this in its
-/// transaction).
-#[derive(Debug, Clone, Copy)]
-pub struct FinalCharge<'a> {
-    /// The intent's internal id.
-    pub intent_id: i64,
-    /// Its public id.
-    pub public_id: &'a str,
-    /// Configured provider name.
-    pub provider: &'a str,
-    /// Minor units.
-    pub amount: i64,
-    /// Lower-case ISO 4217.
-    pub currency: &'a str,
-    /// The gateway's payment id.
-    pub provider_payment_id: Option<&'a str>,
-    /// The subscription.
-    pub subscription_id: i64,
-    /// The cycle.
-    pub billing_cycle: &'a str,
-    /// Succeeded (else failed).
-    pub succeeded: bool,
-    /// The decline's code.
-    pub failure_code: Option<&'a str>,
-    /// The decline's message.
-    pub failure_message: Option<&'a str>,
 }
 
 /// `subscription.charged`.

@@ -21,8 +21,8 @@
 use serde_json::{json, Value};
 
 use super::{bounded, ApiClient, Object, PostError, Verdict};
-use crate::params::{is_pagarme_id, PagarmeParams};
 use hookline_core::handler::HandleError;
+use hookline_payments::params::{is_pagarme_id, PagarmeParams};
 use secrecy::ExposeSecret;
 
 /// Longest order `code` Pagar.me takes.
@@ -408,7 +408,7 @@ fn refund_by_cancelled_amount(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::params::PagarmeCustomer;
+    use hookline_payments::params::PagarmeCustomer;
 
     fn saved() -> PagarmeParams {
         PagarmeParams {

@@ -3,8 +3,8 @@
 
 use sqlx::PgConnection;
 
-use super::claims;
-use super::subscriptions::{self, Subscription};
+use crate::claims;
+use crate::subscriptions::{self, Subscription};
 
 /// Cancels a subscription: now (later cycles are not charged, and its scheduled retries and parked cycles stop
 /// — a charge in flight is left to finish: the gateway may already have it), or, with `at_period_end`, when its

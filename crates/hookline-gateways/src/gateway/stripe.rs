@@ -8,8 +8,8 @@ use super::{
     bounded, next_action, valid_id, ApiClient, Decline, Object, PostError, Verdict,
     PAYMENT_METHOD_UNUSABLE,
 };
-use crate::intents::Intent;
-use crate::params::StripeParams;
+use hookline_payments::intents::Intent;
+use hookline_payments::params::StripeParams;
 
 /// The charge: `POST /v1/payment_intents` with `confirm=true`, the intent's payment method (and customer,
 /// `off_session`, `return_url`), hookline's reference in `metadata[hookline_intent]` (what the lookup searches),

@@ -7,8 +7,8 @@ use super::answer::{classify_card_step, Answer, Expected};
 use super::{Dispatcher, Gateway, Subject};
 use crate::gateway::mercadopago::{self, MintedCard};
 use crate::gateway::{Api, ApiClient, PostError};
-use crate::outbound_requests::{self, Claimed};
-use crate::params::PaymentParams;
+use hookline_payments::outbound_requests::{self, Claimed};
+use hookline_payments::params::PaymentParams;
 
 impl Dispatcher {
     /// The card token of a saved card's charge for this key generation: the one stored with the request, else a
