@@ -32,7 +32,8 @@
 # (c) The index: every docs/*.md is linked from docs/README.md, so no page of the manual is unreachable (and
 #     deploy/newcomer.sh, which runs the marked blocks in the index's order, meets every page).
 #
-# Usage: deploy/doc-check.sh [ROOT]   (default: this repository; another root checks a copy)
+# Usage: deploy/doc-check.sh [ROOT]   (default: this repository; another root checks a copy — a git checkout, or
+#        any directory, whose files are then all but .git/, target/, .run/, bench-out/, mutants.out/)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 exec python3 - "$root" <<'PY'
@@ -50,8 +51,15 @@ OUTPUTS = {'report.json', 'scale.json', 'scale.txt', 'latency.svg', 'console-rep
 SYSTEM = {'postgresql@15-main.service'}
 shared = os.path.join(os.path.dirname(os.path.abspath(root)), 'shared')
 
-files = subprocess.run(['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'],
-                       capture_output=True, check=True).stdout.decode().split('\0')
+try:
+    files = subprocess.run(['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'],
+                           capture_output=True, check=True).stdout.decode().split('\0')
+except (OSError, subprocess.CalledProcessError):
+    # Not a git checkout (an exported copy): every file but what builds and runs write.
+    files = []
+    for d, sub, names in os.walk('.'):
+        sub[:] = [x for x in sub if not (d == '.' and x in ('.git', 'target', '.run', 'bench-out', 'mutants.out'))]
+        files += [os.path.relpath(os.path.join(d, f)) for f in names]
 files = [f for f in files if f and os.path.exists(f)]
 fileset = set(files)
 dirs = set()
