@@ -4,7 +4,7 @@
 #     Erlang distribution on 25701-25703, no management plugin, each with its own data and log directories;
 #   - an etcd cluster of three members (e1-e3, clients on 127.0.0.1:23791-23793, peers on 23801-23803);
 #   - PostgreSQL 15 under Patroni: three nodes a, b, c on 127.0.0.1:5441-5443 (Patroni's REST API on 8441-8443),
-#     synchronous_mode (strict), pg_rewind; Patroni promotes and rejoins by itself (deploy/SCALING.md);
+#     synchronous_mode (strict), pg_rewind; Patroni promotes and rejoins by itself (docs/scaling.md);
 #   - HAProxy on 127.0.0.1:5440, which routes only to the node whose Patroni answers 200 on GET /primary.
 # Everything lives under $HOOKLINE_CLUSTER_DIR (default /tmp/hookline-cluster). The machine's default RabbitMQ node
 # (rabbit@localhost, 5672) and PostgreSQL (5432) are not touched. The RabbitMQ nodes run as the `rabbitmq` user
@@ -228,7 +228,7 @@ etcd_stop() {
 PG_NODES="a b c"
 declare -A PG_PORT=([a]=5441 [b]=5442 [c]=5443)
 declare -A REST_PORT=([a]=8441 [b]=8442 [c]=8443)
-# The timing Patroni promises (deploy/SCALING.md): the leader key lives TTL s unless renewed; each member runs its
+# The timing Patroni promises (docs/scaling.md): the leader key lives TTL s unless renewed; each member runs its
 # loop every LOOP_WAIT s; a store or PostgreSQL call is retried for RETRY_TIMEOUT s before the primary demotes
 # itself. Patroni requires TTL >= LOOP_WAIT + 2 * RETRY_TIMEOUT.
 PATRONI_TTL=12
@@ -295,7 +295,7 @@ bootstrap:
     primary_start_timeout: 0
     # Commits wait for one synchronous standby, and only that standby may be promoted (Patroni records it in
     # etcd). Strict: with no standby left, commits wait (hookline answers 503) instead of being acknowledged on
-    # one node only. See deploy/SCALING.md.
+    # one node only. See docs/scaling.md.
     synchronous_mode: true
     synchronous_mode_strict: true
     synchronous_node_count: 1
@@ -347,7 +347,7 @@ postgresql:
   remove_data_directory_on_rewind_failure: true
   remove_data_directory_on_diverged_timelines: true
 watchdog:
-  # One machine, no /dev/watchdog: see deploy/SCALING.md for production.
+  # One machine, no /dev/watchdog: see docs/scaling.md for production.
   mode: off
 EOF
   chown postgres:postgres "$(patroni_yml "$node")"

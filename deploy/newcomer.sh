@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The newcomer check: runs every command block of README.md that is marked to be run, in order, against the stack
+# The newcomer check: runs every command block of the manual that is marked to be run, in order, against the stack
 # deploy/up.sh starts, and fails naming the first block that fails — so the manual cannot drift from the product.
+#
+# The manual is README.md and docs/*.md, read in a fixed order: README.md first (the quick start brings the stack
+# up and sets the credentials later blocks use), then docs/README.md (the index), then the pages in the order the
+# index first links them, then any page the index does not link, by name (deploy/doc-check.sh refuses such a
+# page; here it is still run rather than silently skipped). A block keeps running wherever it moves.
 #
 # A block is run when the line before its ```sh fence (blank lines aside) is exactly
 #     <!-- newcomer: run -->
 # Each block runs as its own `bash -euo pipefail` script from the repository's root, with a time limit
 # (NEWCOMER_BLOCK_TIMEOUT, default 120 s), as a newcomer would paste it, with two differences that are the
 # newcomer's own setup, not the manual's:
-# - HOOKLINE_API_KEY and HOOKLINE_CONSOLE_PASSWORD are set to the key and password up.sh printed (the README asks
-#   the reader to export them);
+# - HOOKLINE_API_KEY and HOOKLINE_CONSOLE_PASSWORD are set to the key and password up.sh printed (the quick
+#   start asks the reader to export them);
 # - `target/quick/` is replaced by the directory of the binaries up.sh ran (HOOKLINE_PROFILE=debug and
 #   CARGO_TARGET_DIR move them: deploy/test.sh runs this on the debug binaries it built, without a second build).
 # - `deploy/hookline.toml` is replaced by a copy whose database is `hookline_newcomer`, dropped and created again
@@ -18,12 +23,29 @@
 #   and on a developer's it is not the database this run filled).
 # The stack is brought up here (deploy/up.sh) and down at the end (deploy/down.sh), so a stack that already runs
 # is refused rather than taken down. up.sh's output is shown with the key and password masked (CI keeps logs).
-# Usage: deploy/newcomer.sh [--list] [README]   (--list: print the marked blocks, run nothing)
+# Usage: deploy/newcomer.sh [--list] [FILE…]   (--list: print the marked blocks, run nothing; FILEs: these, in this
+#        order, instead of the manual)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 list=""
 if [ "${1:-}" = --list ]; then list=1; shift; fi
-readme=${1:-README.md}
+if [ "$#" -gt 0 ]; then
+  files=("$@")
+else
+  # The manual's order (above): the index's links, first appearance, that are pages of docs/.
+  files=(README.md)
+  if [ -e docs/README.md ]; then
+    files+=(docs/README.md)
+    while read -r page; do
+      [ -e "docs/$page" ] && [ "$page" != README.md ] && files+=("docs/$page")
+    done < <(grep -o '](\(\./\)\{0,1\}[A-Za-z0-9_.-]*\.md' docs/README.md | sed 's#^](\(\./\)\{0,1\}##' | awk '!seen[$0]++')
+  fi
+  for page in docs/*.md; do
+    [ -e "$page" ] || continue
+    case " ${files[*]} " in *" $page "*) ;; *) files+=("$page") ;; esac
+  done
+fi
+what="${files[*]}"
 block_timeout=${NEWCOMER_BLOCK_TIMEOUT:-120}
 bin=${CARGO_TARGET_DIR:-target}/${HOOKLINE_PROFILE:-quick}
 
@@ -38,9 +60,12 @@ finish() {
 }
 trap finish EXIT
 
-# Extract the marked blocks: $work/N.sh, and $work/N.where = "README.md:LINE (under HEADING)". A marker not
-# followed by a ```sh fence is an error (a typo would silently check nothing).
-awk -v dir="$work" -v file="$readme" '
+# Extract the marked blocks of each file, numbered on across the files: $work/N.sh, and $work/N.where =
+# "FILE:LINE (under HEADING)". A marker not followed by a ```sh fence is an error (a typo would silently check
+# nothing).
+count=0
+for file in "${files[@]}"; do
+awk -v dir="$work" -v file="$file" -v n="$count" '
   function fail(msg) { print "newcomer: " file ":" NR ": " msg > "/dev/stderr"; bad = 1; exit 1 }
   /^```/ {
     if (inblock) { inblock = 0; close(dir "/" n ".sh"); next }
@@ -64,9 +89,10 @@ awk -v dir="$work" -v file="$readme" '
     if (marked || inblock) { print "newcomer: " file ": the last marked block is not closed" > "/dev/stderr"; exit 1 }
     print n + 0 > (dir "/count")
   }
-' "$readme"
+' "$file"
 count=$(cat "$work/count")
-[ "$count" -gt 0 ] || { echo "newcomer: no block of $readme is marked <!-- newcomer: run -->" >&2; exit 1; }
+done
+[ "$count" -gt 0 ] || { echo "newcomer: no block of $what is marked <!-- newcomer: run -->" >&2; exit 1; }
 
 if [ -n "$list" ]; then
   for i in $(seq "$count"); do
@@ -84,7 +110,7 @@ for pidfile in .run/*.pid; do
   fi
 done
 
-# The README's configuration on a database of its own, empty.
+# The quick start's configuration on a database of its own, empty.
 config="$work/hookline.toml"
 sed -e 's#^\(database_url *= *"postgres://[^"]*/\)[^/"?]*#\1hookline_newcomer#' deploy/hookline.toml >"$config"
 grep -q '^database_url *= *"postgres://[^"]*/hookline_newcomer' "$config" ||
@@ -106,7 +132,7 @@ export HOOKLINE_API_KEY HOOKLINE_CONSOLE_PASSWORD
 
 for i in $(seq "$count"); do
   where=$(cat "$work/$i.where")
-  # `target/quick/` as written in the README, or `./target/quick/`: the binaries up.sh ran.
+  # `target/quick/` as written in the manual, or `./target/quick/`: the binaries up.sh ran.
   sed -e "s#\(^\|[[:space:](\"=]\)\(\./\)\{0,1\}target/quick/#\1$bin/#g" \
     -e "s#deploy/hookline\.toml#$config#g" \
     -e "s#\(psql .*-U postgres\) hookline\( \|\$\)#\1 hookline_newcomer\2#g" "$work/$i.sh" >"$work/$i.run"
@@ -127,4 +153,4 @@ for i in $(seq "$count"); do
   echo "newcomer: block $i/$count passed in $(( $(date +%s) - start )) s"
 done
 echo
-echo "newcomer: all $count marked blocks of $readme ran"
+echo "newcomer: all $count marked blocks of $what ran"

@@ -40,6 +40,11 @@ cleanup
 # Alert rules: syntax, unit tests (promtool, from Debian's prometheus package, installed when missing).
 bash deploy/prometheus/check.sh
 
+# The manual cannot drift (deploy/doc-check.sh): every repository path and every intra-doc link (file and heading
+# anchor) named in README.md and docs/*.md exists, each failure named FILE:LINE. Under a second and needing no
+# service or build, so it runs early: a stale manual fails the run before the long steps.
+bash deploy/doc-check.sh
+
 # The console's browser tests (tests/console.rs) drive headless Chromium through chromedriver: Debian's
 # chromium and chromium-driver packages (and a font for readable screenshots), installed when missing.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
@@ -76,7 +81,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).
 cargo build --workspace --bins --locked
 
-# Deployment (README "Deploying"): the systemd units (systemd-analyze verify and security exposure), then the
+# Deployment (docs/deployment.md): the systemd units (systemd-analyze verify and security exposure), then the
 # container images packaged from the binaries just built and smoke-tested in chroots of their filesystems, with
 # the compose file checked against them. HOOKLINE_SKIP_CONTAINERS=1 skips the images (a machine without podman).
 bash deploy/systemd/check.sh
@@ -108,9 +113,9 @@ if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_CLUSTER:-0}" != 1 ]; then
   bash deploy/test-cluster.sh
 fi
 
-# The newcomer check (deploy/newcomer.sh, README "Quick start"): the README's marked command blocks run against
-# the stack deploy/up.sh starts, on the debug binaries built above (HOOKLINE_PROFILE=debug: no second build),
-# after every test so that its stack (fixed ports, the `hookline` database) never meets them; it stops the stack
+# The newcomer check (deploy/newcomer.sh, docs/development.md): the manual's marked command blocks (README.md
+# first, then docs/ in the index's order) run against the stack deploy/up.sh starts, on the debug binaries built
+# above (HOOKLINE_PROFILE=debug: no second build), after every test so that its stack (fixed ports, the `hookline` database) never meets them; it stops the stack
 # again. Skipped when arguments narrowed the run or HOOKLINE_SKIP_NEWCOMER=1.
 if [ "$#" -eq 0 ] && [ "${HOOKLINE_SKIP_NEWCOMER:-0}" != 1 ]; then
   newcomer_start=$(date +%s)

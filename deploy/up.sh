@@ -21,7 +21,7 @@
 #
 # The build: the three service packages with [profile.quick] (release at opt-level 1) into $CARGO_TARGET_DIR/quick
 # (default target/quick): 4 min 9 s cold on 2 idle cores, against 6 min 10 s for full release optimisation
-# (README, "Build time"). HOOKLINE_PROFILE chooses another:
+# (docs/development.md, "Build time"). HOOKLINE_PROFILE chooses another:
 #   quick    (default) as above;
 #   release  [profile.release], target/release: the binaries to benchmark or to ship (the container images and
 #            systemd units build these);

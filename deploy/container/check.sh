@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the container side of the deployment (README "Deploying"):
+# Checks the container side of the deployment (docs/deployment.md):
 #   1. hookline-healthcheck's unit tests (rustc --test deploy/container/healthcheck.rs);
 #   2. compose.yaml, the Containerfiles and the compose configuration agree (check-compose.py), and compose.yaml
 #      is valid for an independent implementation (Debian's docker-compose, `config -q`);

@@ -4,7 +4,7 @@
 #   2. `systemd-analyze verify --root` of every unit: no message at all (verify exits 0 on unknown keys and bad
 #      values, so any output fails the check), and every program they run exists;
 #   3. `systemd-analyze security --offline=yes` of every service: exposure at most MAX_EXPOSURE (default 2.0), and
-#      exactly the score README "Deploying" states for it;
+#      exactly the score docs/deployment.md states for it;
 #   4. the units agree with each other and with the configuration: the same hardening block in each (one for the
 #      hookline services, one for the high-availability units hookline-{etcd,patroni,haproxy}), each
 #      service's HEALTH_URL on the listener deploy/hookline.toml (or the console's default) gives it, the
@@ -74,7 +74,7 @@ for unit in "${units[@]}"; do
   fi
 done
 
-echo "== units against each other, the configuration and README"
+echo "== units against each other, the configuration and docs/deployment.md"
 /usr/bin/python3 - "$scores" <<'PY'
 import re, sys, tomllib
 from urllib.parse import urlsplit
@@ -162,16 +162,16 @@ for u in ("hookline-edge.service", "hookline-worker.service", "hookline-console.
     if setting(units[u], "Requires") != "hookline-migrate.service" or "hookline-migrate.service" not in (setting(units[u], "After") or ""):
         problems.append(f"{u}: Requires= and After=hookline-migrate.service expected")
 
-# README "Deploying" states each unit's exposure: it must be the one just measured.
-readme = open("README.md").read()
+# docs/deployment.md (the manual's "Deploying") states each unit's exposure: it must be the one just measured.
+readme = open("docs/deployment.md").read()
 for line in open(sys.argv[1]):
     unit, score = line.split(maxsplit=1)
     score = score.strip()
     m = re.search(rf"^\| `{re.escape(unit)}` \| ([^|]+?) \|", readme, re.M)
     if not m:
-        problems.append(f"README.md: no row | `{unit}` | {score} | in the Deploying section's exposure table")
+        problems.append(f"docs/deployment.md: no row | `{unit}` | {score} | in the exposure table")
     elif m.group(1).strip() != score:
-        problems.append(f"README.md: {unit} exposure {m.group(1).strip()!r}, systemd-analyze says {score!r}")
+        problems.append(f"docs/deployment.md: {unit} exposure {m.group(1).strip()!r}, systemd-analyze says {score!r}")
 for p in problems:
     print(f"check.sh: {p}", file=sys.stderr)
 if problems:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs hookline as systemd services (README "Deploying"):
+# Installs hookline as systemd services (docs/deployment.md):
 #   /usr/local/bin/    hookline-edge, hookline-worker, hookline, and hookline-healthcheck (the units' readiness
 #                      probe, compiled from deploy/container/healthcheck.rs with rustc)
 #   /etc/systemd/system/  hookline-{migrate,edge,worker,console,sandbox}.service, hookline.target, and the
-#                      high-availability units hookline-{etcd,patroni,haproxy}.service (deploy/SCALING.md; their
+#                      high-availability units hookline-{etcd,patroni,haproxy}.service (docs/scaling.md; their
 #                      programs come from Debian's etcd-server, patroni and haproxy, their configuration from
 #                      /etc/hookline/{etcd.env,patroni.yml,haproxy.cfg}: examples in deploy/systemd/ha/)
 #   /etc/hookline/hookline.toml  CONFIG (mode 0600, root), only when there is none: an existing configuration is
@@ -51,7 +51,7 @@ install.sh: installed. Start the services (the migrations run first) and have th
   systemctl enable --now hookline.target hookline-edge.service hookline-worker.service
   systemctl enable --now hookline-console.service      # with a [console] section in the configuration
   systemctl enable --now hookline-sandbox.service      # test hosts only: the providers' double
-The database's high availability (README "Deploying", deploy/SCALING.md), with /etc/hookline/{etcd.env,patroni.yml,
+The database's high availability (docs/deployment.md, docs/scaling.md), with /etc/hookline/{etcd.env,patroni.yml,
 haproxy.cfg} written from deploy/systemd/ha/:
   systemctl enable --now hookline-etcd.service         # on each of the three database machines first
   systemctl enable --now hookline-patroni.service      # then on each of them (postgresql@15-main disabled)
