@@ -21,7 +21,7 @@
 //! and to the old node streaming again. Then the total-queue checker: every acknowledged event processed once (0
 //! lost, 0 doubled), ledger balanced. The edges may only answer 2xx or 503 with `Retry-After`, and 503 only within a
 //! database fault. For every fault it prints the throughput before, during and after (events acknowledged by the
-//! edges and processed by the workers per second) and the time to recover; the numbers are in `deploy/SCALING.md`.
+//! edges and processed by the workers per second) and the time to recover; the numbers are in `docs/scaling.md`.
 //!
 //! Ignored by a plain `cargo test`: it needs the cluster. `deploy/test.sh` runs it in its own step
 //! (`deploy/test-cluster.sh`): `deploy/cluster.sh up`, then this test with the settings `deploy/cluster.sh env`
@@ -46,7 +46,7 @@ const TICK: Duration = Duration::from_millis(250);
 /// How long the pipeline must run normally to count as recovered.
 const STEADY: Duration = Duration::from_secs(3);
 /// What Patroni's settings promise (`deploy/cluster.sh`: ttl 12 s, loop_wait 2 s, retry_timeout 5 s; see
-/// `deploy/SCALING.md`): another node is primary, and the edges answer 200 again, within this of a crash.
+/// `docs/scaling.md`): another node is primary, and the edges answer 200 again, within this of a crash.
 const PROMISED_FAILOVER: Duration = Duration::from_secs(30);
 /// Patroni's `ttl` in `deploy/cluster.sh`: without a majority in etcd for longer than this, a primary without
 /// `failsafe_mode` would have demoted itself.

@@ -173,7 +173,7 @@ async fn the_overview_an_event_and_a_payment_are_drawn_as_pictures() {
     }
     assert!(figures.contains("sampled every 1 s since"), "{figures}");
 
-    // The same pages in Chromium, for the artefacts and the README.
+    // The same pages in Chromium, for the artefacts and docs/http.md.
     let b = Browser::start().await;
     b.client
         .goto(&format!("{console}/"))

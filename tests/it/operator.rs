@@ -558,7 +558,7 @@ async fn dlq_redrive_after_fix_applies_each_once() {
     p.teardown().await;
 }
 
-/// Dead-letter bookkeeping, as an operator with the README in hand: two events dead-lettered (the worker lacks
+/// Dead-letter bookkeeping, as an operator with docs/operations.md in hand: two events dead-lettered (the worker lacks
 /// their provider). `dlq redrive --id A` while the cause is NOT fixed: A fails again at once and gets a fresh
 /// DLQ copy, which must stay (the old code removed "every copy of A" after re-publishing, the fresh one too,
 /// and printed `2 redriven copies removed`). Afterwards the DLQ holds exactly what `status` says. Then `dlq

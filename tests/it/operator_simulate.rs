@@ -363,7 +363,7 @@ async fn usage_errors_exit_2_and_unreachable_edge_exits_3() {
     p.teardown().await;
 }
 
-/// The README's scenario (issue 31): Mercado Pago with `api_base` at the sandbox. The worker reads every notified
+/// The scenario of docs/operations.md (`simulate`) (issue 31): Mercado Pago with `api_base` at the sandbox. The worker reads every notified
 /// payment from the API, so `simulate` creates the payments at the sandbox first and notifies those: every
 /// notification is applied (one payment posting each, nothing dead-lettered) and `status` exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -158,7 +158,7 @@ async fn one_webhook_is_one_trace_from_the_edge_to_the_merchants_endpoint() {
         Some(format!("00-{}-{}-01", receive.trace_id, delivery.span_id).as_str()),
         "the merchant's endpoint continues the trace"
     );
-    // The trace as an operator reads it (printed: the README's example comes from here).
+    // The trace as an operator reads it (printed: docs/operations.md's example comes from here).
     let mut ordered: Vec<&Span> = trace.iter().collect();
     ordered.sort_by_key(|s| s.start_ns);
     for s in ordered {

@@ -1,6 +1,6 @@
 //! A merchant's webhook receiver, as the tests of domain events out need one: a real HTTP server on loopback that
 //! verifies every request with the reference Standard Webhooks verifier (`hookline-signature`), deduplicates by
-//! `webhook-id` the way the README tells receivers to, and misbehaves on purpose per destination (fails the first
+//! `webhook-id` the way docs/domain-events.md tells receivers to, and misbehaves on purpose per destination (fails the first
 //! attempts, times out once, answers slowly, answers 410 Gone).
 
 use std::collections::{HashMap, HashSet};

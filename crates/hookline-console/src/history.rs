@@ -11,7 +11,7 @@
 //! What this does NOT know: anything before the console started (the charts say since when), and minutes the
 //! database did not answer (blank, never zero). Totals that go down (a purge deletes events, a restarted edge
 //! starts its histogram again) give a blank minute rather than a negative one. For history beyond a day or
-//! across restarts, Prometheus scrapes the same figures from the processes (README, "Metrics").
+//! across restarts, Prometheus scrapes the same figures from the processes (docs/http.md, "HTTP interface").
 
 use std::collections::VecDeque;
 

@@ -428,7 +428,7 @@ pub async fn event_detail(req: HttpRequest, state: State) -> Result<HttpResponse
                         None => "yes".to_string(),
                     }) } }
                     tr { th { "source" } td { (ev.source) } }
-                    // Its trace id: what to search the tracing backend for (README, "Tracing").
+                    // Its trace id: what to search the tracing backend for (docs/operations.md, "Tracing").
                     tr { th { "trace id" } td #event-trace-id { (ev.traceparent.as_deref()
                         .and_then(|t| t.get(3..35)).unwrap_or("-")) } }
                 }

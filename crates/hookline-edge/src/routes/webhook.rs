@@ -16,7 +16,7 @@ use crate::writer::WriteError;
 use crate::{AppState, IngestError};
 use hookline_web::BodyError;
 
-/// Metric names (fixed, documented in the README).
+/// Metric names (fixed, documented in docs/http.md).
 pub mod metric {
     /// Counter: requests by `provider` and `outcome`.
     pub const REQUESTS: &str = "hookline_edge_requests_total";
