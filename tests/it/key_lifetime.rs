@@ -69,13 +69,13 @@ async fn checkout(p: &TestPipeline, sandbox: &RunningSandbox, provider: &str) ->
     if provider != "pg" {
         return create_intent(p, provider, 5_000, "cliente@example.com").await;
     }
-    let (customer, card) = crate::pagarme_outbound::saved_card(
+    let (customer, card) = crate::pagarme_v5_outbound::saved_card(
         sandbox,
-        crate::pagarme_outbound::APPROVED,
+        crate::pagarme_v5_outbound::APPROVED,
         "Cliente Fim de Semana",
     )
     .await;
-    let params = crate::pagarme_outbound::saved_params(&customer, &card);
+    let params = crate::pagarme_v5_outbound::saved_params(&customer, &card);
     create_intent_with(p, provider, 5_000, "cliente-pg", Some(&params)).await
 }
 

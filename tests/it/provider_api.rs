@@ -98,7 +98,8 @@ async fn pagarme_payment(
     amount: i64,
 ) -> String {
     let (customer, card) =
-        crate::pagarme_outbound::saved_card(sandbox, crate::pagarme_outbound::APPROVED, code).await;
+        crate::pagarme_v5_outbound::saved_card(sandbox, crate::pagarme_v5_outbound::APPROVED, code)
+            .await;
     let order: Value = http
         .post(sandbox.url("/core/v5/orders"))
         .basic_auth(hookline_tests::sandboxed::PAGARME_KEY, Some(""))

@@ -7,7 +7,7 @@
 //! (<https://docs.stripe.com/declines/codes>), Mercado Pago's `status_detail`
 //! (<https://www.mercadopago.com.br/developers/en/docs/checkout-api/response-handling/collection-results>),
 //! Pagar.me v5's `acquirer_return_code` (the failed charge's last transaction, see
-//! [`hookline_gateways::gateway::pagarme_orders::read_charge`]), and `payment_method_unusable`, which the dispatcher records
+//! [`hookline_gateways::gateway::pagarme_v5::read_charge`]), and `payment_method_unusable`, which the dispatcher records
 //! when the gateway refuses the saved method itself (a method of another customer, detached, missing).
 //!
 //! Pagar.me's field carries two vocabularies. The acquirer's own four-digit return codes (Stone's authorizer

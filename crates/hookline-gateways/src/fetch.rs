@@ -38,7 +38,7 @@ impl ProviderRead for ApiClient {
         &'a self,
         object: &'a str,
     ) -> BoxFuture<'a, Result<Vec<u8>, HandleError>> {
-        Box::pin(crate::gateway::pagarme_orders::fetch_object(self, object))
+        Box::pin(crate::gateway::pagarme_v5::fetch_object(self, object))
     }
 }
 

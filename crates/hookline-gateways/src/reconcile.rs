@@ -26,7 +26,9 @@
 //!   applies it, as for a webhook (Pagar.me's webhooks are not signed: both paths apply only what the API says).
 //!
 //! The API calls go through the provider's one client ([`crate::gateway::ApiClient`], shared with the dispatcher
-//! and the worker's fetch).
+//! and the worker's fetch). What is listed and how an object becomes its notification is each provider's gateway
+//! file ([`Api::list_payments`]); the loop that compares and stores is written once here (`Ctx::payments`),
+//! beside Stripe's Events loop.
 //!
 //! Runs are audited in `reconcile_runs` with a cursor advanced after each stored page: `--resume RUN`
 //! continues an interrupted run. API calls are rate-limited.
@@ -36,15 +38,14 @@ use std::time::Duration;
 use anyhow::Context;
 use hookline_core::events::{self, OwnedEvent};
 use hookline_core::ProviderConfig;
-use hookline_signature::Scheme;
 use serde::Serialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
-use crate::gateway::{Api, ApiClient};
+use crate::gateway::{unavailable, Api, ApiClient, Window};
 use hookline_payments::apply::{dispute_status, payment_state};
 use hookline_payments::model::{DisputeStatus, PaymentFact, PaymentStatus};
-use hookline_payments::normalize::{normalize, pagarme_v5_object_resource, payment_resource};
+use hookline_payments::normalize::normalize;
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -181,10 +182,9 @@ pub async fn run(
         pace: Pace::new(opts.rate),
         progress,
     };
-    match provider.scheme {
-        Scheme::MercadoPago => ctx.mercadopago(cursor).await?,
-        Scheme::PagarmeV5 => ctx.pagarme(cursor).await?,
-        _ => ctx.stripe(cursor).await?,
+    match Api::of(provider.scheme) {
+        Some(api) if !api.reconciles_events() => ctx.payments(api, cursor).await?,
+        _ => ctx.events(cursor).await?,
     }
     let report = ctx.report;
     save(pool, &report, None, true).await?;
@@ -253,15 +253,6 @@ async fn save(
     Ok(())
 }
 
-fn api_error(e: hookline_core::handler::HandleError) -> anyhow::Error {
-    match e {
-        hookline_core::handler::HandleError::Transient(e) => {
-            e.context("the provider's API is unavailable; run again")
-        }
-        hookline_core::handler::HandleError::Permanent(e) => e,
-    }
-}
-
 /// Stores `rows` (unless a dry run) and counts what was stored.
 async fn store(
     pool: &PgPool,
@@ -303,7 +294,8 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    async fn stripe(&mut self, mut cursor: Option<String>) -> anyhow::Result<()> {
+    /// Stripe: its Events list over the window; every event hookline lacks is stored as received.
+    async fn events(&mut self, mut cursor: Option<String>) -> anyhow::Result<()> {
         // Per payment, the furthest status the provider's events (already stored before this run) report.
         let mut reported: std::collections::BTreeMap<String, PaymentStatus> = Default::default();
         loop {
@@ -320,7 +312,7 @@ impl Ctx<'_> {
                 .api
                 .get_json("v1/events", &query)
                 .await
-                .map_err(api_error)?;
+                .map_err(unavailable)?;
             let data = page["data"].as_array().cloned().unwrap_or_default();
             let mut listed = Vec::with_capacity(data.len());
             for event in &data {
@@ -343,7 +335,8 @@ impl Ctx<'_> {
                 if stored.contains(&id) {
                     self.report.present += 1;
                     let body = serde_json::to_vec(event).unwrap_or_default();
-                    let facts = normalize(Scheme::Stripe, Some(&kind), &body).unwrap_or_default();
+                    let facts =
+                        normalize(self.provider.scheme, Some(&kind), &body).unwrap_or_default();
                     for fact in facts {
                         if let PaymentFact::Payment {
                             payment_ref,
@@ -402,218 +395,43 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    async fn mercadopago(&mut self, cursor: Option<String>) -> anyhow::Result<()> {
-        const LIMIT: u64 = 50;
-        let rfc3339 = |t: OffsetDateTime| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default()
+    /// Mercado Pago and Pagar.me: the provider's payments in the window, page by page, as its gateway file lists
+    /// them ([`Api::list_payments`]): a payment whose state differs from ours (unknown, lower status, another
+    /// refunded amount, a dispute hookline does not know or holds at an earlier status) gets the notification its
+    /// listing built stored. The cursor is saved after each stored page.
+    async fn payments(&mut self, api: Api, mut cursor: Option<String>) -> anyhow::Result<()> {
+        let window = Window {
+            since: self.opts.since,
+            until: self.opts.until,
         };
-        let mut offset: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
         loop {
             self.pace.wait().await;
-            let query = vec![
-                ("range", "date_last_updated".to_string()),
-                ("begin_date", rfc3339(self.opts.since)),
-                ("end_date", rfc3339(self.opts.until)),
-                ("sort", "date_last_updated".to_string()),
-                ("criteria", "asc".to_string()),
-                ("limit", LIMIT.to_string()),
-                ("offset", offset.to_string()),
-            ];
-            let page = self
-                .api
-                .get_json("v1/payments/search", &query)
-                .await
-                .map_err(api_error)?;
-            let results = page["results"].as_array().cloned().unwrap_or_default();
+            let page = api
+                .list_payments(&self.api, window, cursor.as_deref())
+                .await?;
+            self.report.seen += page.seen;
+            (self.progress)(page.seen);
+            self.report.attention.extend(page.unreadable);
             let mut rows = Vec::new();
-            for payment in &results {
-                self.report.seen += 1;
-                (self.progress)(1);
-                let id = match &payment["id"] {
-                    serde_json::Value::Number(n) => n.to_string(),
-                    serde_json::Value::String(s) => s.clone(),
-                    _ => {
-                        self.report
-                            .attention
-                            .push("a payment without id in the search".to_owned());
-                        continue;
-                    }
-                };
-                let body = serde_json::to_vec(payment).context("serialise a payment")?;
-                let facts = match payment_resource(&body, &id) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        self.report.attention.push(format!("payment {id}: {e}"));
-                        continue;
-                    }
-                };
-                let theirs = facts.iter().find_map(|f| match f {
+            for listed in page.payments {
+                let theirs = listed.facts.iter().find_map(|f| match f {
                     PaymentFact::Payment { status, .. } => Some(*status),
                     _ => None,
                 });
-                let refunded: i64 = facts
-                    .iter()
-                    .map(|f| match f {
-                        PaymentFact::Refund { amount, .. } => amount.amount,
-                        _ => 0,
-                    })
-                    .sum();
-                let ours = payment_state(self.pool, &self.provider.name, &id)
+                let ours = payment_state(self.pool, &self.provider.name, &listed.id)
                     .await
                     .context("read our payment")?;
-                let disputes = self.disputes_behind(&facts).await?;
-                if !self.differs(&format!("payment {id}"), ours, theirs, refunded, disputes) {
-                    continue;
+                let disputes = self.disputes_behind(&listed.facts).await?;
+                if self.differs(&listed.label, ours, theirs, listed.refunded, disputes) {
+                    rows.push(listed.notification);
                 }
-                let updated = payment["date_last_updated"]
-                    .as_str()
-                    .unwrap_or("unknown")
-                    .to_owned();
-                let notification = serde_json::json!({
-                    "id": format!("reconcile-{id}-{updated}"),
-                    "type": "payment",
-                    "action": "payment.updated",
-                    "data": { "id": id },
-                });
-                rows.push(OwnedEvent {
-                    provider: self.provider.name.clone(),
-                    provider_event_id: format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
-                    event_type: Some("payment".into()),
-                    signed_at: None,
-                    headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                    query: format!("data.id={id}&type=payment"),
-                    body: serde_json::to_vec(&notification)
-                        .context("serialise a notification")?
-                        .into(),
-                    traceparent: hookline_core::telemetry::current_traceparent(),
-                });
             }
             store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
-            offset += results.len() as u64;
-            save(self.pool, &self.report, Some(&offset.to_string()), false).await?;
-            let total = page["paging"]["total"].as_u64().unwrap_or(0);
-            if results.is_empty() || offset >= total {
+            save(self.pool, &self.report, Some(&page.cursor), false).await?;
+            if !page.more {
                 return Ok(());
             }
-        }
-    }
-}
-
-impl Ctx<'_> {
-    /// Pagar.me v5: `GET /core/v5/charges` created in the window (Pagar.me filters lists by creation, not by
-    /// update: a charge created before `--since` and refunded inside the window is not listed), page by page
-    /// (`page`/`size`, newest first). A charge whose state differs from ours (unknown, another status, another
-    /// refunded total) gets a notification stored with the key `pgv5:{charge}:reconcile:{updated_at}` — the
-    /// worker reads the charge from the API and applies it, as for a webhook.
-    async fn pagarme(&mut self, cursor: Option<String>) -> anyhow::Result<()> {
-        const SIZE: u64 = 30;
-        let rfc3339 = |t: OffsetDateTime| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_default()
-        };
-        let mut page: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(1).max(1);
-        loop {
-            self.pace.wait().await;
-            let query = vec![
-                ("created_since", rfc3339(self.opts.since)),
-                ("created_until", rfc3339(self.opts.until)),
-                ("page", page.to_string()),
-                ("size", SIZE.to_string()),
-            ];
-            let listed =
-                crate::gateway::pagarme_orders::get_json(&self.api, "core/v5/charges", &query)
-                    .await
-                    .map_err(anyhow::Error::msg)
-                    .context(
-                        "list the charges (the provider's API may be unavailable; run again)",
-                    )?;
-            let Some(charges) = listed["data"].as_array() else {
-                anyhow::bail!("the charge list has no \"data\" list");
-            };
-            let mut rows = Vec::new();
-            for charge in charges.iter().take(SIZE as usize) {
-                self.report.seen += 1;
-                (self.progress)(1);
-                let id = match charge["id"].as_str() {
-                    Some(id) if hookline_payments::params::is_pagarme_id(id, "ch_") => {
-                        id.to_owned()
-                    }
-                    _ => {
-                        self.report
-                            .attention
-                            .push("a charge without a ch_… id in the list".to_owned());
-                        continue;
-                    }
-                };
-                let body = serde_json::to_vec(charge).context("serialise a charge")?;
-                let facts = match pagarme_v5_object_resource(&body, &id) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        self.report.attention.push(format!("charge {id}: {e}"));
-                        continue;
-                    }
-                };
-                let theirs = facts.iter().find_map(|f| match f {
-                    PaymentFact::Payment { status, .. } => Some(*status),
-                    _ => None,
-                });
-                let refunded: i64 = facts
-                    .iter()
-                    .map(|f| match f {
-                        PaymentFact::RefundedTotal { total, .. } => total.amount,
-                        _ => 0,
-                    })
-                    .sum();
-                let ours = payment_state(self.pool, &self.provider.name, &id)
-                    .await
-                    .context("read our payment")?;
-                let disputes = self.disputes_behind(&facts).await?;
-                if !self.differs(&format!("charge {id}"), ours, theirs, refunded, disputes) {
-                    continue;
-                }
-                let updated: String = charge["updated_at"]
-                    .as_str()
-                    .unwrap_or("unknown")
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | '.' | '+'))
-                    .take(40)
-                    .collect();
-                let kind: String = charge["status"]
-                    .as_str()
-                    .unwrap_or("updated")
-                    .chars()
-                    .filter(char::is_ascii_alphanumeric)
-                    .take(20)
-                    .collect();
-                let event_type = format!("charge.{kind}");
-                let notification = serde_json::json!({
-                    "id": format!("reconcile-{id}-{updated}"),
-                    "type": event_type,
-                    "data": { "id": id },
-                });
-                rows.push(OwnedEvent {
-                    provider: self.provider.name.clone(),
-                    provider_event_id: hookline_signature::pagarme_v5_dedupe_key(
-                        Some(&id),
-                        &format!("reconcile:{updated}"),
-                    ),
-                    event_type: Some(event_type),
-                    signed_at: None,
-                    headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                    query: String::new(),
-                    body: serde_json::to_vec(&notification)
-                        .context("serialise a notification")?
-                        .into(),
-                    traceparent: hookline_core::telemetry::current_traceparent(),
-                });
-            }
-            store(self.pool, rows, &mut self.report, self.opts.dry_run).await?;
-            page += 1;
-            save(self.pool, &self.report, Some(&page.to_string()), false).await?;
-            if charges.is_empty() || listed["paging"]["next"].as_str().is_none() {
-                return Ok(());
-            }
+            cursor = Some(page.cursor);
         }
     }
 }

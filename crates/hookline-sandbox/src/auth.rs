@@ -1,6 +1,6 @@
 //! Which configured provider a request is for, from its path family and its API key.
 //!
-//! Pagar.me v5 lives under `/core/v5/…` (it authenticates its own way: `pagarme::authenticate`).
+//! Pagar.me v5 lives under `/core/v5/…` (it authenticates its own way: `pagarme_v5::authenticate`).
 //!
 //! Stripe and Mercado Pago both live under `/v1/…` without colliding: `/v1/payments…` and `/v1/card_tokens…` are
 //! Mercado Pago, every other `/v1/…` path is Stripe. Several providers of one scheme (or both schemes at once) are told apart by the

@@ -15,7 +15,7 @@ use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::{ArmedFault, FaultSpec};
 use crate::limits::{MAX_COUNT, MAX_DELAY_MS, MAX_DUPLICATES};
 use crate::mercadopago;
-use crate::pagarme;
+use crate::pagarme_v5;
 use crate::report::{self, ChargesReport};
 use crate::scripts::{self, PaymentMethodScript};
 use crate::settings::Scheme;
@@ -199,7 +199,9 @@ impl SandboxControl {
             Scheme::MercadoPago => {
                 mercadopago::ops::chargeback(&mut state, edge, p, payment, status)
             }
-            Scheme::PagarmeV5 => pagarme::settle::chargeback(&mut state, edge, p, payment, status),
+            Scheme::PagarmeV5 => {
+                pagarme_v5::settle::chargeback(&mut state, edge, p, payment, status)
+            }
         };
         drop(state);
         self.shared.wake.notify_one();
@@ -227,7 +229,7 @@ impl SandboxControl {
                 mercadopago::ops::set_status(&mut state, edge, p, id, status, status_detail)
             }
             Scheme::PagarmeV5 => {
-                pagarme::settle::set_status(&mut state, edge, p, id, status, status_detail)
+                pagarme_v5::settle::set_status(&mut state, edge, p, id, status, status_detail)
             }
             Scheme::Stripe => Err(format!(
                 "'{provider}' is a Stripe provider: its payment intents change through the API"
@@ -274,7 +276,7 @@ impl SandboxControl {
         let edge = &self.shared.edge_url;
         let result = match state.providers[p].config.scheme {
             Scheme::MercadoPago => mercadopago::ops::settle_pix(&mut state, edge, p, id, paid),
-            Scheme::PagarmeV5 => pagarme::settle::settle_pix(&mut state, edge, p, id, paid),
+            Scheme::PagarmeV5 => pagarme_v5::settle::settle_pix(&mut state, edge, p, id, paid),
             Scheme::Stripe => Err(format!("'{provider}' is a Stripe provider: no Pix")),
         };
         drop(state);

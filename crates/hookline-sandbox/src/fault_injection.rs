@@ -12,7 +12,7 @@ use crate::auth;
 use crate::clock;
 use crate::faults::FaultAction;
 use crate::mercadopago;
-use crate::pagarme;
+use crate::pagarme_v5;
 use crate::reply::Reply;
 use crate::settings::Scheme;
 use crate::state::{RequestRecord, Shared, State};
@@ -57,7 +57,7 @@ pub(crate) fn abort(req: &HttpRequest) {
 fn status_reply(family: Option<Scheme>, status: u16, retry_after: Option<u64>) -> Reply {
     let reply = match family {
         Some(Scheme::MercadoPago) => mercadopago::errors::status(status),
-        Some(Scheme::PagarmeV5) => pagarme::errors::status(status),
+        Some(Scheme::PagarmeV5) => pagarme_v5::errors::status(status),
         _ => {
             let mut error = if status == 429 {
                 stripe::errors::rate_limited()

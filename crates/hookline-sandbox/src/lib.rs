@@ -173,29 +173,29 @@
 //!
 //! - `state` ← `auth`, `api`, `webhooks`, `fault_injection`, `control`, `report`, `customers`, `stripe` (and
 //!   `stripe::ops`, `stripe::confirm`), `mercadopago` (and `mercadopago::ops`, `mercadopago::search`,
-//!   `mercadopago::customers`, `mercadopago::tokens`), `pagarme` (its handlers);
+//!   `mercadopago::customers`, `mercadopago::tokens`), `pagarme_v5` (its handlers);
 //! - `customers` (the `/v1/customers` paths both providers serve) → `auth`, `stripe`, `mercadopago`; imported
 //!   only by the root;
 //! - inside one provider's directory the handler modules import one another (the validated request types live
 //!   in `ops`, the HTTP plumbing in the directory's `mod`, a charge's confirmation in `stripe::confirm`); the
 //!   rule holds between directories and crate-level modules;
-//! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `pagarme::emit`, `control`;
+//! - `webhooks` (queueing and sending) ← `stripe::ops`, `mercadopago::ops`, `pagarme_v5::emit`, `control`;
 //! - `api`, `auth` ← `stripe`, `mercadopago`, `pagarme` (`auth` also ← `fault_injection`);
-//! - `stripe::ops`, `stripe::confirm`, `mercadopago::ops`, `pagarme::settle` ← `control` (chargebacks, payment
+//! - `stripe::ops`, `stripe::confirm`, `mercadopago::ops`, `pagarme_v5::settle` ← `control` (chargebacks, payment
 //!   status changes, 3-D Secure, Pix); `report` (the charges report) ← `control`;
-//! - inside `pagarme`: `mod` (routes, authentication) → `ops` (orders, refunds), `list`, `cards`, `customers`,
+//! - inside `pagarme_v5`: `mod` (routes, authentication) → `ops` (orders, refunds), `list`, `cards`, `customers`,
 //!   `validate`; `ops`, `settle` → `lifecycle` (status changes and their webhooks) → `emit` → `render` → `book`;
 //!   `cards`, `customers`, `validate` → `fields`, `errors`;
-//! - `scripts` (card-use scripts) ← `state`, `control`, `stripe::confirm`, `mercadopago::ops`, `pagarme::ops`; it
-//!   imports `stripe::book`, `mercadopago::book`, `pagarme::book` (their outcome vocabularies) and `settings`;
-//! - `stripe::errors`, `mercadopago::errors`, `pagarme::errors` ← their provider, `fault_injection`;
+//! - `scripts` (card-use scripts) ← `state`, `control`, `stripe::confirm`, `mercadopago::ops`, `pagarme_v5::ops`; it
+//!   imports `stripe::book`, `mercadopago::book`, `pagarme_v5::book` (their outcome vocabularies) and `settings`;
+//! - `stripe::errors`, `mercadopago::errors`, `pagarme_v5::errors` ← their provider, `fault_injection`;
 //! - what the state holds imports no handler: `faults` (fault definitions and the armed list; → `limits`, `rng`),
 //!   `delivery` (deliveries, attempts, behaviour), `idempotency`, `stripe::book`, `mercadopago::book`
-//!   (→ `clock`), `pagarme::book`; the books sit in their provider's directory but import nothing of it. `state`
+//!   (→ `clock`), `pagarme_v5::book`; the books sit in their provider's directory but import nothing of it. `state`
 //!   itself imports only those, `clock`, `settings` and `rng`;
 //! - leaves (import nothing of the crate): `settings` (providers and settings; ← `config` too), `limits`,
 //!   `clock` (with the movable [`SandboxControl::advance_clock`] clock), `rng`, `reply`, `idempotency`,
-//!   `delivery`, `pix` (Pix codes, ← `mercadopago::ops`, `pagarme::ops`), `stripe::book`, `pagarme::book`.
+//!   `delivery`, `pix` (Pix codes, ← `mercadopago::ops`, `pagarme_v5::ops`), `stripe::book`, `pagarme_v5::book`.
 
 #![warn(missing_docs)]
 
@@ -211,7 +211,7 @@ mod faults;
 mod idempotency;
 mod limits;
 mod mercadopago;
-mod pagarme;
+mod pagarme_v5;
 mod pix;
 mod reply;
 mod report;
@@ -273,7 +273,7 @@ impl Sandbox {
                         .configure(customers::configure)
                         .configure(stripe::configure)
                         .configure(mercadopago::configure)
-                        .configure(pagarme::configure)
+                        .configure(pagarme_v5::configure)
                         .default_service(web::to(unrouted)),
                 )
         })
@@ -327,7 +327,7 @@ impl Sandbox {
 async fn unrouted(req: HttpRequest) -> HttpResponse {
     match auth::family(req.path()) {
         Some(Scheme::MercadoPago) => mercadopago::errors::route_not_found().into_response(),
-        Some(Scheme::PagarmeV5) => pagarme::errors::route_not_found().into_response(),
+        Some(Scheme::PagarmeV5) => pagarme_v5::errors::route_not_found().into_response(),
         _ => stripe::errors::unrecognized_url(req.method().as_str(), req.path())
             .reply()
             .into_response(),

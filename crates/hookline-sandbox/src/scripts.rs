@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::mercadopago::book::rejection;
-use crate::pagarme::book::{decline as pagarme_decline, decline_names as pagarme_declines};
+use crate::pagarme_v5::book::{decline as pagarme_decline, decline_names as pagarme_declines};
 use crate::settings::Scheme;
 use crate::stripe::book::{decline, decline_codes};
 

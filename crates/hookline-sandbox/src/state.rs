@@ -14,7 +14,7 @@ use crate::delivery::{Delivery, DeliveryBehaviour};
 use crate::faults::Faults;
 use crate::idempotency::IdempotencyStore;
 use crate::mercadopago::book::MpBook;
-use crate::pagarme::book::PgBook;
+use crate::pagarme_v5::book::PgBook;
 use crate::rng::SeededRng;
 use crate::scripts::Scripts;
 use crate::settings::{SandboxProvider, SandboxSettings, Scheme};

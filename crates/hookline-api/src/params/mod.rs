@@ -457,8 +457,8 @@ fn identification(path: &str, v: &Value) -> Result<Value, ApiError> {
     Ok(Value::Object(out))
 }
 
-mod pagarme;
-use pagarme::pagarme;
+mod pagarme_v5;
+use pagarme_v5::pagarme;
 
 #[cfg(test)]
 mod tests;

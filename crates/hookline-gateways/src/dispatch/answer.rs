@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::gateway::{self, bounded, excerpt, Api, Object, Raw, Verdict, PAYMENT_METHOD_UNUSABLE};
+use crate::gateway::{bounded, excerpt, Api, Object, Raw, Verdict, PAYMENT_METHOD_UNUSABLE};
 
 /// Attempts after which a 2xx answer that is not the provider's object needs attention instead of another
 /// retry (with the default backoff, about two minutes after the first).
@@ -118,29 +118,13 @@ pub(crate) struct Expected<'a> {
 impl Expected<'_> {
     /// What a 2xx must contain, in the reasons.
     fn object(&self) -> &'static str {
-        match (self.api, self.refund) {
-            (Api::Stripe, false) => "a Stripe payment_intent",
-            (Api::Stripe, true) => "a Stripe refund",
-            (Api::MercadoPago, false) => "a Mercado Pago payment",
-            (Api::MercadoPago, true) => "a Mercado Pago refund",
-            (Api::PagarmeV5, false) => "a Pagar.me order",
-            (Api::PagarmeV5, true) => "a Pagar.me charge",
-        }
+        self.api.object_name(self.refund)
     }
 
     /// Reads the provider's object of this kind from `json`.
     pub(crate) fn read(&self, json: &Value) -> Result<Object, String> {
-        match (self.api, self.refund) {
-            (Api::Stripe, false) => gateway::stripe::read_charge(json),
-            (Api::Stripe, true) => gateway::stripe::read_refund(json),
-            (Api::MercadoPago, false) => gateway::mercadopago::read_payment(json),
-            (Api::MercadoPago, true) => gateway::mercadopago::read_refund(json),
-            (Api::PagarmeV5, false) => gateway::pagarme_orders::read_order(json),
-            (Api::PagarmeV5, true) => gateway::pagarme_orders::read_refund(
-                json,
-                self.refund_public_id.unwrap_or_default(),
-            ),
-        }
+        self.api
+            .read_object(json, self.refund, self.refund_public_id.unwrap_or_default())
     }
 }
 
@@ -210,29 +194,17 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             error: format!("{status} (will retry): {}", excerpt(&raw.body, 300)),
         },
         _ => {
-            // Stripe answers a declined card with 402 `card_error`: the customer's bank said no, an outcome. A
-            // charge whose payment method or customer Stripe refuses (another customer's method, detached,
-            // missing; off-session without a saved method) is one too: no operator can fix the customer's card,
-            // and billing must learn that the method is unusable.
-            if expected.api == Api::PagarmeV5 {
-                if let Some(d) = pagarme_refusal(expected, status, &raw.body) {
-                    return d;
-                }
-            }
-            if expected.api == Api::Stripe {
-                let method_refused = || {
-                    (!expected.refund && (400..=499).contains(&status))
-                        .then(|| gateway::stripe::read_method_refusal(&raw.body))
-                        .flatten()
+            // A decline answered as an error (Stripe's 402 `card_error`: the customer's bank said no) or a
+            // payment method the gateway refuses is an outcome, not hookline's problem: no operator can fix the
+            // customer's card, and billing must learn that the method is unusable. Each provider's file says
+            // which of its 4xx are ([`Api::refusal`]).
+            if let Some(d) = expected.api.refusal(expected.refund, status, &raw.body) {
+                return Answer::Declined {
+                    status: Some(status),
+                    provider_id: d.id,
+                    code: d.code,
+                    message: d.message,
                 };
-                if let Some(d) = gateway::stripe::read_decline(&raw.body).or_else(method_refused) {
-                    return Answer::Declined {
-                        status: Some(status),
-                        provider_id: d.id,
-                        code: d.code,
-                        message: d.message,
-                    };
-                }
             }
             Answer::Refused {
                 status: Some(status),
@@ -240,36 +212,6 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             }
         }
     }
-}
-
-/// Pagar.me's refusals that are outcomes, not hookline's problem: a refund answered 412 (the charge cannot be
-/// cancelled, or by that amount: already refunded, failed, charged back) fails that refund and releases its
-/// amount; a charge whose saved card or customer Pagar.me does not find (404), refuses for that customer (412: the
-/// card belongs to another customer) or refuses as invalid (422 naming `card_id`, `card_token` or the customer)
-/// is a decline, [`PAYMENT_METHOD_UNUSABLE`]: the customer's method must change, not hookline (billing parks the
-/// subscription as `needs_payment_method`).
-fn pagarme_refusal(expected: &Expected<'_>, status: u16, body: &[u8]) -> Option<Answer> {
-    let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-    let message = bounded(&json["message"], 300).unwrap_or_else(|| excerpt(body, 300));
-    if expected.refund {
-        return (status == 412).then(|| Answer::Declined {
-            status: Some(status),
-            provider_id: None,
-            code: "refund_refused".to_owned(),
-            message,
-        });
-    }
-    let about_method = json["errors"].as_object().is_some_and(|errors| {
-        errors
-            .keys()
-            .any(|k| k.contains("card_id") || k.contains("card_token") || k.contains("customer_id"))
-    });
-    (status == 404 || status == 412 || (status == 422 && about_method)).then(|| Answer::Declined {
-        status: Some(status),
-        provider_id: None,
-        code: PAYMENT_METHOD_UNUSABLE.to_owned(),
-        message,
-    })
 }
 
 /// Classifies the answer to one step of a saved card's preparation (`step`: the card lookup, the card token;

@@ -68,14 +68,13 @@ pub use answer::{Answer, MAX_UNREADABLE_ATTEMPTS};
 use hookline_core::telemetry;
 use tracing::Instrument;
 
-use crate::gateway::{self, Api, ApiClient, PostError};
+use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown};
 use hookline_core::config::DispatcherConfig;
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
 use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
 use hookline_payments::model::IntentStatus;
 use hookline_payments::outbound_requests::{self, Claimed, KeyLifetimes, Retried};
-use hookline_payments::params::PaymentParams;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -512,17 +511,10 @@ impl Dispatcher {
     ) -> Result<Result<Option<serde_json::Value>, String>, sqlx::Error> {
         let intent = &subject.intent;
         let Some((amount, refund_public_id)) = &subject.refund else {
-            return Ok(match gateway.api {
-                Api::Stripe => {
-                    gateway::stripe::find_charge(&gateway.client, &intent.public_id).await
-                }
-                Api::MercadoPago => {
-                    gateway::mercadopago::find_charge(&gateway.client, &intent.public_id).await
-                }
-                Api::PagarmeV5 => {
-                    gateway::pagarme_orders::find_order(&gateway.client, &intent.public_id).await
-                }
-            });
+            return Ok(gateway
+                .api
+                .find_charge(&gateway.client, &intent.public_id)
+                .await);
         };
         let Some(payment) = intent.provider_payment_id.as_deref() else {
             return Ok(Err(format!(
@@ -530,35 +522,19 @@ impl Dispatcher {
                 intent.public_id
             )));
         };
-        Ok(match gateway.api {
-            Api::Stripe => {
-                gateway::stripe::find_refund(&gateway.client, payment, refund_public_id).await
+        // What hookline already knows of the intent's other refunds (a lookup is rare: only once a key expired).
+        let known = {
+            let mut conn = self.pool.acquire().await?;
+            let except = claimed.refund_id.unwrap_or_default();
+            RefundsKnown {
+                linked: intents::linked_refund_ids(&mut conn, intent.id, except).await?,
+                recorded: intents::recorded_refund_amount(&mut conn, intent.id, except).await?,
             }
-            Api::MercadoPago => {
-                let linked = {
-                    let mut conn = self.pool.acquire().await?;
-                    let except = claimed.refund_id.unwrap_or_default();
-                    intents::linked_refund_ids(&mut conn, intent.id, except).await?
-                };
-                gateway::mercadopago::find_refund(
-                    &gateway.client,
-                    payment,
-                    refund_public_id,
-                    *amount,
-                    &linked,
-                )
-                .await
-            }
-            Api::PagarmeV5 => {
-                let recorded = {
-                    let mut conn = self.pool.acquire().await?;
-                    let except = claimed.refund_id.unwrap_or_default();
-                    intents::recorded_refund_amount(&mut conn, intent.id, except).await?
-                };
-                gateway::pagarme_orders::find_refund(&gateway.client, payment, *amount, recorded)
-                    .await
-            }
-        })
+        };
+        Ok(gateway
+            .api
+            .find_refund(&gateway.client, payment, refund_public_id, *amount, &known)
+            .await)
     }
 
     fn backoff_for(&self, claimed: &Claimed) -> Duration {
@@ -711,25 +687,15 @@ fn build(
                 intent.public_id
             )));
         };
-        return match gateway.api {
-            Api::Stripe => gateway::stripe::refund_request(
-                &gateway.client,
-                &key,
+        return gateway.api.request(
+            &gateway.client,
+            &key,
+            Outgoing::Refund {
                 payment,
-                *amount,
+                amount: *amount,
                 refund_public_id,
-            ),
-            Api::MercadoPago => gateway::mercadopago::refund_request(
-                &gateway.client,
-                &key,
-                payment,
-                *amount,
-                refund_public_id,
-            ),
-            Api::PagarmeV5 => {
-                gateway::pagarme_orders::refund_request(&gateway.client, &key, payment, *amount)
-            }
-        };
+            },
+        );
     }
     let Some(params) = intent.payment_params.as_ref().map(|p| &p.0) else {
         return Err(PostError::Refused(format!(
@@ -743,34 +709,15 @@ fn build(
             intent.public_id
         )));
     }
-    match (gateway.api, params) {
-        (Api::Stripe, PaymentParams::Stripe(p)) => {
-            gateway::stripe::charge_request(&gateway.client, &key, intent, p)
-        }
-        (Api::MercadoPago, PaymentParams::MercadoPago(p)) => {
-            let saved = minted.map(|minted| gateway::mercadopago::SavedCardCharge {
-                minted,
-                // A billing charge's subscription (Mercado Pago's subscription messaging).
-                subscription_id: intent.subscription_id,
-            });
-            gateway::mercadopago::charge_request(&gateway.client, &key, intent, p, saved.as_ref())
-        }
-        (Api::PagarmeV5, PaymentParams::Pagarme(p)) => {
-            let order = gateway::pagarme_orders::OrderFor {
-                public_id: &intent.public_id,
-                amount: intent.amount,
-                description: intent.description.as_deref(),
-                subscription_id: intent.subscription_id,
-            };
-            gateway::pagarme_orders::order_request(&gateway.client, &key, &order, p)
-        }
-        (_, other) => Err(PostError::Refused(format!(
-            "intent {} carries {} parameters but provider {} is not that scheme",
-            intent.public_id,
-            other.scheme_name(),
-            claimed.provider
-        ))),
-    }
+    gateway.api.request(
+        &gateway.client,
+        &key,
+        Outgoing::Charge {
+            intent,
+            params,
+            minted,
+        },
+    )
 }
 
 /// Records the gateway's accepted charge on its intent (in the caller's transaction) and, when the provider's

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::answer::{classify_card_step, Answer, Expected};
 use super::{Dispatcher, Gateway, Subject};
 use crate::gateway::mercadopago::{self, MintedCard};
-use crate::gateway::{Api, ApiClient, PostError};
+use crate::gateway::{ApiClient, PostError};
 use hookline_payments::outbound_requests::{self, Claimed};
 use hookline_payments::params::PaymentParams;
 
@@ -22,7 +22,7 @@ impl Dispatcher {
         claimed: &Claimed,
         subject: &Subject,
     ) -> Result<Result<Option<MintedCard>, Answer>, sqlx::Error> {
-        if subject.refund.is_some() || gateway.api != Api::MercadoPago {
+        if subject.refund.is_some() || !gateway.api.mints_saved_cards() {
             return Ok(Ok(None));
         }
         let Some(PaymentParams::MercadoPago(p)) =

@@ -443,6 +443,98 @@ impl ApiClient {
     }
 }
 
+/// Reconciliation's listing: `GET /v1/payments/search` over the window by `date_last_updated`, oldest first,
+/// `offset`-paged (the cursor). A payment whose state differs from hookline's gets a notification with the key
+/// `mp:{id}:reconcile:{date_last_updated}`: the worker fetches the payment and applies it, as for a webhook.
+pub async fn list_payments(
+    api: &ApiClient,
+    window: super::Window,
+    cursor: Option<&str>,
+) -> anyhow::Result<super::PaymentsPage> {
+    use anyhow::Context;
+    use hookline_payments::model::PaymentFact;
+    const LIMIT: u64 = 50;
+    let offset: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+    let query = vec![
+        ("range", "date_last_updated".to_string()),
+        ("begin_date", super::Window::rfc3339(window.since)),
+        ("end_date", super::Window::rfc3339(window.until)),
+        ("sort", "date_last_updated".to_string()),
+        ("criteria", "asc".to_string()),
+        ("limit", LIMIT.to_string()),
+        ("offset", offset.to_string()),
+    ];
+    let page = api
+        .get_json("v1/payments/search", &query)
+        .await
+        .map_err(super::unavailable)?;
+    let results = page["results"].as_array().cloned().unwrap_or_default();
+    let mut listed = super::PaymentsPage {
+        seen: results.len() as u64,
+        ..Default::default()
+    };
+    for payment in &results {
+        let id = match &payment["id"] {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => {
+                listed
+                    .unreadable
+                    .push("a payment without id in the search".to_owned());
+                continue;
+            }
+        };
+        let body = serde_json::to_vec(payment).context("serialise a payment")?;
+        let facts = match hookline_payments::normalize::payment_resource(&body, &id) {
+            Ok(f) => f,
+            Err(e) => {
+                listed.unreadable.push(format!("payment {id}: {e}"));
+                continue;
+            }
+        };
+        let refunded: i64 = facts
+            .iter()
+            .map(|f| match f {
+                PaymentFact::Refund { amount, .. } => amount.amount,
+                _ => 0,
+            })
+            .sum();
+        let updated = payment["date_last_updated"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_owned();
+        let notification = json!({
+            "id": format!("reconcile-{id}-{updated}"),
+            "type": "payment",
+            "action": "payment.updated",
+            "data": { "id": id },
+        });
+        listed.payments.push(super::ListedPayment {
+            label: format!("payment {id}"),
+            notification: hookline_core::events::OwnedEvent {
+                provider: api.provider().to_owned(),
+                provider_event_id: format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
+                event_type: Some("payment".into()),
+                signed_at: None,
+                headers: vec![("x-hookline-source".into(), "reconcile".into())],
+                query: format!("data.id={id}&type=payment"),
+                body: serde_json::to_vec(&notification)
+                    .context("serialise a notification")?
+                    .into(),
+                traceparent: hookline_core::telemetry::current_traceparent(),
+            },
+            id,
+            facts,
+            refunded,
+        });
+    }
+    let next = offset + results.len() as u64;
+    let total = page["paging"]["total"].as_u64().unwrap_or(0);
+    listed.cursor = next.to_string();
+    listed.more = !results.is_empty() && next < total;
+    Ok(listed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

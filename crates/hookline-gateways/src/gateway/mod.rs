@@ -2,22 +2,27 @@
 //! (never follows a redirect) and the bounded body reader, shared by everything that talks to a provider's API —
 //! the dispatcher's charges, refunds and lookups ([`crate::dispatch`]), the worker's Mercado Pago payment fetch
 //! ([`crate::fetch`]) and reconciliation ([`crate::reconcile`]). What each provider's requests and objects look
-//! like lives beside it: [`stripe`], [`mercadopago`] and [`pagarme_orders`] (Pagar.me Core API v5). Adding a
+//! like lives beside it: [`stripe`], [`mercadopago`] and [`pagarme_v5`] (Pagar.me Core API v5). Adding a
 //! gateway is one module here.
 //!
 //! Nothing here touches the database, and nothing here logs a token or a body.
 
 pub mod mercadopago;
-pub mod pagarme_orders;
+pub mod pagarme_v5;
 pub mod stripe;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrecy::{ExposeSecret, SecretString};
+use time::OffsetDateTime;
 
+use hookline_core::events::OwnedEvent;
 use hookline_core::handler::HandleError;
 use hookline_core::retry::parse_retry_after;
+use hookline_payments::intents::Intent;
+use hookline_payments::model::PaymentFact;
+use hookline_payments::params::PaymentParams;
 use hookline_signature::Scheme;
 
 /// Largest answer body read from a provider's API; a payment, a refund or a search page is a few KB.
@@ -60,6 +65,258 @@ impl Api {
             Scheme::PagarmeV5 => Some(Api::PagarmeV5),
             _ => None,
         }
+    }
+}
+
+/// A charge or refund to send, as [`Api::request`] builds it: everything the provider's file needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outgoing<'a> {
+    /// The intent's charge, with its own payment parameters.
+    Charge {
+        /// The intent.
+        intent: &'a Intent,
+        /// Its payment parameters (the intent's `payment_params`, checked complete by the caller).
+        params: &'a PaymentParams,
+        /// A Mercado Pago saved card's minted token for this key generation.
+        minted: Option<&'a mercadopago::MintedCard>,
+    },
+    /// A refund of the intent's payment.
+    Refund {
+        /// The gateway's payment (charge) id.
+        payment: &'a str,
+        /// Minor units.
+        amount: i64,
+        /// The refund's public id (`re_hl_N`), hookline's reference at the gateway where it keeps one.
+        refund_public_id: &'a str,
+    },
+}
+
+/// What a refund's lookup may need from hookline's own records, read by the caller (nothing here touches the
+/// database): Mercado Pago's refunds already linked to other requests (a gateway refund of the same amount linked
+/// to another is not this one) and the amount already refunded and confirmed (Pagar.me's refunds carry no
+/// reference: the charge's `canceled_amount` must hold this one beside them).
+#[derive(Debug, Clone, Default)]
+pub struct RefundsKnown {
+    /// Gateway refund ids linked to the intent's other refund requests.
+    pub linked: Vec<String>,
+    /// Minor units of the intent's other refunds the gateway confirmed.
+    pub recorded: i64,
+}
+
+/// One payment as a provider's reconciliation listing shows it: what the provider says of it, and the notification
+/// to store when ours differs (the worker then reads the object from the API and applies it, as for a webhook).
+#[derive(Debug)]
+pub struct ListedPayment {
+    /// The payment's id at the provider (how hookline's `payments` row is keyed).
+    pub id: String,
+    /// How reports name it (`payment 123`, `charge ch_…`).
+    pub label: String,
+    /// Its resource, normalized.
+    pub facts: Vec<PaymentFact>,
+    /// What the provider says has been refunded, minor units.
+    pub refunded: i64,
+    /// The notification stored when ours differs, keyed so that a second run stores nothing.
+    pub notification: OwnedEvent,
+}
+
+/// One page of a provider's payments, for reconciliation.
+#[derive(Debug, Default)]
+pub struct PaymentsPage {
+    /// The payments listed, read.
+    pub payments: Vec<ListedPayment>,
+    /// How many objects the page held (read or not).
+    pub seen: u64,
+    /// Objects that could not be read, each with why (reported for an operator).
+    pub unreadable: Vec<String>,
+    /// Where a resumed run continues after this page.
+    pub cursor: String,
+    /// Whether another page follows.
+    pub more: bool,
+}
+
+/// The window a reconciliation lists.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// Start.
+    pub since: OffsetDateTime,
+    /// End.
+    pub until: OffsetDateTime,
+}
+
+impl Window {
+    /// RFC 3339, as the providers' list filters take it.
+    pub fn rfc3339(t: OffsetDateTime) -> String {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default()
+    }
+}
+
+/// The one place that names each provider for the generic loops (the dispatcher, its answer classification and
+/// lookup, reconciliation's listing): every arm calls the provider's own file, so adding a gateway is one file here and one arm per method.
+impl Api {
+    /// What a 2xx must contain, in the reasons.
+    pub fn object_name(self, refund: bool) -> &'static str {
+        match (self, refund) {
+            (Api::Stripe, false) => "a Stripe payment_intent",
+            (Api::Stripe, true) => "a Stripe refund",
+            (Api::MercadoPago, false) => "a Mercado Pago payment",
+            (Api::MercadoPago, true) => "a Mercado Pago refund",
+            (Api::PagarmeV5, false) => "a Pagar.me order",
+            (Api::PagarmeV5, true) => "a Pagar.me charge",
+        }
+    }
+
+    /// Reads the provider's charge or refund object from `json` (a refund's public id names Pagar.me's refund,
+    /// whose answer is the charge).
+    pub fn read_object(
+        self,
+        json: &serde_json::Value,
+        refund: bool,
+        refund_public_id: &str,
+    ) -> Result<Object, String> {
+        match (self, refund) {
+            (Api::Stripe, false) => stripe::read_charge(json),
+            (Api::Stripe, true) => stripe::read_refund(json),
+            (Api::MercadoPago, false) => mercadopago::read_payment(json),
+            (Api::MercadoPago, true) => mercadopago::read_refund(json),
+            (Api::PagarmeV5, false) => pagarme_v5::read_order(json),
+            (Api::PagarmeV5, true) => pagarme_v5::read_refund(json, refund_public_id),
+        }
+    }
+
+    /// A 4xx that is an outcome, not hookline's problem (a declined card, a refused payment method, a refund
+    /// the gateway will not make), read from the error body; `None`: hookline's own problem.
+    pub fn refusal(self, refund: bool, status: u16, body: &[u8]) -> Option<Decline> {
+        match self {
+            Api::Stripe => stripe::read_refusal(refund, status, body),
+            Api::MercadoPago => None,
+            Api::PagarmeV5 => pagarme_v5::read_refusal(refund, status, body),
+        }
+    }
+
+    /// Whether a charge's saved card is prepared before it is sent (Mercado Pago: the card's payment method and
+    /// a single-use token, minted per key generation).
+    pub fn mints_saved_cards(self) -> bool {
+        self == Api::MercadoPago
+    }
+
+    /// The request for `send` under idempotency `key`, or why there is none.
+    pub(crate) fn request(
+        self,
+        client: &ApiClient,
+        key: &str,
+        send: Outgoing<'_>,
+    ) -> Result<reqwest::RequestBuilder, PostError> {
+        match send {
+            Outgoing::Refund {
+                payment,
+                amount,
+                refund_public_id,
+            } => match self {
+                Api::Stripe => {
+                    stripe::refund_request(client, key, payment, amount, refund_public_id)
+                }
+                Api::MercadoPago => {
+                    mercadopago::refund_request(client, key, payment, amount, refund_public_id)
+                }
+                Api::PagarmeV5 => pagarme_v5::refund_request(client, key, payment, amount),
+            },
+            Outgoing::Charge {
+                intent,
+                params,
+                minted,
+            } => match (self, params) {
+                (Api::Stripe, PaymentParams::Stripe(p)) => {
+                    stripe::charge_request(client, key, intent, p)
+                }
+                (Api::MercadoPago, PaymentParams::MercadoPago(p)) => {
+                    let saved = minted.map(|minted| mercadopago::SavedCardCharge {
+                        minted,
+                        // A billing charge's subscription (Mercado Pago's subscription messaging).
+                        subscription_id: intent.subscription_id,
+                    });
+                    mercadopago::charge_request(client, key, intent, p, saved.as_ref())
+                }
+                (Api::PagarmeV5, PaymentParams::Pagarme(p)) => {
+                    let order = pagarme_v5::OrderFor {
+                        public_id: &intent.public_id,
+                        amount: intent.amount,
+                        description: intent.description.as_deref(),
+                        subscription_id: intent.subscription_id,
+                    };
+                    pagarme_v5::order_request(client, key, &order, p)
+                }
+                (_, other) => Err(PostError::Refused(format!(
+                    "intent {} carries {} parameters but provider {} is not that scheme",
+                    intent.public_id,
+                    other.scheme_name(),
+                    client.provider()
+                ))),
+            },
+        }
+    }
+
+    /// The charge of the intent `public_id`, found by hookline's own reference (`Ok(None)`: none).
+    pub async fn find_charge(
+        self,
+        client: &ApiClient,
+        public_id: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        match self {
+            Api::Stripe => stripe::find_charge(client, public_id).await,
+            Api::MercadoPago => mercadopago::find_charge(client, public_id).await,
+            Api::PagarmeV5 => pagarme_v5::find_order(client, public_id).await,
+        }
+    }
+
+    /// The refund `refund_public_id` of `amount` on `payment`, found by its own identity only (`Ok(None)`:
+    /// not made; `Err`: the lookup failed or cannot tell).
+    pub async fn find_refund(
+        self,
+        client: &ApiClient,
+        payment: &str,
+        refund_public_id: &str,
+        amount: i64,
+        known: &RefundsKnown,
+    ) -> Result<Option<serde_json::Value>, String> {
+        match self {
+            Api::Stripe => stripe::find_refund(client, payment, refund_public_id).await,
+            Api::MercadoPago => {
+                mercadopago::find_refund(client, payment, refund_public_id, amount, &known.linked)
+                    .await
+            }
+            Api::PagarmeV5 => {
+                pagarme_v5::find_refund(client, payment, amount, known.recorded).await
+            }
+        }
+    }
+
+    /// How reconciliation reads this provider's own record: its Events list (Stripe: every event hookline lacks is
+    /// stored as received), or else its payments listed page by page ([`Api::list_payments`]).
+    pub fn reconciles_events(self) -> bool {
+        self == Api::Stripe
+    }
+
+    /// One page of the provider's payments in `window`, from `cursor` (`None`: the first page).
+    pub async fn list_payments(
+        self,
+        client: &ApiClient,
+        window: Window,
+        cursor: Option<&str>,
+    ) -> anyhow::Result<PaymentsPage> {
+        match self {
+            Api::Stripe => anyhow::bail!("Stripe is reconciled from its Events list"),
+            Api::MercadoPago => mercadopago::list_payments(client, window, cursor).await,
+            Api::PagarmeV5 => pagarme_v5::list_payments(client, window, cursor).await,
+        }
+    }
+}
+
+/// An API read's error as reconciliation reports it: a transient one says to run again.
+pub fn unavailable(e: HandleError) -> anyhow::Error {
+    match e {
+        HandleError::Transient(e) => e.context("the provider's API is unavailable; run again"),
+        HandleError::Permanent(e) => e,
     }
 }
 

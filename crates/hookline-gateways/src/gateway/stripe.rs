@@ -232,6 +232,17 @@ fn decline_code(error: &Value) -> String {
         .unwrap_or_else(|| "card_declined".to_owned())
 }
 
+/// A 4xx that is an outcome: a declined card (402 `card_error`), or — for a charge — a payment method or customer
+/// Stripe refuses (another customer's method, detached, missing; off-session without a saved method): no operator
+/// can fix the customer's card, and billing must learn that the method is unusable.
+pub fn read_refusal(refund: bool, status: u16, body: &[u8]) -> Option<Decline> {
+    read_decline(body).or_else(|| {
+        (!refund && (400..=499).contains(&status))
+            .then(|| read_method_refusal(body))
+            .flatten()
+    })
+}
+
 /// A Stripe error answer that is a decline: `error.type = card_error` (HTTP 402), with the PaymentIntent's id
 /// when the error carries it (`error.payment_intent.id`).
 pub fn read_decline(body: &[u8]) -> Option<Decline> {

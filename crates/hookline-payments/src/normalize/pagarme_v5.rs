@@ -2,7 +2,7 @@
 //!
 //! A v5 webhook is not signed (see `hookline-signature`'s `schemes/pagarme_v5.rs`): its body is trusted only to
 //! name the object, and the edge puts that name into the dedupe key (`pgv5:{data.id}:{hook id}`). The worker
-//! reads the object from the API by that name (`hookline_gateways::gateway::pagarme_orders::fetch_object`) and the effect
+//! reads the object from the API by that name (`hookline_gateways::gateway::pagarme_v5::fetch_object`) and the effect
 //! comes from what the API says, through [`object_resource`] — never from the webhook body. An event whose key
 //! names no object is recorded as ignored ([`normalize`]).
 //!

@@ -598,7 +598,7 @@ pub async fn pg_card_order(
     order
 }
 
-/// A sandbox with the default providers and a Pagar.me one named `pagarme`, webhooks to `edge`.
+/// A sandbox with the default providers and a Pagar.me one named `pagarme_v5`, webhooks to `edge`.
 pub async fn start_pagarme(edge: Option<&Url>) -> RunningSandbox {
     let mut s = settings(edge);
     s.providers.push(pagarme("pagarme"));

@@ -20,7 +20,9 @@
 
 use serde_json::{json, Value};
 
-use super::{bounded, ApiClient, Object, PostError, Verdict};
+use super::{
+    bounded, excerpt, ApiClient, Decline, Object, PostError, Verdict, PAYMENT_METHOD_UNUSABLE,
+};
 use hookline_core::handler::HandleError;
 use hookline_payments::params::{is_pagarme_id, PagarmeParams};
 use secrecy::ExposeSecret;
@@ -296,6 +298,34 @@ pub fn read_refund(json: &Value, refund_public_id: &str) -> Result<Object, Strin
     })
 }
 
+/// Pagar.me's refusals that are outcomes, not hookline's problem: a refund answered 412 (the charge cannot be
+/// cancelled, or by that amount: already refunded, failed, charged back) fails that refund and releases its
+/// amount; a charge whose saved card or customer Pagar.me does not find (404), refuses for that customer (412: the
+/// card belongs to another customer) or refuses as invalid (422 naming `card_id`, `card_token` or the customer)
+/// is a decline, [`PAYMENT_METHOD_UNUSABLE`]: the customer's method must change, not hookline (billing parks the
+/// subscription as `needs_payment_method`).
+pub fn read_refusal(refund: bool, status: u16, body: &[u8]) -> Option<Decline> {
+    let json = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let message = bounded(&json["message"], 300).unwrap_or_else(|| excerpt(body, 300));
+    if refund {
+        return (status == 412).then(|| Decline {
+            id: None,
+            code: "refund_refused".to_owned(),
+            message,
+        });
+    }
+    let about_method = json["errors"].as_object().is_some_and(|errors| {
+        errors
+            .keys()
+            .any(|k| k.contains("card_id") || k.contains("card_token") || k.contains("customer_id"))
+    });
+    (status == 404 || status == 412 || (status == 422 && about_method)).then(|| Decline {
+        id: None,
+        code: PAYMENT_METHOD_UNUSABLE.to_owned(),
+        message,
+    })
+}
+
 /// `GET {base}/{path}?{query}` with Pagar.me's authentication, its JSON (bounded, classified as
 /// [`ApiClient::get`] classifies).
 pub async fn get_json(
@@ -403,6 +433,110 @@ fn refund_by_cancelled_amount(
          hold this refund of {amount} besides the {recorded} hookline recorded, but a cancellation made elsewhere \
          would show the same; an operator decides (nothing is sent again)"
     ))
+}
+
+/// Reconciliation's listing: `GET /core/v5/charges` created in the window (Pagar.me filters lists by creation, not
+/// by update: a charge created before `--since` and refunded inside the window is not listed), page by page
+/// (`page`/`size`, the page number is the cursor). A charge whose state differs from hookline's gets a
+/// notification with the key `pgv5:{charge}:reconcile:{updated_at}`: the worker reads the charge from the API and
+/// applies it, as for a webhook.
+pub async fn list_payments(
+    api: &ApiClient,
+    window: super::Window,
+    cursor: Option<&str>,
+) -> anyhow::Result<super::PaymentsPage> {
+    use anyhow::Context;
+    use hookline_payments::model::PaymentFact;
+    const SIZE: u64 = 30;
+    let page: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(1).max(1);
+    let query = vec![
+        ("created_since", super::Window::rfc3339(window.since)),
+        ("created_until", super::Window::rfc3339(window.until)),
+        ("page", page.to_string()),
+        ("size", SIZE.to_string()),
+    ];
+    let list = get_json(api, "core/v5/charges", &query)
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("list the charges (the provider's API may be unavailable; run again)")?;
+    let Some(charges) = list["data"].as_array() else {
+        anyhow::bail!("the charge list has no \"data\" list");
+    };
+    let charges = &charges[..charges.len().min(SIZE as usize)];
+    let mut listed = super::PaymentsPage {
+        seen: charges.len() as u64,
+        ..Default::default()
+    };
+    for charge in charges {
+        let id = match charge["id"].as_str() {
+            Some(id) if is_pagarme_id(id, "ch_") => id.to_owned(),
+            _ => {
+                listed
+                    .unreadable
+                    .push("a charge without a ch_… id in the list".to_owned());
+                continue;
+            }
+        };
+        let body = serde_json::to_vec(charge).context("serialise a charge")?;
+        let facts = match hookline_payments::normalize::pagarme_v5_object_resource(&body, &id) {
+            Ok(f) => f,
+            Err(e) => {
+                listed.unreadable.push(format!("charge {id}: {e}"));
+                continue;
+            }
+        };
+        let refunded: i64 = facts
+            .iter()
+            .map(|f| match f {
+                PaymentFact::RefundedTotal { total, .. } => total.amount,
+                _ => 0,
+            })
+            .sum();
+        let updated: String = charge["updated_at"]
+            .as_str()
+            .unwrap_or("unknown")
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | '.' | '+'))
+            .take(40)
+            .collect();
+        let kind: String = charge["status"]
+            .as_str()
+            .unwrap_or("updated")
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(20)
+            .collect();
+        let event_type = format!("charge.{kind}");
+        let notification = json!({
+            "id": format!("reconcile-{id}-{updated}"),
+            "type": event_type,
+            "data": { "id": id },
+        });
+        listed.payments.push(super::ListedPayment {
+            label: format!("charge {id}"),
+            notification: hookline_core::events::OwnedEvent {
+                provider: api.provider().to_owned(),
+                provider_event_id: hookline_signature::pagarme_v5_dedupe_key(
+                    Some(&id),
+                    &format!("reconcile:{updated}"),
+                ),
+                event_type: Some(event_type),
+                signed_at: None,
+                headers: vec![("x-hookline-source".into(), "reconcile".into())],
+                query: String::new(),
+                body: serde_json::to_vec(&notification)
+                    .context("serialise a notification")?
+                    .into(),
+                traceparent: hookline_core::telemetry::current_traceparent(),
+            },
+            id,
+            facts,
+            refunded,
+        });
+    }
+    listed.cursor = (page + 1).to_string();
+    listed.more = !charges.is_empty() && list["paging"]["next"].as_str().is_some();
+    Ok(listed)
 }
 
 #[cfg(test)]
