@@ -1392,29 +1392,7 @@ async fn lost_answer_then_failing_past_the_key_lifetime(
 ) {
     let (p, sandbox) = hookline_tests::sandboxed::start_with_window(seed, KEY_TTL).await;
     let control = sandbox.control();
-    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
-        provider: Some(provider.to_owned()),
-        method: Some("POST".into()),
-        path: Some(path.to_owned()),
-        action,
-        count,
-        rate,
-    };
-    if reached {
-        control
-            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
-            .expect("arm");
-    }
-    control
-        .arm_fault(post(
-            FaultAction::Status {
-                status: 500,
-                retry_after_secs: None,
-            },
-            None,
-            Some(1.0),
-        ))
-        .expect("arm");
+    hookline_tests::sandboxed::arm_lost_then_failing(control, provider, path, reached);
     let i = create_intent(&p, provider, 5_000, "cliente-ttl@example.com").await;
     let base = intents::charge_key(i.id);
     let (cancel, task) = spawn(short_key_dispatcher(&p));
@@ -1653,29 +1631,7 @@ async fn refund_lost_then_failing_past_the_key_lifetime(
     let (cancel, task) = spawn(short_key_dispatcher(&p));
     outbox_drained(&p).await;
     assert_eq!(intent(&p, i.id).await.status, "succeeded");
-    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
-        provider: Some(provider.to_owned()),
-        method: Some("POST".into()),
-        path: Some(path.to_owned()),
-        action,
-        count,
-        rate,
-    };
-    if reached {
-        control
-            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
-            .expect("arm");
-    }
-    control
-        .arm_fault(post(
-            FaultAction::Status {
-                status: 500,
-                retry_after_secs: None,
-            },
-            None,
-            Some(1.0),
-        ))
-        .expect("arm");
+    hookline_tests::sandboxed::arm_lost_then_failing(control, provider, path, reached);
     let refund = {
         let mut tx = p.pool().begin().await.unwrap();
         let id = intents::request_refund(&mut tx, &i.public_id, 2_000, "cliente desistiu")

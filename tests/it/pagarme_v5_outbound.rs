@@ -502,29 +502,7 @@ async fn key_expired_while_unknown(seed: u64, reached: bool) {
     let (p, sandbox, _) = start(seed).await;
     let control = sandbox.control();
     let (customer, card) = saved_card(&sandbox, APPROVED, "Natasha Romanoff").await;
-    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
-        provider: Some("pg".into()),
-        method: Some("POST".into()),
-        path: Some("/core/v5/orders".into()),
-        action,
-        count,
-        rate,
-    };
-    if reached {
-        control
-            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
-            .expect("arm");
-    }
-    control
-        .arm_fault(post(
-            FaultAction::Status {
-                status: 500,
-                retry_after_secs: None,
-            },
-            None,
-            Some(1.0),
-        ))
-        .expect("arm");
+    hookline_tests::sandboxed::arm_lost_then_failing(control, "pg", "/core/v5/orders", reached);
     let i = create_intent_with(
         &p,
         "pg",

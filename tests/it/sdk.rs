@@ -804,30 +804,8 @@ async fn failing_past_the_key_lifetime(provider: &str, seed: u64, reached: bool)
         "st" => "/v1/payment_intents",
         _ => "/v1/payments",
     };
-    let post = |action: FaultAction, count: Option<u32>, rate: Option<f64>| FaultSpec {
-        provider: Some(provider.to_owned()),
-        method: Some("POST".into()),
-        path: Some(path.to_owned()),
-        action,
-        count,
-        rate,
-    };
     let control = live.sandbox.control();
-    if reached {
-        control
-            .arm_fault(post(FaultAction::DropResponse, Some(1), None))
-            .expect("arm");
-    }
-    control
-        .arm_fault(post(
-            FaultAction::Status {
-                status: 500,
-                retry_after_secs: None,
-            },
-            None,
-            Some(1.0),
-        ))
-        .expect("arm");
+    hookline_tests::sandboxed::arm_lost_then_failing(control, provider, path, reached);
     let env = live.env("key_lifetime", &format!("{provider}-key-lifetime"));
     let script = {
         let provider = provider.to_owned();

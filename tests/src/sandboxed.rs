@@ -144,3 +144,27 @@ pub fn fault(
         rate,
     }
 }
+
+/// Arms the key-lifetime scenario on `provider`'s `POST path…`: when `reached`, the next request is made at the
+/// gateway but its answer is lost (the connection dropped after it); then every matching request answers 500 — the
+/// gateway keeps failing, so the request's retries run into its key's lifetime.
+pub fn arm_lost_then_failing(
+    control: &hookline_sandbox::SandboxControl,
+    provider: &str,
+    path: &str,
+    reached: bool,
+) {
+    use hookline_sandbox::FaultAction;
+    if reached {
+        control
+            .arm_fault(fault(provider, "POST", path, FaultAction::DropResponse, Some(1), None))
+            .expect("arm the lost answer");
+    }
+    let failing = FaultAction::Status {
+        status: 500,
+        retry_after_secs: None,
+    };
+    control
+        .arm_fault(fault(provider, "POST", path, failing, None, Some(1.0)))
+        .expect("arm the failing gateway");
+}

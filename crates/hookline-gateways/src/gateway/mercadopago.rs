@@ -511,18 +511,13 @@ pub async fn list_payments(
         });
         listed.payments.push(super::ListedPayment {
             label: format!("payment {id}"),
-            notification: hookline_core::events::OwnedEvent {
-                provider: api.provider().to_owned(),
-                provider_event_id: format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
-                event_type: Some("payment".into()),
-                signed_at: None,
-                headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                query: format!("data.id={id}&type=payment"),
-                body: serde_json::to_vec(&notification)
-                    .context("serialise a notification")?
-                    .into(),
-                traceparent: hookline_core::telemetry::current_traceparent(),
-            },
+            notification: super::reconcile_notification(
+                api,
+                format!("mp:{}:reconcile:{updated}", id.to_lowercase()),
+                "payment".into(),
+                format!("data.id={id}&type=payment"),
+                &notification,
+            )?,
             id,
             facts,
             refunded,

@@ -134,6 +134,31 @@ pub struct PaymentsPage {
     pub more: bool,
 }
 
+/// The notification reconciliation stores for a payment whose state differs from ours: `body` under the dedupe
+/// `key`, marked `x-hookline-source: reconcile`, in the current trace — stored through the edge's own statement,
+/// so a webhook that arrives later is a duplicate.
+pub(crate) fn reconcile_notification(
+    client: &ApiClient,
+    key: String,
+    event_type: String,
+    query: String,
+    body: &serde_json::Value,
+) -> anyhow::Result<OwnedEvent> {
+    use anyhow::Context;
+    Ok(OwnedEvent {
+        provider: client.provider().to_owned(),
+        provider_event_id: key,
+        event_type: Some(event_type),
+        signed_at: None,
+        headers: vec![("x-hookline-source".into(), "reconcile".into())],
+        query,
+        body: serde_json::to_vec(body)
+            .context("serialise a notification")?
+            .into(),
+        traceparent: hookline_core::telemetry::current_traceparent(),
+    })
+}
+
 /// The window a reconciliation lists.
 #[derive(Debug, Clone, Copy)]
 pub struct Window {

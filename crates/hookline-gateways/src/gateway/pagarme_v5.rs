@@ -514,21 +514,13 @@ pub async fn list_payments(
         });
         listed.payments.push(super::ListedPayment {
             label: format!("charge {id}"),
-            notification: hookline_core::events::OwnedEvent {
-                provider: api.provider().to_owned(),
-                provider_event_id: hookline_signature::pagarme_v5_dedupe_key(
-                    Some(&id),
-                    &format!("reconcile:{updated}"),
-                ),
-                event_type: Some(event_type),
-                signed_at: None,
-                headers: vec![("x-hookline-source".into(), "reconcile".into())],
-                query: String::new(),
-                body: serde_json::to_vec(&notification)
-                    .context("serialise a notification")?
-                    .into(),
-                traceparent: hookline_core::telemetry::current_traceparent(),
-            },
+            notification: super::reconcile_notification(
+                api,
+                hookline_signature::pagarme_v5_dedupe_key(Some(&id), &format!("reconcile:{updated}")),
+                event_type,
+                String::new(),
+                &notification,
+            )?,
             id,
             facts,
             refunded,
