@@ -22,7 +22,7 @@ use crate::bundles::Splitter;
 use crate::consuming::consume_session;
 use hookline_core::handler::Handler;
 
-/// Metric names of the worker.
+/// Metric names of the consumer.
 pub mod metric {
     /// Counter: events delivered, by `consumer` and `outcome` (applied, ignored, parked, needs_fetch, duplicate,
     /// dead_lettered, requeued; `split`: a bundle republished as single messages, counted once per bundle).
@@ -38,9 +38,9 @@ pub mod metric {
 /// How often a worker reconciles the dead-letter queue with the `dead_letters` table.
 const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Settings of one worker process.
+/// Settings of one consumer.
 #[derive(Clone)]
-pub struct WorkerSettings {
+pub struct ConsumerSettings {
     /// Broker endpoints (the nodes of a cluster, tried in turn on every (re)connection).
     pub amqp_urls: AmqpEndpoints,
     /// Queue names.
@@ -56,11 +56,11 @@ pub struct WorkerSettings {
     pub batch_linger: Duration,
 }
 
-/// A worker: consumes the payments queue and applies each event once through its handler.
-pub struct Worker<H: Handler> {
+/// A consumer: consumes its queue and applies each event once through its handler.
+pub struct Consumer<H: Handler> {
     pool: PgPool,
     handler: Arc<H>,
-    settings: WorkerSettings,
+    settings: ConsumerSettings,
 }
 
 /// What every stage of a delivery shares, for the consumer's whole run.
@@ -72,30 +72,30 @@ pub(crate) struct Ctx<H: Handler> {
     pub(crate) splitter: Splitter,
 }
 
-impl<H: Handler> Worker<H> {
-    /// A worker over `pool` applying `handler`.
-    pub fn new(pool: PgPool, handler: H, settings: WorkerSettings) -> Worker<H> {
-        Worker {
+impl<H: Handler> Consumer<H> {
+    /// A consumer over `pool` applying `handler`.
+    pub fn new(pool: PgPool, handler: H, settings: ConsumerSettings) -> Consumer<H> {
+        Consumer {
             pool,
             handler: Arc::new(handler),
             settings,
         }
     }
 
-    /// The worker's database pool.
+    /// The consumer's database pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
     /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
     /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
-    /// Background loops run under a supervisor of their own (see [`Worker::run_with`]).
+    /// Background loops run under a supervisor of their own (see [`Consumer::run_with`]).
     pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
         let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
         self.run_with(cancel, supervisor).await
     }
 
-    /// [`Worker::run`], with the background loops (dead-letter reconciliation) supervised by `supervisor`: a
+    /// [`Consumer::run`], with the background loops (dead-letter reconciliation) supervised by `supervisor`: a
     /// loop that keeps failing is declared dead on its [`Liveness`], which the process watches.
     pub async fn run_with(
         self,

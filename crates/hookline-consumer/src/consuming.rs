@@ -5,7 +5,7 @@
 //!
 //! Why apart: this is the only code that talks to the AMQP consumer itself; what happens to a delivery once
 //! taken (batching, applying, settling) lives in the other stages, and a session can end and start again
-//! ([`crate::Worker::run`] reconnects) without any of them noticing.
+//! ([`crate::Consumer::run`] reconnects) without any of them noticing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +20,14 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::acks::Acks;
-use crate::consumer::{Ctx, WorkerSettings};
+use crate::consumer::{ConsumerSettings, Ctx};
 use crate::gather::{spawn_batch, start_ready, take_batch, StartReady};
 
 /// One connection's lifetime: connect (to any node of the cluster, the next one after a loss), declare,
 /// qos, consume until cancel or failure. Every set-up step is bounded in time: a node whose queue has lost its
 /// majority may accept the connection but never answer the declare or the consume.
 pub(crate) async fn consume_session<H: Handler>(
-    s: &WorkerSettings,
+    s: &ConsumerSettings,
     ctx: &Arc<Ctx<H>>,
     permits: &Arc<Semaphore>,
     cancel: &CancellationToken,
@@ -49,7 +49,7 @@ pub(crate) async fn consume_session<H: Handler>(
 /// The session on one connection: declare, qos, consume until cancel (then close it) or failure (the caller
 /// closes it).
 async fn session_on<H: Handler>(
-    s: &WorkerSettings,
+    s: &ConsumerSettings,
     connection: &lapin::Connection,
     ctx: &Arc<Ctx<H>>,
     permits: &Arc<Semaphore>,
@@ -140,7 +140,7 @@ async fn session_on<H: Handler>(
 /// After a stop: waits for in-flight deliveries to ack on this channel, then closes the channel and the
 /// connection.
 async fn close_gracefully(
-    s: &WorkerSettings,
+    s: &ConsumerSettings,
     connection: &lapin::Connection,
     channel: &lapin::Channel,
     permits: &Semaphore,
@@ -165,7 +165,7 @@ async fn close_gracefully(
 /// [`IDLE_CHECK`] is still served. `Err` ends the session (the caller registers the consumer again).
 async fn check_health(
     connection: &lapin::Connection,
-    s: &WorkerSettings,
+    s: &ConsumerSettings,
     idle: bool,
     last_delivery: &mut std::time::Instant,
 ) -> anyhow::Result<()> {
@@ -190,7 +190,7 @@ async fn check_health(
 /// (a node whose queue lost its majority may accept the connection but never answer the declare or the consume).
 async fn open_consumer(
     connection: &lapin::Connection,
-    s: &WorkerSettings,
+    s: &ConsumerSettings,
 ) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
     s.topology.declare(connection).await?;
     let channel =

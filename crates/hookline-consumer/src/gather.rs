@@ -13,7 +13,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::acks::Acks;
 use crate::apply_batch::handle_batch;
-use crate::consumer::{metric, Ctx, WorkerSettings};
+use crate::consumer::{metric, ConsumerSettings, Ctx};
 use crate::delivery::weight;
 
 /// What [`start_ready`] needs from the session.
@@ -22,7 +22,7 @@ pub(crate) struct StartReady<'a, H: Handler> {
     /// When the oldest of `pending` arrived.
     pub(crate) pending_since: &'a mut Option<tokio::time::Instant>,
     pub(crate) permits: &'a Arc<Semaphore>,
-    pub(crate) settings: &'a WorkerSettings,
+    pub(crate) settings: &'a ConsumerSettings,
     pub(crate) ctx: &'a Arc<Ctx<H>>,
     pub(crate) acks: &'a Arc<Acks>,
     pub(crate) finished: &'a Arc<Notify>,

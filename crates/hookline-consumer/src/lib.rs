@@ -26,7 +26,7 @@ mod delivery;
 mod gather;
 pub mod process;
 
-pub use consumer::{Worker, WorkerSettings};
+pub use consumer::{Consumer, ConsumerSettings};
 pub use hookline_core::handler::Handler;
 pub use process::{
     process_batch, process_batch_prepared, process_event, process_prepared, BatchItem,

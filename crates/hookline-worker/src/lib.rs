@@ -11,22 +11,22 @@ pub mod health;
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;
 
-use hookline_consumer::{Worker, WorkerSettings};
+use hookline_consumer::{Consumer, ConsumerSettings};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use hookline_payments::{dispatch, reconcile, PaymentsHandler};
 
-/// Builds the payments worker from the shared configuration.
-pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
+/// Builds the payments consumer from the shared configuration.
+pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHandler>> {
     let pool = db::lazy_pool(
         &config.database_url,
         &PoolSettings::worker(config.worker.db_max_connections),
     )?;
-    Ok(Worker::new(
+    Ok(Consumer::new(
         pool,
         PaymentsHandler::new(config.providers.values()),
-        WorkerSettings {
+        ConsumerSettings {
             amqp_urls: config.amqp_urls.clone(),
             topology: hookline_bus::Topology::from_config(&config.amqp),
             prefetch: config.worker.prefetch,
@@ -44,7 +44,7 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
 pub async fn run(config: Config) -> anyhow::Result<()> {
     // The recorder first: supervised loops report their state as soon as they start.
     hookline_core::telemetry::metrics_handle();
-    let worker = payments_worker(&config)?;
+    let consumer = payments_consumer(&config)?;
     let cancel = shutdown_signal();
     let liveness = Liveness::new();
     let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
@@ -62,20 +62,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let reconcile = supervisor.spawn(
         "reconcile",
         &cancel,
-        (worker.pool().clone(), config.clone()),
+        (consumer.pool().clone(), config.clone()),
         |(pool, config), cancel| reconcile::run_periodic(pool, config, cancel),
     );
     // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
     // must match the configuration before the consumer or the dispatcher records the first fact, or a
     // destination declared in this start would miss it.
     if config.delivery.enabled {
-        sync_destinations_before_start(worker.pool(), &config, &cancel).await;
+        sync_destinations_before_start(consumer.pool(), &config, &cancel).await;
     }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
     let dispatcher = config.dispatcher.enabled.then(|| {
         let dispatcher = dispatch::Dispatcher::from_config(
-            worker.pool().clone(),
+            consumer.pool().clone(),
             &config,
             dispatch::DispatchSettings::from_config(&config.dispatcher),
         );
@@ -85,21 +85,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
     let delivery = if config.delivery.enabled {
-        hookline_delivery::spawn(&config, worker.pool().clone(), &supervisor, &cancel)?
+        hookline_delivery::spawn(&config, consumer.pool().clone(), &supervisor, &cancel)?
     } else {
         Vec::new()
     };
     let server = match config.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
-            worker.pool().clone(),
+            consumer.pool().clone(),
             liveness.clone(),
         )?),
         None => None,
     };
-    let consumer = worker.run_with(cancel.clone(), supervisor);
+    let consuming = consumer.run_with(cancel.clone(), supervisor);
     let result = tokio::select! {
-        r = consumer => r,
+        r = consuming => r,
         _ = liveness.fatal() => {
             cancel.cancel();
             Err(anyhow::anyhow!(
