@@ -4,7 +4,8 @@
 //! Why here: this is the crate's face (what the worker binary builds and runs) and the one place that holds a
 //! consumer's lifetime; each stage of a delivery lives in a file of its own: `consuming.rs` (one AMQP session),
 //! `gather.rs` (batches), `apply_single.rs` and `apply_batch.rs` (the transaction), `bundles.rs`, `acks.rs` and
-//! `dead_letter.rs` (settling), `delivery.rs` (what a delivery's headers say).
+//! `dead_letter.rs` (settling), `delivery.rs` (what a delivery's headers say). Loops beside the consumer (such as
+//! [`crate::dlq::run_periodic`]) are spawned by the process that runs it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,6 @@ use anyhow::Context;
 use hookline_bus::Topology;
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::retry::Backoff;
-use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -34,9 +34,6 @@ pub mod metric {
     /// Histogram (summary): events taken into one transaction (a bundle counts its events).
     pub const BATCH_SIZE: &str = "hookline_worker_batch_size";
 }
-
-/// How often a worker reconciles the dead-letter queue with the `dead_letters` table.
-const DLQ_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Settings of one consumer.
 #[derive(Clone)]
@@ -87,21 +84,19 @@ impl<H: Handler> Consumer<H> {
         &self.pool
     }
 
-    /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
-    /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
-    /// Background loops run under a supervisor of their own (see [`Consumer::run_with`]).
-    pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
-        let supervisor = Supervisor::new(Liveness::new(), RestartPolicy::default());
-        self.run_with(cancel, supervisor).await
+    /// The consumer's name (its handler's: the first half of the processed marker).
+    pub fn name(&self) -> &'static str {
+        self.handler.consumer()
     }
 
-    /// [`Consumer::run`], with the background loops (dead-letter reconciliation) supervised by `supervisor`: a
-    /// loop that keeps failing is declared dead on its [`Liveness`], which the process watches.
-    pub async fn run_with(
-        self,
-        cancel: CancellationToken,
-        supervisor: Supervisor,
-    ) -> anyhow::Result<()> {
+    /// The consumer's settings.
+    pub fn settings(&self) -> &ConsumerSettings {
+        &self.settings
+    }
+
+    /// Consumes until `cancel`, reconnecting after any broker failure. On cancel: stops consuming
+    /// (`basic.cancel`), lets in-flight deliveries finish (commit and ack), then closes the connection.
+    pub async fn run(self, cancel: CancellationToken) -> anyhow::Result<()> {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let ctx = Arc::new(Ctx {
             pool: self.pool.clone(),
@@ -113,35 +108,6 @@ impl<H: Handler> Consumer<H> {
                 self.settings.topology.clone(),
             ),
         });
-        // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
-        // crashes carry no recorded reason otherwise).
-        let consumer = self.handler.consumer();
-        let reconcile = supervisor.spawn(
-            "dlq_reconcile",
-            &cancel,
-            (
-                self.pool.clone(),
-                self.settings.amqp_urls.clone(),
-                self.settings.topology.clone(),
-            ),
-            move |(pool, url, topology), cancel| async move {
-                let mut tick = tokio::time::interval(DLQ_RECONCILE_INTERVAL);
-                tick.tick().await; // the first tick is immediate: start one interval from now
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return Ok(()),
-                        _ = tick.tick() => {}
-                    }
-                    // Bounded: a broker that stops answering mid-pass must not stop every later pass.
-                    let pass = hookline_bus::dead_letters::reconcile(&pool, &url, &topology, consumer, 1_000);
-                    match tokio::time::timeout(DLQ_RECONCILE_INTERVAL, pass).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => tracing::warn!(error.message = %format!("{e:#}"), "dead-letter reconciliation failed; will retry"),
-                        Err(_) => tracing::warn!(timeout_ms = DLQ_RECONCILE_INTERVAL.as_millis() as u64, "dead-letter reconciliation did not finish in time; will retry"),
-                    }
-                }
-            },
-        );
         let mut backoff = Backoff::reconnect();
         while !cancel.is_cancelled() {
             match consume_session(&self.settings, &ctx, &permits, &cancel).await {
@@ -166,7 +132,6 @@ impl<H: Handler> Consumer<H> {
             .acquire_many(self.settings.concurrency as u32)
             .await
             .context("wait for in-flight deliveries")?;
-        reconcile.await.ok();
         ctx.splitter.close().await;
         tracing::info!("worker stopped");
         Ok(())

@@ -13,7 +13,8 @@
 //! (one AMQP session: qos, consume, the loop that takes deliveries), `gather` (deliveries into batches),
 //! `apply_single` and `apply_batch` (the transaction, its retries and fallbacks), `bundles` (splitting a bundle
 //! into single messages), [`acks`] and `dead_letter` (settling a delivery), `delivery` (what its headers say);
-//! [`process`] is the transaction itself.
+//! [`process`] is the transaction itself. [`dlq`] is the dead-letter reconciliation loop the process runs beside
+//! the consumer.
 
 pub mod acks;
 mod apply_batch;
@@ -23,6 +24,7 @@ pub mod consumer;
 mod consuming;
 mod dead_letter;
 mod delivery;
+pub mod dlq;
 mod gather;
 pub mod process;
 

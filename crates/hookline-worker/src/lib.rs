@@ -1,8 +1,9 @@
 //! `hookline-worker`: the second stage of hookline, as a composition — the consumer engine
 //! ([`hookline_consumer`]) with the payments effect ([`hookline_payments::PaymentsHandler`]), beside the
-//! supervised loops that run in the same process: dead-letter reconciliation, the periodic purge
-//! ([`hookline_ops::purge_loop`]), reconciliation and the outbound dispatcher ([`hookline_payments`]), and the
-//! way facts leave ([`hookline_delivery::spawn`]). `/healthz` and `/metrics` are [`health`].
+//! supervised loops that run in the same process: dead-letter reconciliation ([`hookline_consumer::dlq`]), the
+//! periodic purge ([`hookline_ops::purge_loop`]), reconciliation and the outbound dispatcher
+//! ([`hookline_payments`]), and the way facts leave ([`hookline_delivery::spawn`]). `/healthz` and `/metrics`
+//! are [`health`].
 //!
 //! It must never: hold a rule of its own — every rule lives in the crate that owns it; this crate only wires them.
 
@@ -37,10 +38,11 @@ pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHan
     ))
 }
 
-/// Runs the worker process: the consumer, the supervised background loops (dead-letter reconciliation,
-/// periodic purge) and, when `worker.listen` is set, `/healthz` and `/metrics`. Returns when SIGTERM/SIGINT
-/// asked it to stop (after in-flight work finished), or with an error when the consumer failed or a supervised
-/// loop was declared dead — so the process exits non-zero and its supervisor restarts it.
+/// Runs the worker process: the consumer, the supervised background loops (dead-letter reconciliation, periodic
+/// purge, reconciliation, the outbound dispatcher, the way facts leave) and, when `worker.listen` is set,
+/// `/healthz` and `/metrics`. Returns when SIGTERM/SIGINT asked it to stop (after in-flight work finished), or
+/// with an error when the consumer failed or a supervised loop was declared dead — so the process exits non-zero
+/// and its supervisor restarts it.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     // The recorder first: supervised loops report their state as soon as they start.
     hookline_core::telemetry::metrics_handle();
@@ -48,6 +50,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let cancel = shutdown_signal();
     let liveness = Liveness::new();
     let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
+    // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
+    // crashes carry no recorded reason otherwise).
+    let dlq_reconcile = supervisor.spawn(
+        "dlq_reconcile",
+        &cancel,
+        (
+            consumer.pool().clone(),
+            consumer.settings().amqp_urls.clone(),
+            consumer.settings().topology.clone(),
+            consumer.name(),
+        ),
+        |(pool, amqp_urls, topology, name), cancel| {
+            hookline_consumer::dlq::run_periodic(pool, amqp_urls, topology, name, cancel)
+        },
+    );
     // Retention runs beside the consumer when [retention] auto_purge_older_than_days is set.
     let purge_pool = db::lazy_pool(&config.database_url, &PoolSettings::cli())?;
     let purge = supervisor.spawn(
@@ -97,7 +114,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let consuming = consumer.run_with(cancel.clone(), supervisor);
+    let consuming = consumer.run(cancel.clone());
     let result = tokio::select! {
         r = consuming => r,
         _ = liveness.fatal() => {
@@ -109,6 +126,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     };
     cancel.cancel();
+    dlq_reconcile.await.ok();
     purge.await.ok();
     reconcile.await.ok();
     if let Some(dispatcher) = dispatcher {
