@@ -269,12 +269,14 @@ impl TestPipeline {
     /// Starts a worker with a custom handler (e.g. one that panics on a given event).
     pub fn spawn_worker_with<H: Handler>(&self, handler: H) -> WorkerGuard {
         let pool = PgPool::connect_lazy(&self.edge.db.url).expect("pool");
+        let topology = self.topology();
         let worker = Consumer::new(
             pool,
             handler,
             ConsumerSettings {
                 amqp_urls: self.config.amqp_urls.clone(),
-                topology: self.topology(),
+                queue: topology.payments_queue.clone(),
+                topology,
                 prefetch: self.config.worker.prefetch,
                 concurrency: self.config.worker.concurrency,
                 batch_max: self.config.worker.batch_max,

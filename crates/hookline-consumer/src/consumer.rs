@@ -40,7 +40,10 @@ pub mod metric {
 pub struct ConsumerSettings {
     /// Broker endpoints (the nodes of a cluster, tried in turn on every (re)connection).
     pub amqp_urls: AmqpEndpoints,
-    /// Queue names.
+    /// The queue consumed (the worker passes the topology's payments queue).
+    pub queue: String,
+    /// Queue names and limits: declared on every (re)connection; its delivery limit is what a message split from
+    /// a bundle is judged by, and bundles are split through it.
     pub topology: Topology,
     /// `basic.qos` prefetch, re-applied on every (re)connection.
     pub prefetch: u16,

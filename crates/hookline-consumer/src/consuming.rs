@@ -1,5 +1,5 @@
 //! Consuming: one broker session of the consumer — connect (to any node of the cluster), declare, `basic.qos`,
-//! `basic.consume` on the payments queue, then the loop that takes deliveries, watches the connection, and
+//! `basic.consume` on the queue it was given, then the loop that takes deliveries, watches the connection, and
 //! hands what arrived to [`crate::gather`]; on a stop, `basic.cancel` and a graceful close once in-flight
 //! deliveries have acked.
 //!
@@ -61,7 +61,7 @@ async fn session_on<H: Handler>(
     let acks = Arc::new(Acks::default());
     tracing::info!(
         messaging.system = "rabbitmq",
-        queue = %s.topology.payments_queue,
+        queue = %s.queue,
         prefetch = s.prefetch,
         concurrency = s.concurrency,
         "worker consuming"
@@ -174,7 +174,7 @@ async fn check_health(
     }
     if idle && last_delivery.elapsed() >= IDLE_CHECK {
         *last_delivery = std::time::Instant::now();
-        if let Some(ready) = ready_messages(connection, &s.topology.payments_queue).await {
+        if let Some(ready) = ready_messages(connection, &s.queue).await {
             if ready > 0 {
                 return Err(anyhow::anyhow!(
                     "no delivery for {IDLE_CHECK:?} with nothing in flight while {ready} messages \
@@ -204,7 +204,7 @@ async fn open_consumer(
     let consumer = hookline_bus::within_setup_timeout(
         "basic.consume",
         channel.basic_consume(
-            s.topology.payments_queue.as_str().into(),
+            s.queue.as_str().into(),
             "".into(),
             BasicConsumeOptions::default(), // manual acks
             FieldTable::default(),

@@ -18,18 +18,20 @@ use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use hookline_payments::{dispatch, reconcile, PaymentsHandler};
 
-/// Builds the payments consumer from the shared configuration.
+/// Builds the payments consumer from the shared configuration: it consumes the topology's payments queue.
 pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHandler>> {
     let pool = db::lazy_pool(
         &config.database_url,
         &PoolSettings::worker(config.worker.db_max_connections),
     )?;
+    let topology = hookline_bus::Topology::from_config(&config.amqp);
     Ok(Consumer::new(
         pool,
         PaymentsHandler::new(config.providers.values()),
         ConsumerSettings {
             amqp_urls: config.amqp_urls.clone(),
-            topology: hookline_bus::Topology::from_config(&config.amqp),
+            queue: topology.payments_queue.clone(),
+            topology,
             prefetch: config.worker.prefetch,
             concurrency: config.worker.concurrency,
             batch_max: config.worker.batch_max,
