@@ -70,7 +70,14 @@ fn saved(card: &str, customer: &str, method: Option<&str>) -> PaymentParams {
 }
 
 fn mp_fault(path: &str, action: FaultAction, count: Option<u32>) -> FaultSpec {
-    hookline_tests::sandboxed::fault("mp", "POST", path, action, count, count.is_none().then_some(1.0))
+    hookline_tests::sandboxed::fault(
+        "mp",
+        "POST",
+        path,
+        action,
+        count,
+        count.is_none().then_some(1.0),
+    )
 }
 
 /// `(saved_card_generation, key_generation, the stored payment method, a token is stored)` of a charge request.

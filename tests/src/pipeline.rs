@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use hookline_bus::Topology;
-use hookline_consumer::{Handler, Worker, WorkerSettings};
+use hookline_consumer::{Consumer, ConsumerSettings, Handler};
 use hookline_core::config::AmqpEndpoints;
 use hookline_core::Config;
 use secrecy::ExposeSecret;
@@ -262,19 +262,21 @@ impl TestPipeline {
 
     /// Starts a payments worker (as `hookline-worker` would) in this process.
     pub fn spawn_worker(&self) -> WorkerGuard {
-        let worker = hookline_worker::payments_worker(&self.config).expect("build worker");
+        let worker = hookline_worker::payments_consumer(&self.config).expect("build worker");
         Self::run_worker(worker)
     }
 
     /// Starts a worker with a custom handler (e.g. one that panics on a given event).
     pub fn spawn_worker_with<H: Handler>(&self, handler: H) -> WorkerGuard {
         let pool = PgPool::connect_lazy(&self.edge.db.url).expect("pool");
-        let worker = Worker::new(
+        let topology = self.topology();
+        let worker = Consumer::new(
             pool,
             handler,
-            WorkerSettings {
+            ConsumerSettings {
                 amqp_urls: self.config.amqp_urls.clone(),
-                topology: self.topology(),
+                queue: topology.payments_queue.clone(),
+                topology,
                 prefetch: self.config.worker.prefetch,
                 concurrency: self.config.worker.concurrency,
                 batch_max: self.config.worker.batch_max,
@@ -284,7 +286,7 @@ impl TestPipeline {
         Self::run_worker(worker)
     }
 
-    fn run_worker<H: Handler>(worker: Worker<H>) -> WorkerGuard {
+    fn run_worker<H: Handler>(worker: Consumer<H>) -> WorkerGuard {
         let cancel = CancellationToken::new();
         let task = tokio::spawn(worker.run(cancel.clone()));
         WorkerGuard { cancel, task }

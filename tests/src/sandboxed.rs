@@ -157,7 +157,14 @@ pub fn arm_lost_then_failing(
     use hookline_sandbox::FaultAction;
     if reached {
         control
-            .arm_fault(fault(provider, "POST", path, FaultAction::DropResponse, Some(1), None))
+            .arm_fault(fault(
+                provider,
+                "POST",
+                path,
+                FaultAction::DropResponse,
+                Some(1),
+                None,
+            ))
             .expect("arm the lost answer");
     }
     let failing = FaultAction::Status {

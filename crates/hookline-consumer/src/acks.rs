@@ -17,6 +17,9 @@
 //! there would keep its concurrency permit (shared by every session of the consumer) and this tracker's lock.
 //! A settle that times out counts as not sent: the delivery is redelivered on the next session and the processed
 //! marker makes it a no-op.
+//!
+//! `ack` and `reject` below are the tracker's calls as the apply paths make them: a frame that could not be sent
+//! is logged, never an error (the broker redelivers what was not settled).
 
 use std::collections::BTreeSet;
 
@@ -116,6 +119,30 @@ impl Acks {
         let mut outstanding = self.outstanding.lock().await;
         outstanding.remove(&delivery.delivery_tag);
         hookline_bus::requeue(&delivery.acker).await;
+    }
+}
+
+/// Acknowledges one applied delivery; an ack that could not be sent is logged (the event is redelivered and its
+/// processed marker makes that a no-op).
+pub(crate) async fn ack(acks: &Acks, delivery: &Delivery, event_id: i64) {
+    if !acks.ack(delivery).await {
+        // The channel is closed or recovering: the ack was not sent. The message will be redelivered and the
+        // processed marker makes that a no-op.
+        tracing::warn!(
+            event_id,
+            delivery_tag = delivery.delivery_tag,
+            "ack not delivered (channel closed); the event will be redelivered and deduplicated"
+        );
+    }
+}
+
+/// Rejects one delivery to the dead-letter queue; a reject that could not be sent is logged.
+pub(crate) async fn reject(acks: &Acks, delivery: &Delivery) {
+    if !acks.reject(delivery).await {
+        tracing::warn!(
+            delivery_tag = delivery.delivery_tag,
+            "reject not delivered (channel closed); the message will be redelivered"
+        );
     }
 }
 

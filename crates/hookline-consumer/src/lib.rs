@@ -8,12 +8,27 @@
 //!
 //! It must never: import a feature crate (payments, delivery, …): it is generic over
 //! [`hookline_core::handler::Handler`], and the worker binary composes it with the effects.
+//!
+//! Its stages, one file each: [`consumer`] (the type, its settings, the reconnecting outer loop), `consuming`
+//! (one AMQP session: qos, consume, the loop that takes deliveries), `gather` (deliveries into batches),
+//! `apply_single` and `apply_batch` (the transaction, its retries and fallbacks), `bundles` (splitting a bundle
+//! into single messages), [`acks`] and `dead_letter` (settling a delivery), `delivery` (what its headers say);
+//! [`process`] is the transaction itself. [`dlq`] is the dead-letter reconciliation loop the process runs beside
+//! the consumer.
 
 pub mod acks;
+mod apply_batch;
+mod apply_single;
+mod bundles;
 pub mod consumer;
+mod consuming;
+mod dead_letter;
+mod delivery;
+pub mod dlq;
+mod gather;
 pub mod process;
 
-pub use consumer::{Worker, WorkerSettings};
+pub use consumer::{Consumer, ConsumerSettings};
 pub use hookline_core::handler::Handler;
 pub use process::{
     process_batch, process_batch_prepared, process_event, process_prepared, BatchItem,

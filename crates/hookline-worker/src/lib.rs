@@ -1,8 +1,9 @@
 //! `hookline-worker`: the second stage of hookline, as a composition — the consumer engine
 //! ([`hookline_consumer`]) with the payments effect ([`hookline_payments::PaymentsHandler`]), beside the
-//! supervised loops that run in the same process: dead-letter reconciliation, the periodic purge
-//! ([`hookline_ops::purge_loop`]), reconciliation and the outbound dispatcher ([`hookline_payments`]), and the
-//! way facts leave ([`hookline_delivery::spawn`]). `/healthz` and `/metrics` are [`health`].
+//! supervised loops that run in the same process: dead-letter reconciliation ([`hookline_consumer::dlq`]), the
+//! periodic purge ([`hookline_ops::purge_loop`]), reconciliation and the outbound dispatcher
+//! ([`hookline_gateways`], composed with billing's dunning by [`hookline_billing`]), and the way facts leave ([`hookline_delivery::spawn`]). `/healthz` and `/metrics`
+//! are [`health`].
 //!
 //! It must never: hold a rule of its own — every rule lives in the crate that owns it; this crate only wires them.
 
@@ -11,25 +12,27 @@ pub mod health;
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;
 
-use hookline_consumer::{Worker, WorkerSettings};
+use hookline_consumer::{Consumer, ConsumerSettings};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
 use hookline_gateways::{dispatch, reconcile};
 use hookline_payments::PaymentsHandler;
 
-/// Builds the payments worker from the shared configuration.
-pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
+/// Builds the payments consumer from the shared configuration: it consumes the topology's payments queue.
+pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHandler>> {
     let pool = db::lazy_pool(
         &config.database_url,
         &PoolSettings::worker(config.worker.db_max_connections),
     )?;
-    Ok(Worker::new(
+    let topology = hookline_bus::Topology::from_config(&config.amqp);
+    Ok(Consumer::new(
         pool,
         hookline_billing::payments_handler(config.providers.values()),
-        WorkerSettings {
+        ConsumerSettings {
             amqp_urls: config.amqp_urls.clone(),
-            topology: hookline_bus::Topology::from_config(&config.amqp),
+            queue: topology.payments_queue.clone(),
+            topology,
             prefetch: config.worker.prefetch,
             concurrency: config.worker.concurrency,
             batch_max: config.worker.batch_max,
@@ -38,17 +41,33 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
     ))
 }
 
-/// Runs the worker process: the consumer, the supervised background loops (dead-letter reconciliation,
-/// periodic purge) and, when `worker.listen` is set, `/healthz` and `/metrics`. Returns when SIGTERM/SIGINT
-/// asked it to stop (after in-flight work finished), or with an error when the consumer failed or a supervised
-/// loop was declared dead — so the process exits non-zero and its supervisor restarts it.
+/// Runs the worker process: the consumer, the supervised background loops (dead-letter reconciliation, periodic
+/// purge, reconciliation, the outbound dispatcher, the way facts leave) and, when `worker.listen` is set,
+/// `/healthz` and `/metrics`. Returns when SIGTERM/SIGINT asked it to stop (after in-flight work finished), or
+/// with an error when the consumer failed or a supervised loop was declared dead — so the process exits non-zero
+/// and its supervisor restarts it.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     // The recorder first: supervised loops report their state as soon as they start.
     hookline_core::telemetry::metrics_handle();
-    let worker = payments_worker(&config)?;
+    let consumer = payments_consumer(&config)?;
     let cancel = shutdown_signal();
     let liveness = Liveness::new();
     let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
+    // Keep the dead-letter table in step with the DLQ (messages dead-lettered by the delivery limit after
+    // crashes carry no recorded reason otherwise).
+    let dlq_reconcile = supervisor.spawn(
+        "dlq_reconcile",
+        &cancel,
+        (
+            consumer.pool().clone(),
+            consumer.settings().amqp_urls.clone(),
+            consumer.settings().topology.clone(),
+            consumer.name(),
+        ),
+        |(pool, amqp_urls, topology, name), cancel| {
+            hookline_consumer::dlq::run_periodic(pool, amqp_urls, topology, name, cancel)
+        },
+    );
     // Retention runs beside the consumer when [retention] auto_purge_older_than_days is set.
     let purge_pool = db::lazy_pool(&config.database_url, &PoolSettings::cli())?;
     let purge = supervisor.spawn(
@@ -63,20 +82,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let reconcile = supervisor.spawn(
         "reconcile",
         &cancel,
-        (worker.pool().clone(), config.clone()),
+        (consumer.pool().clone(), config.clone()),
         |(pool, config), cancel| reconcile::run_periodic(pool, config, cancel),
     );
     // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
     // must match the configuration before the consumer or the dispatcher records the first fact, or a
     // destination declared in this start would miss it.
     if config.delivery.enabled {
-        sync_destinations_before_start(worker.pool(), &config, &cancel).await;
+        sync_destinations_before_start(consumer.pool(), &config, &cancel).await;
     }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
     let dispatcher = config.dispatcher.enabled.then(|| {
         let dispatcher = hookline_billing::dispatcher(
-            worker.pool().clone(),
+            consumer.pool().clone(),
             &config,
             dispatch::DispatchSettings::from_config(&config.dispatcher),
         );
@@ -86,21 +105,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
     let delivery = if config.delivery.enabled {
-        hookline_delivery::spawn(&config, worker.pool().clone(), &supervisor, &cancel)?
+        hookline_delivery::spawn(&config, consumer.pool().clone(), &supervisor, &cancel)?
     } else {
         Vec::new()
     };
     let server = match config.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
-            worker.pool().clone(),
+            consumer.pool().clone(),
             liveness.clone(),
         )?),
         None => None,
     };
-    let consumer = worker.run_with(cancel.clone(), supervisor);
+    let consuming = consumer.run(cancel.clone());
     let result = tokio::select! {
-        r = consumer => r,
+        r = consuming => r,
         _ = liveness.fatal() => {
             cancel.cancel();
             Err(anyhow::anyhow!(
@@ -110,6 +129,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     };
     cancel.cancel();
+    dlq_reconcile.await.ok();
     purge.await.ok();
     reconcile.await.ok();
     if let Some(dispatcher) = dispatcher {

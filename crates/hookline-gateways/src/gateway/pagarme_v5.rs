@@ -516,7 +516,10 @@ pub async fn list_payments(
             label: format!("charge {id}"),
             notification: super::reconcile_notification(
                 api,
-                hookline_signature::pagarme_v5_dedupe_key(Some(&id), &format!("reconcile:{updated}")),
+                hookline_signature::pagarme_v5_dedupe_key(
+                    Some(&id),
+                    &format!("reconcile:{updated}"),
+                ),
                 event_type,
                 String::new(),
                 &notification,
