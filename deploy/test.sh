@@ -78,6 +78,10 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Checked SQL (deploy/sqlx-check.sh, docs/development.md): the money crates' queries against the schema of the
+# migrations (a throwaway database), and the committed .sqlx/ metadata against the queries. Two crates checked, no
+# second build.
+bash deploy/sqlx-check.sh
 # The fault tests run the real binaries (with fail points compiled in, through the tests crate's features).
 cargo build --workspace --bins --locked
 

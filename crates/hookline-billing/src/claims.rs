@@ -110,10 +110,8 @@ pub struct Claim {
     pub updated_at: OffsetDateTime,
 }
 
-const COLUMNS: &str =
-    "b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent, b.status, \
-                       b.attempts, b.next_attempt_at, b.retry_schedule_secs, b.last_failure_code, \
-                       b.last_failure_message, b.claimed_at, b.updated_at";
+// The column list of a claim is written out in each statement (the checked macros take literal SQL only): every
+// statement returning a [`Claim`] reads its columns, in its order, with `status` as the enum.
 
 /// The claim of a cycle, locked (`FOR UPDATE`) until the caller's transaction ends.
 pub async fn lock(
@@ -121,7 +119,18 @@ pub async fn lock(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    read(conn, subscription_id, cycle, " FOR UPDATE OF b").await
+    sqlx::query_as!(
+        Claim,
+        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
+                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
+                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = $1 AND b.billing_cycle = $2 FOR UPDATE OF b"#,
+        subscription_id,
+        cycle,
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// The claim of a cycle, if any.
@@ -130,22 +139,16 @@ pub async fn get(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    read(conn, subscription_id, cycle, "").await
-}
-
-/// The claim of a cycle, with `locking` (a locking clause, or nothing) appended.
-async fn read(
-    conn: &mut PgConnection,
-    subscription_id: i64,
-    cycle: &str,
-    locking: &'static str,
-) -> Result<Option<Claim>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1 AND b.billing_cycle = $2{locking}"
-    ))
-    .bind(subscription_id)
-    .bind(cycle)
+    sqlx::query_as!(
+        Claim,
+        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
+                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
+                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = $1 AND b.billing_cycle = $2"#,
+        subscription_id,
+        cycle,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -160,17 +163,17 @@ pub async fn insert(
     status: ClaimStatus,
     retry_schedule_secs: &[i32],
 ) -> Result<bool, sqlx::Error> {
-    let claimed: Option<i64> = sqlx::query_scalar(
+    let claimed: Option<i64> = sqlx::query_scalar!(
         "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status, retry_schedule_secs)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT ON CONSTRAINT billing_claims_cycle_key DO NOTHING
          RETURNING subscription_id",
+        subscription_id,
+        cycle,
+        intent_id,
+        status.as_str(),
+        retry_schedule_secs,
     )
-    .bind(subscription_id)
-    .bind(cycle)
-    .bind(intent_id)
-    .bind(status.as_str())
-    .bind(retry_schedule_secs)
     .fetch_optional(conn)
     .await?;
     Ok(claimed.is_some())
@@ -183,15 +186,16 @@ pub async fn start_attempt(
     cycle: &str,
     intent_id: i64,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE billing_claims
-            SET intent_id = $3, status = 'charging', attempts = attempts + 1, next_attempt_at = NULL,
+            SET intent_id = $3, status = $4, attempts = attempts + 1, next_attempt_at = NULL,
                 updated_at = now()
           WHERE subscription_id = $1 AND billing_cycle = $2",
+        subscription_id,
+        cycle,
+        intent_id,
+        ClaimStatus::Charging.as_str(),
     )
-    .bind(subscription_id)
-    .bind(cycle)
-    .bind(intent_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -217,18 +221,18 @@ pub async fn follow_other_channel(
     } else {
         ClaimStatus::Charging
     };
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO billing_claims (subscription_id, billing_cycle, intent_id, status, retry_schedule_secs)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT ON CONSTRAINT billing_claims_cycle_key
          DO UPDATE SET intent_id = EXCLUDED.intent_id, status = EXCLUDED.status, next_attempt_at = NULL,
                        updated_at = now()",
+        subscription_id,
+        cycle,
+        intent_id,
+        status.as_str(),
+        retry_schedule_secs,
     )
-    .bind(subscription_id)
-    .bind(cycle)
-    .bind(intent_id)
-    .bind(status.as_str())
-    .bind(retry_schedule_secs)
     .execute(conn)
     .await?;
     Ok(())
@@ -240,15 +244,22 @@ pub async fn due(
     now: OffsetDateTime,
     limit: i64,
 ) -> Result<Vec<(i64, String)>, sqlx::Error> {
-    sqlx::query_as(
+    // `status = 'retry_scheduled'` stays literal: it is the predicate of the partial index
+    // `billing_claims_due_idx`, which a prepared statement's generic plan can only use when the value is in the
+    // text.
+    let due = sqlx::query!(
         "SELECT subscription_id, billing_cycle FROM billing_claims
           WHERE status = 'retry_scheduled' AND next_attempt_at <= $1
           ORDER BY next_attempt_at, subscription_id LIMIT $2",
+        now,
+        limit,
     )
-    .bind(now)
-    .bind(limit)
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(due
+        .into_iter()
+        .map(|r| (r.subscription_id, r.billing_cycle))
+        .collect())
 }
 
 /// The first `limit` claims in `status`, by subscription and cycle.
@@ -257,12 +268,16 @@ pub async fn with_status(
     status: ClaimStatus,
     limit: i64,
 ) -> Result<Vec<Claim>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.status = $1 ORDER BY b.subscription_id, b.billing_cycle LIMIT $2"
-    ))
-    .bind(status.as_str())
-    .bind(limit)
+    sqlx::query_as!(
+        Claim,
+        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
+                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
+                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.status = $1 ORDER BY b.subscription_id, b.billing_cycle LIMIT $2"#,
+        status.as_str(),
+        limit,
+    )
     .fetch_all(conn)
     .await
 }
@@ -270,11 +285,16 @@ pub async fn with_status(
 /// How many claims are in each status other than `paid` (the open ones; the index `billing_claims_open_idx`
 /// and the due index cover most of them, a scan of the charging ones is bounded by what is in flight).
 pub async fn count_open(conn: &mut PgConnection) -> Result<Vec<(ClaimStatus, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT status, count(*) FROM billing_claims WHERE status NOT IN ('paid', 'canceled') GROUP BY status",
+    // `count(*)` is never NULL; PostgreSQL's inference cannot tell (`!`).
+    let counts = sqlx::query!(
+        r#"SELECT status AS "status: ClaimStatus", count(*) AS "count!" FROM billing_claims
+            WHERE status NOT IN ($1, $2) GROUP BY status"#,
+        ClaimStatus::Paid.as_str(),
+        ClaimStatus::Canceled.as_str(),
     )
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(counts.into_iter().map(|r| (r.status, r.count)).collect())
 }
 
 /// A canceled subscription's unpaid cycles stop: scheduled retries and parked cycles become `canceled` (a
@@ -283,11 +303,15 @@ pub async fn cancel_open(
     conn: &mut PgConnection,
     subscription_id: i64,
 ) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE billing_claims SET status = 'canceled', next_attempt_at = NULL, updated_at = now()
+    // The statuses in the WHERE clause stay literal: they are the predicate of the partial index
+    // `billing_claims_open_idx`, which a prepared statement's generic plan can only use when the values are in
+    // the text. The status written is a bind.
+    Ok(sqlx::query!(
+        "UPDATE billing_claims SET status = $2, next_attempt_at = NULL, updated_at = now()
           WHERE subscription_id = $1 AND status IN ('retry_scheduled', 'past_due', 'needs_payment_method')",
+        subscription_id,
+        ClaimStatus::Canceled.as_str(),
     )
-    .bind(subscription_id)
     .execute(conn)
     .await?
     .rows_affected())
@@ -299,11 +323,14 @@ pub async fn retry_parked_now(
     conn: &mut PgConnection,
     subscription_id: i64,
 ) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE billing_claims SET status = 'retry_scheduled', next_attempt_at = now(), updated_at = now()
+    // The statuses in the WHERE clause stay literal: a subset of the partial index `billing_claims_open_idx`'s
+    // predicate, provable only when the values are in the text. The status written is a bind.
+    Ok(sqlx::query!(
+        "UPDATE billing_claims SET status = $2, next_attempt_at = now(), updated_at = now()
           WHERE subscription_id = $1 AND status IN ('past_due', 'needs_payment_method')",
+        subscription_id,
+        ClaimStatus::RetryScheduled.as_str(),
     )
-    .bind(subscription_id)
     .execute(conn)
     .await?
     .rows_affected())
@@ -446,18 +473,18 @@ pub async fn on_charge_final(
         ),
     };
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
-    sqlx::query(
+    sqlx::query!(
         "UPDATE billing_claims
             SET status = $3, next_attempt_at = $4, last_failure_code = $5, last_failure_message = $6,
                 updated_at = now()
           WHERE subscription_id = $1 AND billing_cycle = $2",
+        sub.id,
+        cycle,
+        status.as_str(),
+        next_attempt_at,
+        cut(charge.failure_code, 200),
+        cut(charge.failure_message, 1000),
     )
-    .bind(sub.id)
-    .bind(cycle)
-    .bind(status.as_str())
-    .bind(next_attempt_at)
-    .bind(cut(charge.failure_code, 200))
-    .bind(cut(charge.failure_message, 1000))
     .execute(&mut *conn)
     .await?;
     if sub_status != sub.status {

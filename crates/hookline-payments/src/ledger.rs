@@ -207,7 +207,8 @@ pub(crate) async fn post_many(
             leg_amount.push(amount);
         }
     }
-    let entries = sqlx::query(
+    // Checked against the schema at compile time (`.sqlx/`, docs/development.md "Checked SQL").
+    let entries = sqlx::query!(
         "WITH input AS (
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[])
                       WITH ORDINALITY AS t(provider, kind, reference, payment_id, event_id, currency, ord)),
@@ -221,16 +222,16 @@ pub(crate) async fn post_many(
            FROM posting
            JOIN input i ON i.provider = posting.provider AND i.kind = posting.kind AND i.reference = posting.reference
            JOIN unnest($7::bigint[], $8::text[], $9::bigint[]) AS l(ord, account, amount) ON l.ord = i.ord",
+        &providers as &[&str],
+        &kinds as &[&str],
+        &references as &[&str],
+        &payment_ids,
+        &event_ids,
+        &currencies as &[&str],
+        &leg_ord,
+        &leg_account as &[&str],
+        &leg_amount,
     )
-    .bind(&providers)
-    .bind(&kinds)
-    .bind(&references)
-    .bind(&payment_ids)
-    .bind(&event_ids)
-    .bind(&currencies)
-    .bind(&leg_ord)
-    .bind(&leg_account)
-    .bind(&leg_amount)
     .execute(&mut *tx)
     .await?
     .rows_affected();

@@ -41,6 +41,35 @@ impl Kind {
     }
 }
 
+/// Where a request stands (`outbound_requests.status`; the column's CHECK lists the same values): the one
+/// spelling the statements below bind. [`Claimed::status`] and [`RequestRow::status`] keep the text as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestStatus {
+    /// To send, or to send again with the same key.
+    Pending,
+    /// The gateway's object is recorded.
+    Succeeded,
+    /// The gateway declined: an outcome, not an incident.
+    Declined,
+    /// Hookline's own problem: needs an operator.
+    Failed,
+    /// The key's lifetime ended without an answer: looked up by hookline's reference once it expired.
+    Unknown,
+}
+
+impl RequestStatus {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestStatus::Pending => "pending",
+            RequestStatus::Succeeded => "succeeded",
+            RequestStatus::Declined => "declined",
+            RequestStatus::Failed => "failed",
+            RequestStatus::Unknown => "unknown",
+        }
+    }
+}
+
 /// The idempotency key sent for generation `generation` of the request whose base key is `base`: the base itself
 /// for generation 0 (every request before issue 27), `{base}-g{generation}` after. Derived, never random: a
 /// dispatcher that crashed after committing a generation sends the same key as the one that would have.
@@ -93,7 +122,7 @@ impl Claimed {
 
     /// Whether this request is `unknown` (to be resolved by lookup).
     pub fn is_unknown(&self) -> bool {
-        self.status == "unknown"
+        self.status == RequestStatus::Unknown.as_str()
     }
 }
 
@@ -108,17 +137,17 @@ pub async fn enqueue(
     provider: &str,
     idempotency_key: &str,
 ) -> Result<bool, sqlx::Error> {
-    let n = sqlx::query(
+    let n = sqlx::query!(
         "INSERT INTO outbound_requests (kind, intent_id, refund_id, provider, idempotency_key, traceparent)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT ON CONSTRAINT outbound_requests_idempotency_key DO NOTHING",
+        kind.as_str(),
+        intent_id,
+        refund_id,
+        provider,
+        idempotency_key,
+        hookline_core::telemetry::current_traceparent(),
     )
-    .bind(kind.as_str())
-    .bind(intent_id)
-    .bind(refund_id)
-    .bind(provider)
-    .bind(idempotency_key)
-    .bind(hookline_core::telemetry::current_traceparent())
     .execute(tx)
     .await?
     .rows_affected();
@@ -173,7 +202,11 @@ pub async fn claim_due<'c>(
     lease: Duration,
     ttls: &KeyLifetimes,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
-    sqlx::query_as(
+    // `o.status IN ('pending', 'unknown')` stays literal: it is the predicate of the partial index
+    // `outbound_requests_due_idx`, which a prepared statement's generic plan can only use when the values are in
+    // the text. The other statuses are binds ($6 pending, $7 unknown).
+    sqlx::query_as!(
+        Claimed,
         "WITH due AS (
               SELECT o.id, coalesce(t.ttl, $5) AS ttl
                 FROM outbound_requests o
@@ -184,14 +217,14 @@ pub async fn claim_due<'c>(
                FOR UPDATE OF o SKIP LOCKED),
               d AS (
               SELECT o.id,
-                     o.status = 'pending' AND o.key_first_sent_at IS NOT NULL
+                     o.status = $6 AND o.key_first_sent_at IS NOT NULL
                        AND now() > o.key_first_sent_at
                                    + make_interval(secs => due.ttl - least(due.ttl / 10, 3600)) AS expired,
                      o.key_first_sent_at + make_interval(secs => due.ttl) AS expires
                 FROM due JOIN outbound_requests o ON o.id = due.id),
               claimed AS (
               UPDATE outbound_requests o
-                 SET status = CASE WHEN d.expired THEN 'unknown' ELSE o.status END,
+                 SET status = CASE WHEN d.expired THEN $7 ELSE o.status END,
                      unknown_since = CASE WHEN d.expired THEN now() ELSE o.unknown_since END,
                      next_attempt_at = CASE WHEN d.expired THEN greatest(d.expires, now())
                                             ELSE o.next_attempt_at END,
@@ -203,8 +236,8 @@ pub async fn claim_due<'c>(
                      lease_until = CASE WHEN d.expired AND d.expires > now() THEN NULL
                                         ELSE now() + make_interval(secs => $2) END,
                      attempts = o.attempts
-                         + CASE WHEN o.status = 'pending' AND NOT d.expired THEN 1 ELSE 0 END,
-                     key_first_sent_at = CASE WHEN o.status = 'pending' AND NOT d.expired
+                         + CASE WHEN o.status = $6 AND NOT d.expired THEN 1 ELSE 0 END,
+                     key_first_sent_at = CASE WHEN o.status = $6 AND NOT d.expired
                                               THEN coalesce(o.key_first_sent_at, now())
                                               ELSE o.key_first_sent_at END,
                      updated_at = now()
@@ -216,12 +249,14 @@ pub async fn claim_due<'c>(
          SELECT id, kind, intent_id, refund_id, provider, idempotency_key, attempts, status, key_generation,
                 key_first_sent_at, traceparent
            FROM claimed WHERE to_process",
+        limit,
+        lease.as_secs_f64(),
+        &ttls.names as &[String],
+        &ttls.secs as &[f64],
+        DEFAULT_KEY_TTL.as_secs_f64(),
+        RequestStatus::Pending.as_str(),
+        RequestStatus::Unknown.as_str(),
     )
-    .bind(limit)
-    .bind(lease.as_secs_f64())
-    .bind(&ttls.names)
-    .bind(&ttls.secs)
-    .bind(DEFAULT_KEY_TTL.as_secs_f64())
     .fetch_all(conn)
     .await
 }
@@ -229,13 +264,14 @@ pub async fn claim_due<'c>(
 /// The gateway accepted the request (its object is recorded). `status` is the HTTP status of the answer (200
 /// for an object found by lookup).
 pub async fn succeed(conn: &mut PgConnection, id: i64, status: u16) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbound_requests SET status = 'succeeded', lease_until = NULL, last_status = $2,
+    sqlx::query!(
+        "UPDATE outbound_requests SET status = $3, lease_until = NULL, last_status = $2,
                 last_error = NULL, unknown_since = NULL, updated_at = now()
           WHERE id = $1",
+        id,
+        i16::try_from(status).unwrap_or(i16::MAX),
+        RequestStatus::Succeeded.as_str(),
     )
-    .bind(id)
-    .bind(i16::try_from(status).unwrap_or(i16::MAX))
     .execute(conn)
     .await?;
     Ok(())
@@ -249,14 +285,15 @@ pub async fn decline(
     status: Option<u16>,
     reason: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbound_requests SET status = 'declined', lease_until = NULL, last_status = $2,
+    sqlx::query!(
+        "UPDATE outbound_requests SET status = $4, lease_until = NULL, last_status = $2,
                 last_error = $3, unknown_since = NULL, updated_at = now()
           WHERE id = $1",
+        id,
+        status.and_then(|s| i16::try_from(s).ok()),
+        reason,
+        RequestStatus::Declined.as_str(),
     )
-    .bind(id)
-    .bind(status.and_then(|s| i16::try_from(s).ok()))
-    .bind(reason)
     .execute(conn)
     .await?;
     Ok(())
@@ -285,15 +322,15 @@ pub async fn retry_later<'c>(
     status: Option<u16>,
     error: &str,
 ) -> Result<Retried, sqlx::Error> {
-    let unknown: Option<bool> = sqlx::query_scalar(
+    let unknown: Option<bool> = sqlx::query_scalar!(
         "WITH d AS (
               SELECT id, coalesce(key_first_sent_at, now()) + make_interval(secs => $5) AS expires,
                      now() + make_interval(secs => $2)
                        > coalesce(key_first_sent_at, now()) + make_interval(secs => $5 - $6) AS too_late
-                FROM outbound_requests WHERE id = $1 AND status = 'pending')
+                FROM outbound_requests WHERE id = $1 AND status = $7)
          UPDATE outbound_requests o
             SET lease_until = NULL,
-                status = CASE WHEN d.too_late THEN 'unknown' ELSE 'pending' END,
+                status = CASE WHEN d.too_late THEN $8 ELSE $7 END,
                 unknown_since = CASE WHEN d.too_late THEN now() ELSE NULL END,
                 next_attempt_at = CASE WHEN d.too_late THEN greatest(d.expires, now())
                                        ELSE now() + make_interval(secs => $2) END,
@@ -304,14 +341,16 @@ pub async fn retry_later<'c>(
                 updated_at = now()
            FROM d
           WHERE o.id = d.id
-         RETURNING d.too_late",
+         RETURNING d.too_late AS \"too_late!\"",
+        id,
+        after.as_secs_f64(),
+        status.and_then(|s| i16::try_from(s).ok()),
+        error,
+        ttl.as_secs_f64(),
+        key_margin(ttl).as_secs_f64(),
+        RequestStatus::Pending.as_str(),
+        RequestStatus::Unknown.as_str(),
     )
-    .bind(id)
-    .bind(after.as_secs_f64())
-    .bind(status.and_then(|s| i16::try_from(s).ok()))
-    .bind(error)
-    .bind(ttl.as_secs_f64())
-    .bind(key_margin(ttl).as_secs_f64())
     .fetch_optional(conn)
     .await?;
     Ok(if unknown == Some(true) {
@@ -329,14 +368,15 @@ pub async fn retry_lookup<'c>(
     after: Duration,
     error: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE outbound_requests SET lease_until = NULL, next_attempt_at = now() + make_interval(secs => $2),
                 last_error = $3, updated_at = now()
-          WHERE id = $1 AND status = 'unknown'",
+          WHERE id = $1 AND status = $4",
+        id,
+        after.as_secs_f64(),
+        format!("unknown: lookup failed (will retry): {error}"),
+        RequestStatus::Unknown.as_str(),
     )
-    .bind(id)
-    .bind(after.as_secs_f64())
-    .bind(format!("unknown: lookup failed (will retry): {error}"))
     .execute(conn)
     .await?;
     Ok(())
@@ -351,16 +391,18 @@ pub async fn next_generation<'c>(
     id: i64,
     generation: i32,
 ) -> Result<bool, sqlx::Error> {
-    let n = sqlx::query(
+    let n = sqlx::query!(
         "UPDATE outbound_requests
-            SET status = 'pending', key_generation = key_generation + 1, key_first_sent_at = NULL,
+            SET status = $3, key_generation = key_generation + 1, key_first_sent_at = NULL,
                 unknown_since = NULL, lease_until = NULL, next_attempt_at = now(),
                 last_error = 'the key expired and the gateway has no object for it: sending under a new key',
                 updated_at = now()
-          WHERE id = $1 AND status = 'unknown' AND key_generation = $2",
+          WHERE id = $1 AND status = $4 AND key_generation = $2",
+        id,
+        generation,
+        RequestStatus::Pending.as_str(),
+        RequestStatus::Unknown.as_str(),
     )
-    .bind(id)
-    .bind(generation)
     .execute(conn)
     .await?
     .rows_affected();
@@ -391,24 +433,30 @@ pub async fn resolve_unknown_refund(
     ttl: Duration,
     note: &str,
 ) -> Result<Option<(i64, i32)>, sqlx::Error> {
-    sqlx::query_as(
+    // `refund_id IS NOT NULL` is in the WHERE clause: the returned one is never NULL (`!`).
+    let moved = sqlx::query!(
         "UPDATE outbound_requests
-            SET status = CASE WHEN $2 THEN 'succeeded' ELSE 'pending' END,
+            SET status = CASE WHEN $2 THEN $5 ELSE $6 END,
                 key_generation = key_generation + CASE WHEN $2 THEN 0 ELSE 1 END,
                 key_first_sent_at = CASE WHEN $2 THEN key_first_sent_at ELSE NULL END,
                 unknown_since = NULL, lease_until = NULL, next_attempt_at = now(),
                 last_error = $4, updated_at = now()
-          WHERE id = $1 AND status = 'unknown' AND kind = 'refund' AND refund_id IS NOT NULL
+          WHERE id = $1 AND status = $7 AND kind = $8 AND refund_id IS NOT NULL
             AND (lease_until IS NULL OR lease_until < now())
             AND ($2 OR coalesce(key_first_sent_at, unknown_since) + make_interval(secs => $3) <= now())
-         RETURNING refund_id, key_generation",
+         RETURNING refund_id AS \"refund_id!\", key_generation",
+        id,
+        finding == OperatorFinding::Made,
+        ttl.as_secs_f64(),
+        note,
+        RequestStatus::Succeeded.as_str(),
+        RequestStatus::Pending.as_str(),
+        RequestStatus::Unknown.as_str(),
+        Kind::Refund.as_str(),
     )
-    .bind(id)
-    .bind(finding == OperatorFinding::Made)
-    .bind(ttl.as_secs_f64())
-    .bind(note)
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(moved.map(|m| (m.refund_id, m.key_generation)))
 }
 
 /// One request as operators see it ([`RequestRow`]), with its provider; `None` when there is no such request.
@@ -416,21 +464,30 @@ pub async fn get<'c>(
     conn: impl PgExecutor<'c>,
     id: i64,
 ) -> Result<Option<(RequestRow, String)>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        request: RequestRow,
-        provider: String,
-    }
-    let row: Option<Row> = sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT id, kind, intent_id, status, attempts, key_generation, unknown_since, last_status, last_error,
                 next_attempt_at, updated_at, provider
          FROM outbound_requests WHERE id = $1",
+        id,
     )
-    .bind(id)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| (r.request, r.provider)))
+    Ok(row.map(|r| {
+        let request = RequestRow {
+            id: r.id,
+            kind: r.kind,
+            intent_id: r.intent_id,
+            status: r.status,
+            attempts: r.attempts,
+            key_generation: r.key_generation,
+            unknown_since: r.unknown_since,
+            last_status: r.last_status,
+            last_error: r.last_error,
+            next_attempt_at: r.next_attempt_at,
+            updated_at: r.updated_at,
+        };
+        (request, r.provider)
+    }))
 }
 
 /// A final failure, hookline's own problem (a refused request, a redirect, an answer it cannot interpret, a
@@ -441,14 +498,15 @@ pub async fn fail(
     status: Option<u16>,
     error: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbound_requests SET status = 'failed', lease_until = NULL, last_status = $2,
+    sqlx::query!(
+        "UPDATE outbound_requests SET status = $4, lease_until = NULL, last_status = $2,
                 last_error = $3, unknown_since = NULL, updated_at = now()
           WHERE id = $1",
+        id,
+        status.and_then(|s| i16::try_from(s).ok()),
+        error,
+        RequestStatus::Failed.as_str(),
     )
-    .bind(id)
-    .bind(status.and_then(|s| i16::try_from(s).ok()))
-    .bind(error)
     .execute(conn)
     .await?;
     Ok(())
@@ -461,11 +519,14 @@ pub async fn saved_card<'c>(
     id: i64,
     generation: i32,
 ) -> Result<Option<MintedCard>, sqlx::Error> {
-    let row: Option<Json<MintedCard>> = sqlx::query_scalar(
-        "SELECT saved_card FROM outbound_requests WHERE id = $1 AND saved_card_generation = $2",
+    // A stored generation always has its card (CHECK `outbound_requests_saved_card_pair`): a NULL fails the
+    // decode, as before the checked macros (`!`).
+    let row: Option<Json<MintedCard>> = sqlx::query_scalar!(
+        r#"SELECT saved_card AS "saved_card!: Json<MintedCard>"
+             FROM outbound_requests WHERE id = $1 AND saved_card_generation = $2"#,
+        id,
+        generation,
     )
-    .bind(id)
-    .bind(generation)
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|j| j.0))
@@ -481,16 +542,18 @@ pub async fn keep_saved_card<'c>(
     generation: i32,
     minted: &MintedCard,
 ) -> Result<Option<MintedCard>, sqlx::Error> {
-    let row: Option<Json<MintedCard>> = sqlx::query_scalar(
+    let row: Option<Json<MintedCard>> = sqlx::query_scalar!(
         "UPDATE outbound_requests
             SET saved_card = CASE WHEN saved_card_generation = $2 THEN saved_card ELSE $3 END,
                 saved_card_generation = $2, updated_at = now()
-          WHERE id = $1 AND key_generation = $2 AND status = 'pending'
-         RETURNING saved_card",
+          WHERE id = $1 AND key_generation = $2 AND status = $4
+         RETURNING saved_card AS \"saved_card!: Json<MintedCard>\"",
+        id,
+        generation,
+        // Encoded as JSON by its Serialize (`as _`: the macro would expect a `serde_json::Value`).
+        Json(minted) as _,
+        RequestStatus::Pending.as_str(),
     )
-    .bind(id)
-    .bind(generation)
-    .bind(Json(minted))
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|j| j.0))
@@ -524,24 +587,30 @@ pub async fn summary<'c>(
 ) -> Result<Summary, sqlx::Error> {
     let names: Vec<&str> = ttls.iter().map(|t| t.0).collect();
     let secs: Vec<f64> = ttls.iter().map(|t| t.1.as_secs_f64()).collect();
-    sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-                count(*) FILTER (WHERE status = 'failed') AS failed,
-                count(*) FILTER (WHERE status = 'declined') AS declined,
-                count(*) FILTER (WHERE status = 'unknown') AS unknown,
-                count(*) FILTER (WHERE status = 'unknown'
+    // `count(*)` is never NULL; PostgreSQL's inference cannot tell (`!`).
+    sqlx::query_as!(
+        Summary,
+        r#"SELECT count(*) FILTER (WHERE status = $4) AS "pending!",
+                count(*) FILTER (WHERE status = $5) AS "failed!",
+                count(*) FILTER (WHERE status = $6) AS "declined!",
+                count(*) FILTER (WHERE status = $7) AS "unknown!",
+                count(*) FILTER (WHERE status = $7
                     AND coalesce(key_first_sent_at, unknown_since)
-                        + make_interval(secs => coalesce(t.ttl, 86400) + $3) < now()) AS unknown_overdue,
-                extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
+                        + make_interval(secs => coalesce(t.ttl, 86400) + $3) < now()) AS "unknown_overdue!",
+                extract(epoch FROM now() - min(created_at) FILTER (WHERE status = $4))::float8
                     AS oldest_pending_secs,
-                extract(epoch FROM now() - min(unknown_since) FILTER (WHERE status = 'unknown'))::float8
+                extract(epoch FROM now() - min(unknown_since) FILTER (WHERE status = $7))::float8
                     AS oldest_unknown_secs
            FROM outbound_requests o
-           LEFT JOIN unnest($1::text[], $2::float8[]) AS t(provider, ttl) ON t.provider = o.provider",
+           LEFT JOIN unnest($1::text[], $2::float8[]) AS t(provider, ttl) ON t.provider = o.provider"#,
+        &names as &[&str],
+        &secs as &[f64],
+        grace.as_secs_f64(),
+        RequestStatus::Pending.as_str(),
+        RequestStatus::Failed.as_str(),
+        RequestStatus::Declined.as_str(),
+        RequestStatus::Unknown.as_str(),
     )
-    .bind(&names)
-    .bind(&secs)
-    .bind(grace.as_secs_f64())
     .fetch_one(conn)
     .await
 }
@@ -566,18 +635,22 @@ pub async fn unresolved<'c>(
     conn: impl PgExecutor<'c>,
     older_than: Duration,
 ) -> Result<Unresolved, sqlx::Error> {
-    sqlx::query_as(
-        "WITH i AS (SELECT count(*) AS n, min(updated_at) AS oldest FROM payment_intents
+    // `count(*)` is never NULL; PostgreSQL's inference cannot tell (`!`). The statuses stay literal: they are the
+    // predicates of the partial indexes `payment_intents_unresolved_idx` and `outbound_refunds_unresolved_idx`,
+    // which a prepared statement's generic plan can only use when the values are in the text.
+    sqlx::query_as!(
+        Unresolved,
+        r#"WITH i AS (SELECT count(*) AS n, min(updated_at) AS oldest FROM payment_intents
                      WHERE status IN ('requires_dispatch', 'processing')
                        AND updated_at < now() - make_interval(secs => $1)),
               r AS (SELECT count(*) AS n, min(updated_at) AS oldest FROM outbound_refunds
                      WHERE status = 'requires_dispatch'
                        AND updated_at < now() - make_interval(secs => $1))
-         SELECT i.n AS intents, r.n AS refunds,
+         SELECT i.n AS "intents!", r.n AS "refunds!",
                 extract(epoch FROM now() - least(i.oldest, r.oldest))::float8 AS oldest_secs
-           FROM i, r",
+           FROM i, r"#,
+        older_than.as_secs_f64(),
     )
-    .bind(older_than.as_secs_f64())
     .fetch_one(conn)
     .await
 }
@@ -614,12 +687,13 @@ pub async fn of_intents<'c>(
     conn: impl PgExecutor<'c>,
     intent_ids: &[i64],
 ) -> Result<Vec<RequestRow>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        RequestRow,
         "SELECT id, kind, intent_id, status, attempts, key_generation, unknown_since, last_status, last_error,
                 next_attempt_at, updated_at
          FROM outbound_requests WHERE intent_id = ANY($1) ORDER BY intent_id DESC, id",
+        intent_ids,
     )
-    .bind(intent_ids)
     .fetch_all(conn)
     .await
 }

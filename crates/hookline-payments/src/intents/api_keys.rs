@@ -40,39 +40,49 @@ pub async fn claim_idempotency_key(
 ) -> Result<KeyClaim, sqlx::Error> {
     // Twice at most: the second round only follows the removal of an expired key.
     for _ in 0..2 {
-        let claimed: Option<bool> = sqlx::query_scalar(
-            "INSERT INTO api_idempotency_keys (client, key, request_hash) VALUES ($1, $2, $3)
+        // A constant is never NULL; PostgreSQL's inference cannot tell (`!`).
+        let claimed: Option<bool> = sqlx::query_scalar!(
+            r#"INSERT INTO api_idempotency_keys (client, key, request_hash) VALUES ($1, $2, $3)
              ON CONFLICT (client, key) DO NOTHING
-             RETURNING true",
+             RETURNING true AS "claimed!""#,
+            client,
+            key,
+            request_hash,
         )
-        .bind(client)
-        .bind(key)
-        .bind(request_hash)
         .fetch_optional(&mut *tx)
         .await?;
         if claimed.is_some() {
             return Ok(KeyClaim::Claimed);
         }
-        let row: Option<StoredKey> = sqlx::query_as(
-            "SELECT request_hash, response_status, response_body,
-                    created_at < now() - make_interval(secs => $3)
-               FROM api_idempotency_keys WHERE client = $1 AND key = $2",
+        // `created_at` is NOT NULL, so the comparison is never NULL (`!`).
+        let row: Option<StoredKey> = sqlx::query!(
+            r#"SELECT request_hash, response_status, response_body,
+                    created_at < now() - make_interval(secs => $3) AS "expired!"
+               FROM api_idempotency_keys WHERE client = $1 AND key = $2"#,
+            client,
+            key,
+            window.as_secs_f64(),
         )
-        .bind(client)
-        .bind(key)
-        .bind(window.as_secs_f64())
         .fetch_optional(&mut *tx)
-        .await?;
+        .await?
+        .map(|r| {
+            (
+                r.request_hash,
+                r.response_status,
+                r.response_body,
+                r.expired,
+            )
+        });
         match row {
             Some((_, _, _, true)) => {
                 // Expired but not pruned yet: the key is free again.
-                sqlx::query(
+                sqlx::query!(
                     "DELETE FROM api_idempotency_keys
                       WHERE client = $1 AND key = $2 AND created_at < now() - make_interval(secs => $3)",
+                    client,
+                    key,
+                    window.as_secs_f64(),
                 )
-                .bind(client)
-                .bind(key)
-                .bind(window.as_secs_f64())
                 .execute(&mut *tx)
                 .await?;
             }
@@ -99,14 +109,14 @@ pub async fn complete_idempotency_key(
     status: i16,
     body: &[u8],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE api_idempotency_keys SET response_status = $3, response_body = $4, completed_at = now()
           WHERE client = $1 AND key = $2",
+        client,
+        key,
+        status,
+        body,
     )
-    .bind(client)
-    .bind(key)
-    .bind(status)
-    .bind(body)
     .execute(tx)
     .await?;
     Ok(())
@@ -121,14 +131,14 @@ pub async fn prune_idempotency_keys(
 ) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let n = sqlx::query(
+        let n = sqlx::query!(
             "DELETE FROM api_idempotency_keys WHERE ctid = ANY (ARRAY(
                 SELECT ctid FROM api_idempotency_keys
                  WHERE created_at < now() - make_interval(secs => $1)
                  LIMIT $2 FOR UPDATE SKIP LOCKED))",
+            window.as_secs_f64(),
+            batch.max(1),
         )
-        .bind(window.as_secs_f64())
-        .bind(batch.max(1))
         .execute(pool)
         .await?
         .rows_affected();

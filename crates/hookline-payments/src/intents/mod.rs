@@ -21,6 +21,7 @@
 
 use futures::future::BoxFuture;
 use hookline_core::telemetry;
+use sqlx::types::Json;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 use tracing::Instrument;
@@ -119,10 +120,9 @@ pub struct NewIntent<'a> {
     pub cycle: Option<CycleRef<'a>>,
 }
 
-const COLUMNS: &str =
-    "id, public_id, provider, amount, currency, customer, description, client, status, order_reference, \
-     payment_params, next_action, failure_code, failure_message, provider_payment_id, refunded, subscription_id, \
-     billing_cycle, created_at";
+// The column list of an intent is written out in each statement (the checked macros take literal SQL only):
+// every statement returning an intent reads the columns of [`Intent`], in its order, with the same type
+// overrides (`status` as the enum, the JSON columns as their types).
 
 /// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
 pub fn charge_key(intent_id: i64) -> String {
@@ -197,12 +197,20 @@ pub async fn live_for_cycle(
     conn: &mut PgConnection,
     cycle: CycleRef<'_>,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents
-          WHERE subscription_id = $1 AND billing_cycle = $2 AND status <> 'failed'"
-    ))
-    .bind(cycle.subscription_id)
-    .bind(cycle.billing_cycle)
+    // `status <> 'failed'` stays literal: it is the predicate of the partial index `payment_intents_live_cycle`,
+    // which a prepared statement's generic plan can only use when the value is in the text.
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents
+          WHERE subscription_id = $1 AND billing_cycle = $2 AND status <> 'failed'"#,
+        cycle.subscription_id,
+        cycle.billing_cycle,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -224,12 +232,13 @@ pub async fn create_intent_for_client(
         if let Some(intent) = insert_intent(tx, Some(client), new).await? {
             return Ok(intent);
         }
-        let existing: Option<String> = sqlx::query_scalar(
+        // `status <> 'failed'` stays literal: the partial index `payment_intents_live_order`'s predicate.
+        let existing: Option<String> = sqlx::query_scalar!(
             "SELECT public_id FROM payment_intents
               WHERE client = $1 AND order_reference = $2 AND status <> 'failed'",
+            client,
+            new.order_reference,
         )
-        .bind(client)
-        .bind(new.order_reference)
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(intent) = existing {
@@ -256,30 +265,37 @@ async fn insert_intent(
     client: Option<&str>,
     new: &NewIntent<'_>,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    let intent: Option<Intent> = sqlx::query_as(&format!(
-        "INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
+    let status = if new.confirm {
+        IntentStatus::RequiresDispatch
+    } else {
+        IntentStatus::RequiresConfirmation
+    };
+    let intent: Option<Intent> = sqlx::query_as!(
+        Intent,
+        r#"INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
                                       order_reference, payment_params, status, subscription_id, billing_cycle)
          VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                  $11)
          ON CONFLICT DO NOTHING
-         RETURNING {COLUMNS}"
-    ))
-    .bind(new.provider)
-    .bind(new.amount)
-    .bind(new.currency)
-    .bind(new.customer)
-    .bind(new.description)
-    .bind(client)
-    .bind(new.order_reference)
-    .bind(new.payment_params.map(sqlx::types::Json))
-    .bind(if new.confirm {
-        IntentStatus::RequiresDispatch
-    } else {
-        IntentStatus::RequiresConfirmation
-    }
-    .as_str())
-    .bind(new.cycle.map(|c| c.subscription_id))
-    .bind(new.cycle.map(|c| c.billing_cycle))
+         RETURNING id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#,
+        new.provider,
+        new.amount,
+        new.currency,
+        new.customer,
+        new.description,
+        client,
+        new.order_reference,
+        // Encoded as JSON by its Serialize; the column is jsonb (`as _`: the macro would expect a
+        // `serde_json::Value`).
+        new.payment_params.map(Json) as _,
+        status.as_str(),
+        new.cycle.map(|c| c.subscription_id),
+        new.cycle.map(|c| c.billing_cycle),
+    )
     .fetch_optional(&mut *tx)
     .await?;
     let Some(intent) = intent else {
@@ -313,11 +329,17 @@ pub async fn lock_for_client(
     client: &str,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1 AND client = $2 FOR UPDATE"
-    ))
-    .bind(public_id)
-    .bind(client)
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents WHERE public_id = $1 AND client = $2 FOR UPDATE"#,
+        public_id,
+        client,
+    )
     .fetch_optional(tx)
     .await
 }
@@ -331,14 +353,22 @@ pub async fn confirm(
     intent_id: i64,
     params: &PaymentParams,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    let intent: Option<Intent> = sqlx::query_as(&format!(
-        "UPDATE payment_intents
-            SET status = 'requires_dispatch', payment_params = $2, updated_at = now()
-          WHERE id = $1 AND status = 'requires_confirmation'
-         RETURNING {COLUMNS}"
-    ))
-    .bind(intent_id)
-    .bind(sqlx::types::Json(params))
+    let intent: Option<Intent> = sqlx::query_as!(
+        Intent,
+        r#"UPDATE payment_intents
+            SET status = $3, payment_params = $2, updated_at = now()
+          WHERE id = $1 AND status = $4
+         RETURNING id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#,
+        intent_id,
+        // Encoded as JSON by its Serialize (`as _`: the macro would expect a `serde_json::Value`).
+        Json(params) as _,
+        IntentStatus::RequiresDispatch.as_str(),
+        IntentStatus::RequiresConfirmation.as_str(),
+    )
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(intent) = &intent {
@@ -352,10 +382,16 @@ pub async fn get_by_public_id(
     conn: &mut PgConnection,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1"
-    ))
-    .bind(public_id)
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents WHERE public_id = $1"#,
+        public_id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -367,21 +403,33 @@ pub async fn get_for_client(
     client: &str,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents WHERE public_id = $1 AND client = $2"
-    ))
-    .bind(public_id)
-    .bind(client)
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents WHERE public_id = $1 AND client = $2"#,
+        public_id,
+        client,
+    )
     .fetch_optional(conn)
     .await
 }
 
 /// An intent by its internal id.
 pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents WHERE id = $1"
-    ))
-    .bind(id)
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents WHERE id = $1"#,
+        id,
+    )
     .fetch_optional(conn)
     .await
 }
@@ -449,35 +497,49 @@ pub async fn record_charge_answer(
     charge_final: &dyn ChargeFinal,
 ) -> Result<(), RecordError> {
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
-    let moved: Option<Moved> = sqlx::query_as(&format!(
-        "UPDATE payment_intents p
+    let moved: Option<MovedRow> = sqlx::query_as!(
+        MovedRow,
+        r#"UPDATE payment_intents p
             SET provider_payment_id = coalesce(p.provider_payment_id, $2),
-                status = CASE WHEN old.previous IN ('succeeded', 'failed') THEN old.previous
-                              WHEN old.previous = 'processing' AND $3 IN ('requires_action', 'requires_dispatch')
+                status = CASE WHEN old.previous IN (st.succeeded, st.failed) THEN old.previous
+                              WHEN old.previous = st.processing AND $3 IN (st.requires_action, st.requires_dispatch)
                                    THEN old.previous
                               ELSE $3 END,
-                next_action = CASE WHEN old.previous IN ('succeeded', 'failed', 'processing') THEN p.next_action
-                                   WHEN $3 = 'requires_action' THEN coalesce($4, p.next_action)
+                next_action = CASE WHEN old.previous IN (st.succeeded, st.failed, st.processing) THEN p.next_action
+                                   WHEN $3 = st.requires_action THEN coalesce($4, p.next_action)
                                    ELSE NULL END,
-                failure_code = CASE WHEN old.previous = 'failed' OR (old.previous <> 'succeeded' AND $3 = 'failed')
+                failure_code = CASE WHEN old.previous = st.failed OR (old.previous <> st.succeeded AND $3 = st.failed)
                                     THEN coalesce(p.failure_code, $5) ELSE p.failure_code END,
-                failure_message = CASE WHEN old.previous = 'failed' OR (old.previous <> 'succeeded' AND $3 = 'failed')
+                failure_message = CASE WHEN old.previous = st.failed OR (old.previous <> st.succeeded AND $3 = st.failed)
                                        THEN coalesce(p.failure_message, $6) ELSE p.failure_message END,
                 updated_at = now()
-           FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old
+           FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old,
+                (SELECT $7::text AS succeeded, $8::text AS failed, $9::text AS processing,
+                        $10::text AS requires_action, $11::text AS requires_dispatch) st
           WHERE p.id = old.id
-         RETURNING {RETURNED}, old.previous"
-    ))
-    .bind(intent_id)
-    .bind(answer.provider_payment_id)
-    .bind(answer.status.as_str())
-    .bind(answer.next_action.map(sqlx::types::Json))
-    .bind(cut(answer.failure_code, MAX_FAILURE_CODE_CHARS))
-    .bind(cut(answer.failure_message, MAX_FAILURE_MESSAGE_CHARS))
+         RETURNING p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client,
+                   p.status AS "status: IntentStatus", p.order_reference,
+                   p.payment_params AS "payment_params: Json<PaymentParams>",
+                   p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
+                   p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
+                   old.previous AS "previous!: IntentStatus", NULL::text AS "intent_traceparent?""#,
+        intent_id,
+        answer.provider_payment_id,
+        answer.status.as_str(),
+        answer.next_action.map(Json) as _,
+        cut(answer.failure_code, MAX_FAILURE_CODE_CHARS),
+        cut(answer.failure_message, MAX_FAILURE_MESSAGE_CHARS),
+        // The statuses the rule names (`st`), in the enum's one spelling.
+        IntentStatus::Succeeded.as_str(),
+        IntentStatus::Failed.as_str(),
+        IntentStatus::Processing.as_str(),
+        IntentStatus::RequiresAction.as_str(),
+        IntentStatus::RequiresDispatch.as_str(),
+    )
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(m) = moved {
-        announce_if_completed(conn, &m, charge_final).await?;
+        announce_if_completed(conn, &Moved::from(m), charge_final).await?;
     }
     Ok(())
 }
@@ -541,12 +603,13 @@ pub async fn complete_from_payments(
         .iter()
         .map(|c| c.failure.and_then(|f| f.message.as_deref()))
         .collect();
-    let moved: Vec<Moved> = sqlx::query_as(&format!(
-        "UPDATE payment_intents p
+    let moved: Vec<Moved> = sqlx::query_as!(
+        MovedRow,
+        r#"UPDATE payment_intents p
             SET status = old.new_status, next_action = NULL, updated_at = now(),
-                failure_code = CASE WHEN old.new_status = 'failed'
+                failure_code = CASE WHEN old.new_status = $7
                                     THEN coalesce(p.failure_code, old.code) ELSE p.failure_code END,
-                failure_message = CASE WHEN old.new_status = 'failed'
+                failure_message = CASE WHEN old.new_status = $7
                                        THEN coalesce(p.failure_message, old.message) ELSE p.failure_message END
            FROM (SELECT i.id, i.status AS previous, u.status AS new_status, u.code, u.message
                    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
@@ -555,20 +618,31 @@ pub async fn complete_from_payments(
                    CROSS JOIN LATERAL (
                         SELECT id, status FROM payment_intents
                          WHERE provider = u.provider AND provider_payment_id = u.ref
-                           AND status NOT IN ('succeeded', 'failed')
+                           AND status NOT IN ($8, $7)
                          FOR UPDATE) i) old
           WHERE p.id = old.id
-         RETURNING {RETURNED}, old.previous,
+         RETURNING p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client,
+                   p.status AS "status: IntentStatus", p.order_reference,
+                   p.payment_params AS "payment_params: Json<PaymentParams>",
+                   p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
+                   p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
+                   old.previous AS "previous!: IntentStatus",
                    (SELECT r.traceparent FROM outbound_requests r
-                     WHERE r.intent_id = p.id AND r.kind = 'charge' ORDER BY r.id DESC LIMIT 1) AS intent_traceparent"
-    ))
-    .bind(&providers)
-    .bind(&refs)
-    .bind(&statuses)
-    .bind(&codes)
-    .bind(&messages)
+                     WHERE r.intent_id = p.id AND r.kind = $6 ORDER BY r.id DESC LIMIT 1) AS "intent_traceparent?""#,
+        &providers as &[&str],
+        &refs as &[&str],
+        &statuses as &[&str],
+        &codes as &[Option<&str>],
+        &messages as &[Option<&str>],
+        crate::outbound_requests::Kind::Charge.as_str(),
+        IntentStatus::Failed.as_str(),
+        IntentStatus::Succeeded.as_str(),
+    )
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(Moved::from)
+    .collect();
     for m in &moved {
         let webhook = completed
             .iter()
@@ -603,21 +677,70 @@ pub async fn complete_from_payments(
     Ok(moved.len())
 }
 
-/// Columns returned by the updates above (`p` is the updated row).
-const RETURNED: &str =
-    "p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client, p.status, \
-     p.order_reference, p.payment_params, p.next_action, p.failure_code, p.failure_message, \
-     p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at";
-
 /// An intent after an update, and its status before.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 struct Moved {
-    #[sqlx(flatten)]
     intent: Intent,
     previous: IntentStatus,
     /// The trace its charge was queued in (only where the statement reads it).
-    #[sqlx(default)]
     intent_traceparent: Option<String>,
+}
+
+/// [`Moved`] as the updates return it: flat, because the checked macros fill a struct field by field (no
+/// `flatten`).
+#[derive(Debug)]
+struct MovedRow {
+    id: i64,
+    public_id: String,
+    provider: String,
+    amount: i64,
+    currency: String,
+    customer: Option<String>,
+    description: Option<String>,
+    client: Option<String>,
+    status: IntentStatus,
+    order_reference: Option<String>,
+    payment_params: Option<Json<PaymentParams>>,
+    next_action: Option<Json<serde_json::Value>>,
+    failure_code: Option<String>,
+    failure_message: Option<String>,
+    provider_payment_id: Option<String>,
+    refunded: i64,
+    subscription_id: Option<i64>,
+    billing_cycle: Option<String>,
+    created_at: OffsetDateTime,
+    previous: IntentStatus,
+    intent_traceparent: Option<String>,
+}
+
+impl From<MovedRow> for Moved {
+    fn from(r: MovedRow) -> Moved {
+        Moved {
+            intent: Intent {
+                id: r.id,
+                public_id: r.public_id,
+                provider: r.provider,
+                amount: r.amount,
+                currency: r.currency,
+                customer: r.customer,
+                description: r.description,
+                client: r.client,
+                status: r.status,
+                order_reference: r.order_reference,
+                payment_params: r.payment_params,
+                next_action: r.next_action,
+                failure_code: r.failure_code,
+                failure_message: r.failure_message,
+                provider_payment_id: r.provider_payment_id,
+                refunded: r.refunded,
+                subscription_id: r.subscription_id,
+                billing_cycle: r.billing_cycle,
+                created_at: r.created_at,
+            },
+            previous: r.previous,
+            intent_traceparent: r.intent_traceparent,
+        }
+    }
 }
 
 /// What `payment_intent.succeeded` / `payment_intent.failed` carry.
@@ -747,14 +870,20 @@ pub async fn recent<'c>(
     limit: i64,
 ) -> Result<Vec<Intent>, sqlx::Error> {
     let statuses: Vec<&str> = statuses.iter().map(IntentStatus::as_str).collect();
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
+    sqlx::query_as!(
+        Intent,
+        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
+           FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
            AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
-         ORDER BY id DESC LIMIT $2"
-    ))
-    .bind(before)
-    .bind(limit)
-    .bind(statuses)
+         ORDER BY id DESC LIMIT $2"#,
+        before,
+        limit,
+        &statuses as &[&str],
+    )
     .fetch_all(conn)
     .await
 }

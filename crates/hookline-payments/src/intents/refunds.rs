@@ -5,6 +5,32 @@
 
 use super::*;
 
+/// Where a refund stands (`outbound_refunds.status`; the column's CHECK lists the same values): the one spelling
+/// the statements bind. [`RefundRequested::status`] and [`get_refund`] keep the text as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundStatus {
+    /// Waiting for the dispatcher; its amount is held on the intent.
+    RequiresDispatch,
+    /// Made at the gateway; its amount stays held.
+    Succeeded,
+    /// The gateway failed it: nothing moved, the amount is released.
+    Failed,
+    /// Refused (hookline's own problem): nothing moved, the amount is released.
+    NeedsAttention,
+}
+
+impl RefundStatus {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundStatus::RequiresDispatch => "requires_dispatch",
+            RefundStatus::Succeeded => "succeeded",
+            RefundStatus::Failed => "failed",
+            RefundStatus::NeedsAttention => "needs_attention",
+        }
+    }
+}
+
 /// Why a refund cannot be requested.
 #[derive(Debug, thiserror::Error)]
 pub enum RefundError {
@@ -90,36 +116,38 @@ pub async fn request_refund_with_key(
     reason: &str,
     request_key: &str,
 ) -> Result<RefundRequested, RefundError> {
-    let intent_id: Option<i64> =
-        sqlx::query_scalar("SELECT id FROM payment_intents WHERE public_id = $1")
-            .bind(public_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let intent_id: Option<i64> = sqlx::query_scalar!(
+        "SELECT id FROM payment_intents WHERE public_id = $1",
+        public_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     let Some(intent_id) = intent_id else {
         return Err(RefundError::UnknownIntent(public_id.to_owned()));
     };
-    let inserted: Option<i64> = sqlx::query_scalar(
+    let inserted: Option<i64> = sqlx::query_scalar!(
         "INSERT INTO outbound_refunds (intent_id, amount, reason, request_key) VALUES ($1, $2, $3, $4)
          ON CONFLICT ON CONSTRAINT outbound_refunds_request_key DO NOTHING
          RETURNING id",
+        intent_id,
+        amount,
+        reason,
+        request_key,
     )
-    .bind(intent_id)
-    .bind(amount)
-    .bind(reason)
-    .bind(request_key)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(refund_id) = inserted else {
         // The conflicting row is committed (an uncommitted one is waited for): it is read here.
-        let (id, stored_amount, stored_reason, status): (i64, i64, String, String) =
-            sqlx::query_as(
-                "SELECT id, amount, reason, status FROM outbound_refunds
+        let stored = sqlx::query!(
+            "SELECT id, amount, reason, status FROM outbound_refunds
               WHERE intent_id = $1 AND request_key = $2",
-            )
-            .bind(intent_id)
-            .bind(request_key)
-            .fetch_one(&mut *tx)
-            .await?;
+            intent_id,
+            request_key,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let (id, stored_amount, stored_reason, status) =
+            (stored.id, stored.amount, stored.reason, stored.status);
         if stored_amount != amount || stored_reason != reason {
             return Err(RefundError::KeyReused {
                 refund: refund_public_id(id),
@@ -145,7 +173,7 @@ pub async fn request_refund_with_key(
     Ok(RefundRequested {
         id: refund_id,
         created: true,
-        status: "requires_dispatch".to_owned(),
+        status: RefundStatus::RequiresDispatch.as_str().to_owned(),
     })
 }
 
@@ -157,36 +185,37 @@ async fn reserve(
     public_id: &str,
     amount: i64,
 ) -> Result<(i64, String), RefundError> {
-    let row: Option<(i64, String)> = sqlx::query_as(
+    let row = sqlx::query!(
         "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
-          WHERE public_id = $1 AND status = 'succeeded' AND refunded + $2 <= amount
+          WHERE public_id = $1 AND status = $4 AND refunded + $2 <= amount
             AND ($3::text IS NULL OR client = $3)
           RETURNING id, provider",
+        public_id,
+        amount,
+        client,
+        IntentStatus::Succeeded.as_str(),
     )
-    .bind(public_id)
-    .bind(amount)
-    .bind(client)
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(reserved) = row {
-        return Ok(reserved);
+        return Ok((reserved.id, reserved.provider));
     }
-    let intent: Option<(String, i64, i64)> = sqlx::query_as(
-        "SELECT status, amount, refunded FROM payment_intents
-          WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)",
+    let intent = sqlx::query!(
+        r#"SELECT status AS "status: IntentStatus", amount, refunded FROM payment_intents
+          WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)"#,
+        public_id,
+        client,
     )
-    .bind(public_id)
-    .bind(client)
     .fetch_optional(&mut *tx)
     .await?;
     Err(match intent {
         None => RefundError::UnknownIntent(public_id.to_owned()),
-        Some((status, _, _)) if status != "succeeded" => {
+        Some(i) if i.status != IntentStatus::Succeeded => {
             RefundError::NotCaptured(public_id.to_owned())
         }
-        Some((_, total, refunded)) => RefundError::AboveCaptured {
+        Some(i) => RefundError::AboveCaptured {
             amount,
-            left: total - refunded,
+            left: i.amount - i.refunded,
         },
     })
 }
@@ -199,12 +228,12 @@ async fn refund(
     reason: &str,
 ) -> Result<i64, RefundError> {
     let (intent_id, provider) = reserve(tx, client, public_id, amount).await?;
-    let refund_id: i64 = sqlx::query_scalar(
+    let refund_id: i64 = sqlx::query_scalar!(
         "INSERT INTO outbound_refunds (intent_id, amount, reason) VALUES ($1, $2, $3) RETURNING id",
+        intent_id,
+        amount,
+        reason,
     )
-    .bind(intent_id)
-    .bind(amount)
-    .bind(reason)
     .fetch_one(&mut *tx)
     .await?;
     crate::outbound_requests::enqueue(
@@ -224,10 +253,13 @@ pub async fn get_refund(
     conn: &mut PgConnection,
     refund_id: i64,
 ) -> Result<Option<(i64, i64, String)>, sqlx::Error> {
-    sqlx::query_as("SELECT intent_id, amount, status FROM outbound_refunds WHERE id = $1")
-        .bind(refund_id)
-        .fetch_optional(conn)
-        .await
+    let row = sqlx::query!(
+        "SELECT intent_id, amount, status FROM outbound_refunds WHERE id = $1",
+        refund_id,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.intent_id, r.amount, r.status)))
 }
 
 /// Records the gateway's answer to a refund: its refund id (kept once known) and the refund's status
@@ -245,7 +277,7 @@ pub async fn record_refund_answer(
     provider_refund_id: Option<&str>,
     status: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "WITH old AS (
               SELECT id, intent_id, amount, status FROM outbound_refunds WHERE id = $1 FOR UPDATE),
           moved AS (
@@ -254,16 +286,19 @@ pub async fn record_refund_answer(
                 FROM old
                WHERE r.id = old.id
               RETURNING old.intent_id, old.amount,
-                        (CASE WHEN r.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END)
-                      - (CASE WHEN old.status IN ('requires_dispatch', 'succeeded') THEN 1 ELSE 0 END) AS held)
+                        (CASE WHEN r.status IN ($4, $5) THEN 1 ELSE 0 END)
+                      - (CASE WHEN old.status IN ($4, $5) THEN 1 ELSE 0 END) AS held)
          UPDATE payment_intents p
             SET refunded = p.refunded + moved.held * moved.amount, updated_at = now()
            FROM moved
           WHERE p.id = moved.intent_id AND moved.held <> 0",
+        refund_id,
+        provider_refund_id,
+        status,
+        // The statuses that hold the amount.
+        RefundStatus::RequiresDispatch.as_str(),
+        RefundStatus::Succeeded.as_str(),
     )
-    .bind(refund_id)
-    .bind(provider_refund_id)
-    .bind(status)
     .execute(conn)
     .await?;
     Ok(())
@@ -283,12 +318,14 @@ pub async fn recorded_refund_amount(
     intent_id: i64,
     except: i64,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(amount), 0)::bigint FROM outbound_refunds
-          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL AND status = 'succeeded'",
+    // `coalesce(…)` is never NULL; PostgreSQL's inference cannot tell (`!`).
+    sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(amount), 0)::bigint AS "total!" FROM outbound_refunds
+          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL AND status = $3"#,
+        intent_id,
+        except,
+        RefundStatus::Succeeded.as_str(),
     )
-    .bind(intent_id)
-    .bind(except)
     .fetch_one(conn)
     .await
 }
@@ -300,12 +337,13 @@ pub async fn linked_refund_ids(
     intent_id: i64,
     except: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT provider_refund_id FROM outbound_refunds
-          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL",
+    // The column is nullable, the WHERE clause excludes NULL (`!`).
+    sqlx::query_scalar!(
+        r#"SELECT provider_refund_id AS "provider_refund_id!" FROM outbound_refunds
+          WHERE intent_id = $1 AND id <> $2 AND provider_refund_id IS NOT NULL"#,
+        intent_id,
+        except,
     )
-    .bind(intent_id)
-    .bind(except)
     .fetch_all(conn)
     .await
 }
