@@ -269,16 +269,18 @@ impl TestPipeline {
     /// Starts a worker with a custom handler (e.g. one that panics on a given event).
     pub fn spawn_worker_with<H: Handler>(&self, handler: H) -> WorkerGuard {
         let pool = PgPool::connect_lazy(&self.edge.db.url).expect("pool");
+        let settings =
+            hookline_worker::WorkerConfig::from_config(&self.config).expect("valid [worker]");
         let worker = Worker::new(
             pool,
             handler,
             WorkerSettings {
                 amqp_urls: self.config.amqp_urls.clone(),
                 topology: self.topology(),
-                prefetch: self.config.worker.prefetch,
-                concurrency: self.config.worker.concurrency,
-                batch_max: self.config.worker.batch_max,
-                batch_linger: self.config.worker.batch_linger,
+                prefetch: settings.prefetch,
+                concurrency: settings.concurrency,
+                batch_max: settings.batch_max,
+                batch_linger: settings.batch_linger,
             },
         );
         Self::run_worker(worker)

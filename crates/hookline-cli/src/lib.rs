@@ -25,7 +25,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hookline_core::Config;
+use hookline_core::config::{Env, ProcessEnv};
+use hookline_core::{Config, ConfigError};
 
 /// The hookline operator command line.
 #[derive(Parser, Debug)]
@@ -131,7 +132,11 @@ pub fn main() -> ExitCode {
             return code;
         }
     }
-    let config = match Config::load(cli.config.as_deref()) {
+    // Core's sections, then every section the feature crates own: `hookline` composes them all, so a bad one
+    // is refused here, before any command runs, as when core validated the whole file.
+    let config = match Config::load(cli.config.as_deref())
+        .and_then(|config| validate_sections(&config, &ProcessEnv).map(|()| config))
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -186,10 +191,25 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Validates every section a feature crate owns (core's are validated by [`Config::load`]), each by its owner,
+/// in the order core used to check them: `[api]`, `[console]`, `[relay]`, `[worker]`, `[retention]`,
+/// `[[destinations]]`, `[delivery]`. `env` resolves `env:NAME` references. (`[sandbox]` is read by
+/// `hookline sandbox` only, as before.)
+pub(crate) fn validate_sections(config: &Config, env: &dyn Env) -> Result<(), ConfigError> {
+    hookline_api::ApiConfig::from_config(config, env)?;
+    hookline_console::ConsoleConfig::from_config(config, env)?;
+    hookline_bus::RelayConfig::from_config(config)?;
+    hookline_worker::WorkerConfig::from_config(config)?;
+    hookline_ops::config::RetentionConfig::from_config(config)?;
+    hookline_delivery::destinations_from_config(config, env)?;
+    hookline_delivery::DeliveryConfig::from_config(config)?;
+    Ok(())
+}
+
 async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
     use hookline_core::db::{self, PoolSettings};
     let pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
-    let mut relay_config = config.relay.clone();
+    let mut relay_config = hookline_bus::RelayConfig::from_config(config)?;
     if once {
         // An operator asking for a sweep wants everything unpublished, however fresh.
         relay_config.sweep_min_age = std::time::Duration::ZERO;

@@ -6,22 +6,60 @@
 //!
 //! It must never: hold a rule of its own — every rule lives in the crate that owns it; this crate only wires them.
 
+pub mod config;
 pub mod health;
+
+pub use config::WorkerConfig;
 
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;
 
 use hookline_consumer::{Worker, WorkerSettings};
+use hookline_core::config::{Env, ProcessEnv};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
-use hookline_core::Config;
+use hookline_core::{Config, ConfigError};
+use hookline_delivery::{DeliveryConfig, DestinationConfig};
+use hookline_ops::config::RetentionConfig;
 use hookline_payments::{dispatch, reconcile, PaymentsHandler};
+
+/// The sections of the file the worker process composes beyond core's, each parsed and validated by the crate
+/// that owns it: built once at start-up, so that a bad section stops the process before anything runs, naming
+/// the key (as `Config::load` did when core validated every section).
+#[derive(Debug, Clone)]
+pub struct Sections {
+    /// `[worker]` (this crate).
+    pub worker: WorkerConfig,
+    /// `[retention]` (`hookline-ops`): the periodic purge.
+    pub retention: RetentionConfig,
+    /// `[delivery]` (`hookline-delivery`): whether facts leave from this process, and how.
+    pub delivery: DeliveryConfig,
+    /// `[[destinations]]` (`hookline-delivery`).
+    pub destinations: Vec<DestinationConfig>,
+    /// `[relay]` (`hookline-bus`): not run here, but validated, as every process did before the sections moved
+    /// out of core.
+    pub relay: hookline_bus::RelayConfig,
+}
+
+impl Sections {
+    /// Parses and validates every section the worker composes; `env` resolves `env:NAME` references.
+    pub fn from_config(config: &Config, env: &dyn Env) -> Result<Sections, ConfigError> {
+        Ok(Sections {
+            worker: WorkerConfig::from_config(config)?,
+            retention: RetentionConfig::from_config(config)?,
+            delivery: DeliveryConfig::from_config(config)?,
+            destinations: hookline_delivery::destinations_from_config(config, env)?,
+            relay: hookline_bus::RelayConfig::from_config(config)?,
+        })
+    }
+}
 
 /// Builds the payments worker from the shared configuration.
 pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler>> {
+    let settings = WorkerConfig::from_config(config)?;
     let pool = db::lazy_pool(
         &config.database_url,
-        &PoolSettings::worker(config.worker.db_max_connections),
+        &PoolSettings::worker(settings.db_max_connections),
     )?;
     Ok(Worker::new(
         pool,
@@ -29,10 +67,10 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
         WorkerSettings {
             amqp_urls: config.amqp_urls.clone(),
             topology: hookline_bus::Topology::from_config(&config.amqp),
-            prefetch: config.worker.prefetch,
-            concurrency: config.worker.concurrency,
-            batch_max: config.worker.batch_max,
-            batch_linger: config.worker.batch_linger,
+            prefetch: settings.prefetch,
+            concurrency: settings.concurrency,
+            batch_max: settings.batch_max,
+            batch_linger: settings.batch_linger,
         },
     ))
 }
@@ -42,6 +80,8 @@ pub fn payments_worker(config: &Config) -> anyhow::Result<Worker<PaymentsHandler
 /// asked it to stop (after in-flight work finished), or with an error when the consumer failed or a supervised
 /// loop was declared dead — so the process exits non-zero and its supervisor restarts it.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // Every section this process composes, validated before anything starts.
+    let sections = Sections::from_config(&config, &ProcessEnv)?;
     // The recorder first: supervised loops report their state as soon as they start.
     hookline_core::telemetry::metrics_handle();
     let worker = payments_worker(&config)?;
@@ -53,7 +93,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let purge = supervisor.spawn(
         "purge",
         &cancel,
-        (purge_pool, config.retention.clone()),
+        (purge_pool, sections.retention.clone()),
         |(pool, retention), cancel| async move {
             hookline_ops::purge_loop::run_periodic(pool, retention, cancel).await;
             Ok(())
@@ -68,8 +108,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
     // must match the configuration before the consumer or the dispatcher records the first fact, or a
     // destination declared in this start would miss it.
-    if config.delivery.enabled {
-        sync_destinations_before_start(worker.pool(), &config, &cancel).await;
+    if sections.delivery.enabled {
+        sync_destinations_before_start(worker.pool(), &sections.destinations, &cancel).await;
     }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
@@ -84,12 +124,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         })
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
-    let delivery = if config.delivery.enabled {
+    let delivery = if sections.delivery.enabled {
         hookline_delivery::spawn(&config, worker.pool().clone(), &supervisor, &cancel)?
     } else {
         Vec::new()
     };
-    let server = match config.worker.listen {
+    let server = match sections.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
             worker.pool().clone(),
@@ -128,12 +168,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 /// the process is asked to stop.
 async fn sync_destinations_before_start(
     pool: &sqlx::PgPool,
-    config: &Config,
+    destinations: &[DestinationConfig],
     cancel: &tokio_util::sync::CancellationToken,
 ) {
     let mut attempt = 0;
     loop {
-        match hookline_delivery::deliver::sync_destinations(pool, &config.destinations).await {
+        match hookline_delivery::deliver::sync_destinations(pool, destinations).await {
             Ok(()) => return,
             Err(e) => {
                 attempt += 1;
