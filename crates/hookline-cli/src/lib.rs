@@ -252,6 +252,59 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::*;
 
+    /// The variables the compose deployment sets for the sample configurations.
+    const COMPOSE_ENV: [(&str, &str); 1] = [("HOOKLINE_API_KEY", "sk_local_development_api_key")];
+
+    #[test]
+    fn the_sample_configurations_are_valid_in_every_section() {
+        // `hookline` composes every section, so it is where the whole sample files are checked (core checks
+        // only its own sections since the others moved to their crates).
+        for (name, text) in [
+            (
+                "deploy/hookline.toml",
+                include_str!("../../../deploy/hookline.toml"),
+            ),
+            (
+                "deploy/container/hookline.toml",
+                include_str!("../../../deploy/container/hookline.toml"),
+            ),
+        ] {
+            let checked = Config::from_toml_str(text, name, &COMPOSE_ENV)
+                .and_then(|config| validate_sections(&config, &COMPOSE_ENV));
+            assert!(checked.is_ok(), "{name}: {checked:?}");
+        }
+    }
+
+    #[test]
+    fn every_owned_section_is_validated_with_its_field_path() {
+        const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$oGPB3w1RZHGHqBCLw06GGA$9TRg8+jFrd4mZMR+dWYoXgG0eNgIA02msXcGYuY56wU";
+        let no_env: [(&str, &str); 0] = [];
+        let check = |text: &str| {
+            Config::from_toml_str(text, "t", &no_env)
+                .and_then(|config| validate_sections(&config, &no_env))
+        };
+        assert!(check("").is_ok());
+        for (text, field) in [
+            ("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"env:UNSET_KEY\"]", "api.keys[0]:"),
+            (
+                "[[console.operators]]\nname = \"alice\"\npassword_hash = \"plaintext\"",
+                "console.operators[0].password_hash:",
+            ),
+            ("[relay]\nevents_per_message = 0", "relay.events_per_message:"),
+            ("[worker]\nprefetch = 0", "worker.prefetch:"),
+            ("[retention]\nbatch_size = 0", "retention.batch_size:"),
+            ("[[destinations]]\nname = \"a b\"", "destinations[0].name:"),
+            ("[delivery]\ntimeout_ms = 0", "delivery.timeout_ms:"),
+        ] {
+            let message = check(text).expect_err(text).to_string();
+            assert!(message.starts_with(field), "{text}: {message}");
+        }
+        let console = format!(
+            "[console]\n[[console.operators]]\nname = \"alice\"\npassword_hash = \"{HASH}\"\n"
+        );
+        assert!(check(&console).is_ok());
+    }
+
     fn parse(args: &[&str]) -> Command {
         match Cli::try_parse_from(std::iter::once("hookline").chain(args.iter().copied())) {
             Ok(cli) => cli.command,

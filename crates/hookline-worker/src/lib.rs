@@ -36,9 +36,6 @@ pub struct Sections {
     pub delivery: DeliveryConfig,
     /// `[[destinations]]` (`hookline-delivery`).
     pub destinations: Vec<DestinationConfig>,
-    /// `[relay]` (`hookline-bus`): not run here, but validated, as every process did before the sections moved
-    /// out of core.
-    pub relay: hookline_bus::RelayConfig,
 }
 
 impl Sections {
@@ -49,7 +46,6 @@ impl Sections {
             retention: RetentionConfig::from_config(config)?,
             delivery: DeliveryConfig::from_config(config)?,
             destinations: hookline_delivery::destinations_from_config(config, env)?,
-            relay: hookline_bus::RelayConfig::from_config(config)?,
         })
     }
 }
