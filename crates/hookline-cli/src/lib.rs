@@ -285,12 +285,18 @@ mod tests {
         };
         assert!(check("").is_ok());
         for (text, field) in [
-            ("[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"env:UNSET_KEY\"]", "api.keys[0]:"),
+            (
+                "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"env:UNSET_KEY\"]",
+                "api.keys[0]:",
+            ),
             (
                 "[[console.operators]]\nname = \"alice\"\npassword_hash = \"plaintext\"",
                 "console.operators[0].password_hash:",
             ),
-            ("[relay]\nevents_per_message = 0", "relay.events_per_message:"),
+            (
+                "[relay]\nevents_per_message = 0",
+                "relay.events_per_message:",
+            ),
             ("[worker]\nprefetch = 0", "worker.prefetch:"),
             ("[retention]\nbatch_size = 0", "retention.batch_size:"),
             ("[[destinations]]\nname = \"a b\"", "destinations[0].name:"),

@@ -14,7 +14,10 @@
 //! [`between`], [`linger`]) and the one `env:NAME` resolution ([`resolve_env`]).
 //!
 //! Core keeps only what every process shares (the database, the broker, telemetry) and the sections still
-//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`, `[edge]`). Every other section
+//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`, `[edge]`). `[edge]` is not only the
+//! providers' listener: its pool, timeouts and workers are every HTTP listener's (`hookline_web::Limits::of_edge`,
+//! the API's pool, the console's limits), and `hookline-edge` depends on `hookline-api`, so the section cannot
+//! move into `hookline-edge` without an import circle. Every other section
 //! belongs to the crate that uses it, which parses and validates it from the same document
 //! ([`Config::parse_document`]) with the same redacted errors and field paths:
 //!
@@ -24,7 +27,7 @@
 //! | `[console]` | `hookline_console::ConsoleConfig` |
 //! | `[delivery]`, `[[destinations]]` | `hookline_delivery::config` |
 //! | `[relay]` | `hookline_bus::RelayConfig` |
-//! | `[retention]` | `hookline_ops::RetentionConfig` |
+//! | `[retention]` | `hookline_ops::config::RetentionConfig` |
 //! | `[worker]` | `hookline_worker::WorkerConfig` |
 //! | `[sandbox]` | `hookline_sandbox::SandboxConfig` |
 //!
