@@ -876,7 +876,7 @@ async fn deliveries_show_each_destination_and_redeliver_through_the_cli_code_pat
     );
     let config = parse_config(&toml);
     let pool = db.pool.clone();
-    hookline_delivery::deliver::sync_destinations(&pool, &config.destinations)
+    hookline_delivery::deliver::sync_destinations(&pool, &hookline_tests::destinations(&config))
         .await
         .expect("sync");
     // A fact, delivered once and dead once: what an operator redelivers.

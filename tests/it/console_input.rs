@@ -350,7 +350,7 @@ async fn destination_urls_are_shown_with_userinfo_and_query_values_redacted() {
         ),
     );
     let config = parse_config(&toml);
-    hookline_delivery::deliver::sync_destinations(&db.pool, &config.destinations)
+    hookline_delivery::deliver::sync_destinations(&db.pool, &hookline_tests::destinations(&config))
         .await
         .expect("sync");
     let dir = std::env::temp_dir().join(format!("hookline-redact-{}", uuid::Uuid::new_v4()));

@@ -602,9 +602,9 @@ fn test_relay(p: &TestPipeline, min_age: Duration, name: &str) -> hookline_bus::
         p.pool().clone(),
         p.config.amqp_urls.clone(),
         p.topology(),
-        hookline_core::config::RelayConfig {
+        hookline_bus::RelayConfig {
             sweep_min_age: min_age,
-            ..p.config.relay.clone()
+            ..hookline_bus::RelayConfig::from_config(&p.config).expect("valid [relay]")
         },
         name,
     )

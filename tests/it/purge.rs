@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use hookline_consumer::process::record_dead_letter;
 use hookline_consumer::{process_event, ProcessError};
-use hookline_core::config::RetentionConfig;
 use hookline_core::events::{insert_one, OwnedEvent, StoreOutcome};
 use hookline_core::handler::reason_text;
 use hookline_core::Config;
+use hookline_ops::config::RetentionConfig;
 use hookline_ops::retention::{self, PurgeOptions};
 use hookline_payments::PaymentsHandler;
 use hookline_payments::CONSUMER;
@@ -695,7 +695,7 @@ async fn periodic_purge_disabled_waits_for_cancel() {
     let retention = RetentionConfig {
         auto_purge_older_than: None,
         auto_purge_interval: Duration::from_millis(50),
-        ..f.config.retention.clone()
+        ..RetentionConfig::from_config(&f.config).expect("valid [retention]")
     };
     let cancel = CancellationToken::new();
     // On tokio's paused clock (this test's runtime is single-threaded): forty of its intervals pass at once, and

@@ -208,6 +208,13 @@ pub fn parse_config(toml: &str) -> Config {
     config
 }
 
+/// The `[[destinations]]` of a test configuration (environment variables are not consulted), as the worker
+/// reads them: the section is `hookline-delivery`'s.
+pub fn destinations(config: &Config) -> Vec<hookline_delivery::DestinationConfig> {
+    let no_env: [(&str, &str); 0] = [];
+    hookline_delivery::destinations_from_config(config, &no_env).expect("valid [[destinations]]")
+}
+
 /// The text of every configuration [`parse_config`] parsed, by RabbitMQ prefix.
 static TOML_BY_PREFIX: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
@@ -357,7 +364,10 @@ impl TestEdge {
     /// (`hookline console serve`, the real binary) on the same configuration (it must come from
     /// [`parse_config`]).
     pub async fn spawn_on(db: TestDb, config: Config) -> TestEdge {
-        let toml = config.console.as_ref().map(|_| {
+        let no_env: [(&str, &str); 0] = [];
+        let console = hookline_console::ConsoleConfig::from_config(&config, &no_env)
+            .expect("valid [console]");
+        let toml = console.as_ref().map(|_| {
             TOML_BY_PREFIX
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -270,6 +270,8 @@ impl TestPipeline {
     pub fn spawn_worker_with<H: Handler>(&self, handler: H) -> WorkerGuard {
         let pool = PgPool::connect_lazy(&self.edge.db.url).expect("pool");
         let topology = self.topology();
+        let settings =
+            hookline_worker::WorkerConfig::from_config(&self.config).expect("valid [worker]");
         let worker = Consumer::new(
             pool,
             handler,
@@ -277,10 +279,10 @@ impl TestPipeline {
                 amqp_urls: self.config.amqp_urls.clone(),
                 queue: topology.payments_queue.clone(),
                 topology,
-                prefetch: self.config.worker.prefetch,
-                concurrency: self.config.worker.concurrency,
-                batch_max: self.config.worker.batch_max,
-                batch_linger: self.config.worker.batch_linger,
+                prefetch: settings.prefetch,
+                concurrency: settings.concurrency,
+                batch_max: settings.batch_max,
+                batch_linger: settings.batch_linger,
             },
         );
         Self::run_worker(worker)

@@ -3,9 +3,9 @@
 //! them. A key stands for its client's NAME (`[[api.clients]]`): intents, refunds and idempotency keys are
 //! stored under the name, so removing, reordering or rotating keys never moves a client onto another's data.
 
+use crate::config::ApiClient;
 use actix_web::http::header;
 use actix_web::HttpRequest;
-use hookline_core::config::ApiClient;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};

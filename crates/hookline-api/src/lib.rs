@@ -17,6 +17,7 @@
 //! and JSON string goes through [`hookline_core::input`] before SQL. Errors follow [`error::ApiError`].
 
 mod auth;
+pub mod config;
 mod error;
 mod idempotency;
 mod intents;
@@ -33,13 +34,14 @@ use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
 use anyhow::Context;
 use bytes::BytesMut;
-use hookline_core::config::{ApiConfig, EdgeConfig, ProviderConfig};
+use hookline_core::config::{EdgeConfig, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::Supervisor;
 use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+pub use config::{ApiClient, ApiConfig, LEGACY_API_CLIENT, MAX_API_CLIENT_NAME_BYTES};
 pub use error::ApiError;
 use hookline_web::body::BodyError;
 

@@ -41,6 +41,10 @@ pub struct BenchEnv {
     pub config_path: PathBuf,
     /// The same configuration, parsed (effective values, defaults included).
     pub config: Config,
+    /// `[worker]` of that configuration (the worker crate owns the section).
+    pub worker: hookline_worker::WorkerConfig,
+    /// `[relay]` of that configuration (the bus crate owns the section).
+    pub relay: hookline_bus::RelayConfig,
 }
 
 /// A port that was free a moment ago: the edge needs a fixed one in its file, so bind port 0 and let it go.
@@ -106,6 +110,10 @@ impl BenchEnv {
         let no_env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(&toml, "hookline-bench", &no_env)
             .context("the generated configuration is invalid")?;
+        let worker = hookline_worker::WorkerConfig::from_config(&config)
+            .context("the generated configuration is invalid")?;
+        let relay = hookline_bus::RelayConfig::from_config(&config)
+            .context("the generated configuration is invalid")?;
         std::fs::create_dir_all(&opts.out_dir)
             .with_context(|| format!("create output directory {}", opts.out_dir.display()))?;
         let config_path = opts.out_dir.join("hookline-bench.toml");
@@ -123,6 +131,8 @@ impl BenchEnv {
             edge_addr,
             config_path,
             config,
+            worker,
+            relay,
         })
     }
 

@@ -112,10 +112,10 @@ pub(crate) async fn baseline_a(bench: &mut Bench<'_>) -> anyhow::Result<(f64, Ve
 pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> anyhow::Result<f64> {
     let (opts, env) = (bench.opts, bench.env);
     let cfg = &env.config;
-    let wc = cfg.worker.concurrency;
+    let wc = env.worker.concurrency;
     progress(format!(
         "baseline B: worker transaction, concurrency {wc}, pool {}, on {} stored events",
-        cfg.worker.db_max_connections,
+        env.worker.db_max_connections,
         stored_ids.len()
     ));
     crate::fresh_checkpoint(&env.baseline_db_url).await;
@@ -124,7 +124,7 @@ pub(crate) async fn baseline_b(bench: &mut Bench<'_>, stored_ids: Vec<i64>) -> a
         cfg,
         stored_ids,
         wc,
-        cfg.worker.db_max_connections,
+        env.worker.db_max_connections,
         opts.warmup,
         opts.duration,
         bench.monitor,
@@ -170,7 +170,7 @@ pub(crate) async fn pgbench_baselines(bench: &mut Bench<'_>) {
             "baseline_worker_tx_pgbench",
             "B worker tx (pgbench)",
             "transactions",
-            env.config.worker.concurrency,
+            env.worker.concurrency,
             Baseline::B,
         ),
     ];

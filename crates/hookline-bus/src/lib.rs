@@ -6,6 +6,7 @@
 //! (edge, worker, CLI) shares one implementation. It must never: know a business effect (payments, facts) or an
 //! operator feature; those crates use it, not the other way round.
 
+pub mod config;
 pub mod dead_letters;
 pub mod message;
 pub mod metric;
@@ -13,6 +14,7 @@ pub mod publisher;
 pub mod relay;
 pub mod topology;
 
+pub use config::{RelayConfig, EVENTS_PER_MESSAGE_MAX};
 pub use message::EventMessage;
 pub use publisher::{Packing, Published, Publisher};
 pub use relay::{Relay, RelayHandle};

@@ -20,9 +20,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::RelayConfig;
 use anyhow::Context;
 use hookline_core::config::AmqpEndpoints;
-use hookline_core::config::RelayConfig;
 use hookline_core::event_outbox::{self, Claimed, ClaimedEvent};
 use hookline_core::supervisor::Supervisor;
 use sqlx::{PgPool, Postgres, Transaction};

@@ -47,7 +47,10 @@ pub async fn run(config: &Config, cmd: &ConsoleCommand) -> anyhow::Result<ExitCo
 /// `hookline console serve`: exit 2 without `[console]` (a usage error: nothing to serve), otherwise the
 /// console's own process until SIGTERM/SIGINT (0) or a failure (3, with the cause chain on stderr).
 async fn serve(config: &Config) -> anyhow::Result<ExitCode> {
-    if config.console.is_none() {
+    // Validated at start-up (see `crate::validate_sections`); read again here for whether it is present.
+    let console =
+        hookline_console::ConsoleConfig::from_config(config, &hookline_core::config::ProcessEnv)?;
+    if console.is_none() {
         eprintln!(
             "error: no [console] section in the configuration: add [console] with at least one \
              [[console.operators]] (password hashes from `hookline console hash-password`)"

@@ -153,7 +153,11 @@ pub async fn destinations(
         }
         DestinationsCommand::List { json } => {
             let pool = ops::pool(config).await?;
-            hookline_delivery::deliver::sync_destinations(&pool, &config.destinations).await?;
+            let configured = hookline_delivery::destinations_from_config(
+                config,
+                &hookline_core::config::ProcessEnv,
+            )?;
+            hookline_delivery::deliver::sync_destinations(&pool, &configured).await?;
             let all = destinations::status(&pool).await?;
             if *json {
                 let rows: Vec<_> = all
@@ -386,7 +390,9 @@ async fn redeliver(config: &Config, args: &RedeliverArgs) -> anyhow::Result<Exit
         ids: args.ids.clone(),
     };
     let pool = ops::pool(config).await?;
-    hookline_delivery::deliver::sync_destinations(&pool, &config.destinations).await?;
+    let configured =
+        hookline_delivery::destinations_from_config(config, &hookline_core::config::ProcessEnv)?;
+    hookline_delivery::deliver::sync_destinations(&pool, &configured).await?;
     if let Some(d) = &args.destination {
         if destinations::get(&pool, d).await?.is_none() {
             eprintln!("error: no destination {}", terminal_safe(d));
@@ -582,7 +588,7 @@ fn rotate(config_path: Option<&Path>, name: &str, drop_old: bool) -> anyhow::Res
         }
         None
     } else {
-        if secrets.len() >= hookline_core::config::MAX_SECRETS {
+        if secrets.len() >= hookline_delivery::MAX_SECRETS {
             eprintln!(
                 "error: {} secrets are active already; finish the rotation first (--drop-old)",
                 secrets.len()
@@ -614,12 +620,12 @@ fn rotate(config_path: Option<&Path>, name: &str, drop_old: bool) -> anyhow::Res
 /// secret).
 fn validated(doc: &toml_edit::DocumentMut) -> Option<String> {
     let text = doc.to_string();
-    match Config::from_toml_str(
-        &text,
-        "the edited configuration",
-        &hookline_core::config::ProcessEnv,
-    ) {
-        Ok(_) => Some(text),
+    let env = hookline_core::config::ProcessEnv;
+    // Every section, core's and the owners', exactly as `hookline` checks a file at start-up.
+    match Config::from_toml_str(&text, "the edited configuration", &env)
+        .and_then(|config| crate::validate_sections(&config, &env))
+    {
+        Ok(()) => Some(text),
         Err(e) => {
             eprintln!("error: {e}");
             None

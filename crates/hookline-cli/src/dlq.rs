@@ -261,7 +261,7 @@ async fn redrive(
     let interrupted = hookline_core::supervisor::shutdown_signal();
     let done = hookline_ops::replay::redrive(
         pool,
-        &replay::target(config, args.rate, 500),
+        &replay::target(config, args.rate, 500)?,
         &mut run,
         &interrupted,
         |_| {},

@@ -25,7 +25,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hookline_core::Config;
+use hookline_core::config::{Env, ProcessEnv};
+use hookline_core::{Config, ConfigError};
 
 /// The hookline operator command line.
 #[derive(Parser, Debug)]
@@ -131,7 +132,11 @@ pub fn main() -> ExitCode {
             return code;
         }
     }
-    let config = match Config::load(cli.config.as_deref()) {
+    // Core's sections, then every section the feature crates own: `hookline` composes them all, so a bad one
+    // is refused here, before any command runs, as when core validated the whole file.
+    let config = match Config::load(cli.config.as_deref())
+        .and_then(|config| validate_sections(&config, &ProcessEnv).map(|()| config))
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -186,10 +191,25 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Validates every section a feature crate owns (core's are validated by [`Config::load`]), each by its owner,
+/// in the order core used to check them: `[api]`, `[console]`, `[relay]`, `[worker]`, `[retention]`,
+/// `[[destinations]]`, `[delivery]`. `env` resolves `env:NAME` references. (`[sandbox]` is read by
+/// `hookline sandbox` only, as before.)
+pub(crate) fn validate_sections(config: &Config, env: &dyn Env) -> Result<(), ConfigError> {
+    hookline_api::ApiConfig::from_config(config, env)?;
+    hookline_console::ConsoleConfig::from_config(config, env)?;
+    hookline_bus::RelayConfig::from_config(config)?;
+    hookline_worker::WorkerConfig::from_config(config)?;
+    hookline_ops::config::RetentionConfig::from_config(config)?;
+    hookline_delivery::destinations_from_config(config, env)?;
+    hookline_delivery::DeliveryConfig::from_config(config)?;
+    Ok(())
+}
+
 async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
     use hookline_core::db::{self, PoolSettings};
     let pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
-    let mut relay_config = config.relay.clone();
+    let mut relay_config = hookline_bus::RelayConfig::from_config(config)?;
     if once {
         // An operator asking for a sweep wants everything unpublished, however fresh.
         relay_config.sweep_min_age = std::time::Duration::ZERO;
@@ -231,6 +251,65 @@ async fn relay(config: &Config, once: bool) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The variables the compose deployment sets for the sample configurations.
+    const COMPOSE_ENV: [(&str, &str); 1] = [("HOOKLINE_API_KEY", "sk_local_development_api_key")];
+
+    #[test]
+    fn the_sample_configurations_are_valid_in_every_section() {
+        // `hookline` composes every section, so it is where the whole sample files are checked (core checks
+        // only its own sections since the others moved to their crates).
+        for (name, text) in [
+            (
+                "deploy/hookline.toml",
+                include_str!("../../../deploy/hookline.toml"),
+            ),
+            (
+                "deploy/container/hookline.toml",
+                include_str!("../../../deploy/container/hookline.toml"),
+            ),
+        ] {
+            let checked = Config::from_toml_str(text, name, &COMPOSE_ENV)
+                .and_then(|config| validate_sections(&config, &COMPOSE_ENV));
+            assert!(checked.is_ok(), "{name}: {checked:?}");
+        }
+    }
+
+    #[test]
+    fn every_owned_section_is_validated_with_its_field_path() {
+        const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$oGPB3w1RZHGHqBCLw06GGA$9TRg8+jFrd4mZMR+dWYoXgG0eNgIA02msXcGYuY56wU";
+        let no_env: [(&str, &str); 0] = [];
+        let check = |text: &str| {
+            Config::from_toml_str(text, "t", &no_env)
+                .and_then(|config| validate_sections(&config, &no_env))
+        };
+        assert!(check("").is_ok());
+        for (text, field) in [
+            (
+                "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"env:UNSET_KEY\"]",
+                "api.keys[0]:",
+            ),
+            (
+                "[[console.operators]]\nname = \"alice\"\npassword_hash = \"plaintext\"",
+                "console.operators[0].password_hash:",
+            ),
+            (
+                "[relay]\nevents_per_message = 0",
+                "relay.events_per_message:",
+            ),
+            ("[worker]\nprefetch = 0", "worker.prefetch:"),
+            ("[retention]\nbatch_size = 0", "retention.batch_size:"),
+            ("[[destinations]]\nname = \"a b\"", "destinations[0].name:"),
+            ("[delivery]\ntimeout_ms = 0", "delivery.timeout_ms:"),
+        ] {
+            let message = check(text).expect_err(text).to_string();
+            assert!(message.starts_with(field), "{text}: {message}");
+        }
+        let console = format!(
+            "[console]\n[[console.operators]]\nname = \"alice\"\npassword_hash = \"{HASH}\"\n"
+        );
+        assert!(check(&console).is_ok());
+    }
 
     fn parse(args: &[&str]) -> Command {
         match Cli::try_parse_from(std::iter::once("hookline").chain(args.iter().copied())) {

@@ -48,7 +48,8 @@ pub struct PurgeArgs {
 
 /// Runs the purge.
 pub async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<ExitCode> {
-    let floor = config.retention.floor;
+    let retention = hookline_ops::config::RetentionConfig::from_config(config)?;
+    let floor = retention.floor;
     // Checked before touching the database: a refused run changes nothing and needs no connection.
     if let Err(why) = retention::check_window(args.older_than, floor, args.force) {
         eprintln!("error: {why}");
@@ -64,7 +65,7 @@ pub async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<ExitCode> 
         older_than: args.older_than,
         floor,
         dry_run: args.dry_run,
-        batch_size: args.batch_size.unwrap_or(config.retention.batch_size),
+        batch_size: args.batch_size.unwrap_or(retention.batch_size),
         operator: ops::operator(args.operator.as_deref()),
         forced: args.force,
     };

@@ -170,14 +170,14 @@ pub async fn resume(pool: &PgPool, id: i64) -> anyhow::Result<Option<Run>> {
 }
 
 /// Where the CLI publishes: the configured broker and names, at `rate` events per second.
-pub fn target(config: &Config, rate: u32, page_size: u32) -> Target {
-    Target {
+pub fn target(config: &Config, rate: u32, page_size: u32) -> anyhow::Result<Target> {
+    Ok(Target {
         amqp_urls: config.amqp_urls.clone(),
         topology: ops::topology(config),
-        confirm_timeout: config.relay.confirm_timeout,
+        confirm_timeout: hookline_bus::RelayConfig::from_config(config)?.confirm_timeout,
         rate,
         page_size,
-    }
+    })
 }
 
 /// Re-delivers the rest of `run`'s selection ([`hookline_ops::replay::execute`]) with a progress bar on a
@@ -194,7 +194,7 @@ pub async fn execute(
     let interrupted = hookline_core::supervisor::shutdown_signal();
     let result = hookline_ops::replay::execute(
         pool,
-        &target(config, rate, page_size),
+        &target(config, rate, page_size)?,
         run,
         &interrupted,
         |n| {

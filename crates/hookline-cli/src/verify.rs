@@ -66,18 +66,18 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
     };
     let mut secrets = Vec::with_capacity(args.secrets.len());
     for (i, s) in args.secrets.iter().enumerate() {
-        let value = match s.strip_prefix("env:") {
-            Some(var) => match std::env::var(var) {
-                Ok(v) => v,
-                Err(_) => {
-                    eprintln!(
-                        "error: --secret #{}: environment variable {var} is not set",
-                        i + 1
-                    );
-                    return ExitCode::from(2);
-                }
-            },
-            None => s.clone(),
+        // Core's one `env:NAME` resolution, the configuration's: the error names the argument.
+        let field = format!("--secret #{}", i + 1);
+        let value = match hookline_core::config::resolve_env(
+            &field,
+            s.clone(),
+            &hookline_core::config::ProcessEnv,
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
         };
         if let Err(why) = hookline_signature::validate_secret(args.scheme, value.as_bytes()) {
             eprintln!("error: --secret #{}: {why}", i + 1);

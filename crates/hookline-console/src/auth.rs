@@ -41,11 +41,11 @@ use std::net::IpAddr;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::config::ConsoleConfig;
 use anyhow::Context;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{Output, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, PasswordHash, Version};
-use hookline_core::config::ConsoleConfig;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -584,8 +584,8 @@ impl Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConsoleOperator;
     use argon2::PasswordHasher;
-    use hookline_core::config::ConsoleOperator;
 
     const PASSWORD: &str = "a long enough password";
 

@@ -30,6 +30,7 @@
 
 mod auth;
 pub mod charts;
+pub mod config;
 pub mod history;
 mod pages;
 mod views;
@@ -43,7 +44,6 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, App, HttpResponse, ResponseError};
 use anyhow::Context;
-use hookline_core::config::ConsoleConfig;
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
@@ -52,6 +52,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{LOGIN_COOKIE, SESSION_COOKIE};
+pub use config::{ConsoleConfig, ConsoleOperator, DEFAULT_CONSOLE_LISTEN, MAX_OPERATOR_NAME_BYTES};
 
 /// Largest accepted form body: every POST handler reads its body through the console's `Form` extractor
 /// ([`hookline_web::body::read_bounded`]), which answers 413 past it (and 408 for a body trickled past
@@ -225,6 +226,8 @@ pub struct ConsoleState {
     pool: PgPool,
     config: Config,
     console: ConsoleConfig,
+    /// `[relay]` (`hookline-bus`'s): its confirm timeout bounds the console's replays, as the CLI's.
+    relay: hookline_bus::RelayConfig,
     auth: auth::Auth,
     metrics: PrometheusHandle,
     overview: Mutex<Option<Arc<Snapshot>>>,
@@ -495,6 +498,7 @@ pub fn start(
         pool: pool.clone(),
         config: config.clone(),
         console: console.clone(),
+        relay: hookline_bus::RelayConfig::from_config(config)?,
         auth: auth::Auth::new(console)?,
         metrics,
         overview: Mutex::new(None),
@@ -590,7 +594,7 @@ impl ConsoleServer {
 /// until SIGTERM/SIGINT; an error when `[console]` is missing, the listener cannot be bound or a supervised
 /// loop died.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let console = config.console.clone().context(
+    let console = ConsoleConfig::from_config(&config, &hookline_core::config::ProcessEnv)?.context(
         "no [console] section in the configuration: add [console] with at least one [[console.operators]]",
     )?;
     let metrics = hookline_core::telemetry::metrics_handle();

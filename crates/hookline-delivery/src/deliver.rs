@@ -26,9 +26,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::config::{destinations_from_config, DeliveryConfig, DestinationConfig};
 use crate::destinations::{self, Answer, AttemptOutcome, Declared, Due};
 use anyhow::Context;
-use hookline_core::config::{DeliveryConfig, DestinationConfig};
 use hookline_core::telemetry;
 use hookline_core::Config;
 use sqlx::PgPool;
@@ -89,7 +89,7 @@ impl std::fmt::Debug for Delivery {
 impl Delivery {
     /// Delivery on `pool` for the configured destinations.
     pub fn from_config(pool: PgPool, config: &Config) -> anyhow::Result<Delivery> {
-        let settings = config.delivery.clone();
+        let settings = DeliveryConfig::from_config(config)?;
         let http = hookline_core::http::client(
             settings.timeout.min(Duration::from_secs(10)),
             settings.timeout,
@@ -100,10 +100,9 @@ impl Delivery {
             http,
             settings,
             destinations: Arc::new(
-                config
-                    .destinations
-                    .iter()
-                    .map(|d| (d.name.clone(), d.clone()))
+                destinations_from_config(config, &hookline_core::config::ProcessEnv)?
+                    .into_iter()
+                    .map(|d| (d.name.clone(), d))
                     .collect(),
             ),
         })

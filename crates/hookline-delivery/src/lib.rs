@@ -8,12 +8,17 @@
 //!
 //! It must never: decide a business effect; import payments or any other feature crate.
 
+pub mod config;
 pub mod deliver;
 pub mod destinations;
 pub mod relay;
 
 use hookline_core::supervisor::Supervisor;
 use hookline_core::Config;
+
+pub use config::{
+    destinations_from_config, DeliveryConfig, DestinationConfig, MAX_DESTINATIONS, MAX_SECRETS,
+};
 
 /// Starts, under `supervisor`, the two ways domain events leave: the domain relay (RabbitMQ `{prefix}.domain`,
 /// task `domain_relay`) and the HTTP delivery to `[[destinations]]` (task `delivery`). Used by the worker and by
@@ -28,7 +33,7 @@ pub fn spawn(
         pool.clone(),
         config.amqp_urls.clone(),
         hookline_bus::Topology::new(&config.amqp.prefix, config.amqp.delivery_limit),
-        config.delivery.poll_interval,
+        DeliveryConfig::from_config(config)?.poll_interval,
         "hookline-domain-relay",
     ));
     let delivery = deliver::Delivery::from_config(pool, config)?;

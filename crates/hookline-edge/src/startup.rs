@@ -6,8 +6,9 @@ use std::net::TcpListener;
 use actix_web::dev::Server;
 use actix_web::{web, App};
 use anyhow::Context;
-use hookline_bus::{Relay, RelayHandle, Topology};
-use hookline_core::config::{EdgeConfig, ProviderConfig};
+use hookline_api::ApiConfig;
+use hookline_bus::{Relay, RelayConfig, RelayHandle, Topology};
+use hookline_core::config::{EdgeConfig, ProcessEnv, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
@@ -53,6 +54,10 @@ impl Application {
     /// The database is not contacted here: the pool connects lazily, so the edge starts and answers `/healthz`
     /// while PostgreSQL is down, and `/readyz` reports it.
     pub async fn build(config: Config) -> anyhow::Result<Application> {
+        // The sections this process composes beyond core's, each validated by the crate that owns it, before
+        // anything is bound or started: a bad one stops the edge naming its key.
+        let relay_config = RelayConfig::from_config(&config)?;
+        let api_config = ApiConfig::from_config(&config, &ProcessEnv)?;
         // The recorder first: the relay thread and the writer report their state as soon as they start.
         let metrics = hookline_core::telemetry::metrics_handle();
         let pool = db::lazy_pool(
@@ -64,8 +69,8 @@ impl Application {
         let port = listener.local_addr()?.port();
         let liveness = Liveness::new();
         let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
-        let (relay_handle, relay) = if config.relay.embedded {
-            let (handle, running) = start_embedded_relay(&config, &supervisor)?;
+        let (relay_handle, relay) = if relay_config.embedded {
+            let (handle, running) = start_embedded_relay(&config, relay_config, &supervisor)?;
             (Some(handle), Some(running))
         } else {
             (None, None)
@@ -76,7 +81,7 @@ impl Application {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // The merchant API: a second listener with its own routes; the providers' listener never serves it.
-        let api = match &config.api {
+        let api = match &api_config {
             Some(api) => Some(hookline_api::start(
                 api,
                 &config.edge,
@@ -221,13 +226,17 @@ type EmbeddedRelay = (
 /// confirm) must never stall the runtime that serves requests and runs the batch writer. It runs supervised: a
 /// panic is contained and restarted; a relay that cannot recover fails liveness and stops the process — never a
 /// live edge with a dead relay.
-fn start_embedded_relay(config: &Config, supervisor: &Supervisor) -> anyhow::Result<EmbeddedRelay> {
+fn start_embedded_relay(
+    config: &Config,
+    relay_config: RelayConfig,
+    supervisor: &Supervisor,
+) -> anyhow::Result<EmbeddedRelay> {
     let relay_pool = db::lazy_pool(&config.database_url, &PoolSettings::relay())?;
     let relay = Relay::new(
         relay_pool,
         config.amqp_urls.clone(),
         Topology::from_config(&config.amqp),
-        config.relay.clone(),
+        relay_config,
         "hookline-edge-relay",
     );
     let (handle, inbox) = hookline_bus::relay::fast_path();

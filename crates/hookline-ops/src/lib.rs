@@ -7,6 +7,7 @@
 //! It must never: apply a business effect itself (a replay re-publishes, the worker decides, marker first);
 //! serve HTTP (the console is its own crate over this one).
 
+pub mod config;
 pub mod inspect;
 pub mod purge_loop;
 pub mod replay;

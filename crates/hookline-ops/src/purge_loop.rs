@@ -6,8 +6,8 @@
 
 use std::ops::ControlFlow;
 
+use crate::config::RetentionConfig;
 use crate::retention::{self, PurgeOptions};
-use hookline_core::config::RetentionConfig;
 use sqlx::PgPool;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;

@@ -172,7 +172,10 @@ pub async fn report(
 
     let mut attention = Vec::new();
     if let Some(age) = totals.oldest_unpublished_secs {
-        let max_age = max_unpublished_age.unwrap_or(config.relay.max_unpublished_age);
+        let max_age = match max_unpublished_age {
+            Some(age) => age,
+            None => hookline_bus::RelayConfig::from_config(config)?.max_unpublished_age,
+        };
         if age > max_age.as_secs_f64() {
             attention.push(
                 Attention::new(format!(

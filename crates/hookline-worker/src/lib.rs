@@ -7,23 +7,57 @@
 //!
 //! It must never: hold a rule of its own — every rule lives in the crate that owns it; this crate only wires them.
 
+pub mod config;
 pub mod health;
+
+pub use config::WorkerConfig;
 
 /// Re-exported for the tests and tools that start a worker: the signal handling every process shares.
 pub use hookline_core::supervisor::shutdown_signal;
 
 use hookline_consumer::{Consumer, ConsumerSettings};
+use hookline_core::config::{Env, ProcessEnv};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
-use hookline_core::Config;
+use hookline_core::{Config, ConfigError};
+use hookline_delivery::{DeliveryConfig, DestinationConfig};
+use hookline_ops::config::RetentionConfig;
 use hookline_gateways::{dispatch, reconcile};
 use hookline_payments::PaymentsHandler;
 
+/// The sections of the file the worker process composes beyond core's, each parsed and validated by the crate
+/// that owns it: built once at start-up, so that a bad section stops the process before anything runs, naming
+/// the key (as `Config::load` did when core validated every section).
+#[derive(Debug, Clone)]
+pub struct Sections {
+    /// `[worker]` (this crate).
+    pub worker: WorkerConfig,
+    /// `[retention]` (`hookline-ops`): the periodic purge.
+    pub retention: RetentionConfig,
+    /// `[delivery]` (`hookline-delivery`): whether facts leave from this process, and how.
+    pub delivery: DeliveryConfig,
+    /// `[[destinations]]` (`hookline-delivery`).
+    pub destinations: Vec<DestinationConfig>,
+}
+
+impl Sections {
+    /// Parses and validates every section the worker composes; `env` resolves `env:NAME` references.
+    pub fn from_config(config: &Config, env: &dyn Env) -> Result<Sections, ConfigError> {
+        Ok(Sections {
+            worker: WorkerConfig::from_config(config)?,
+            retention: RetentionConfig::from_config(config)?,
+            delivery: DeliveryConfig::from_config(config)?,
+            destinations: hookline_delivery::destinations_from_config(config, env)?,
+        })
+    }
+}
+
 /// Builds the payments consumer from the shared configuration: it consumes the topology's payments queue.
 pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHandler>> {
+    let settings = WorkerConfig::from_config(config)?;
     let pool = db::lazy_pool(
         &config.database_url,
-        &PoolSettings::worker(config.worker.db_max_connections),
+        &PoolSettings::worker(settings.db_max_connections),
     )?;
     let topology = hookline_bus::Topology::from_config(&config.amqp);
     Ok(Consumer::new(
@@ -33,10 +67,10 @@ pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHan
             amqp_urls: config.amqp_urls.clone(),
             queue: topology.payments_queue.clone(),
             topology,
-            prefetch: config.worker.prefetch,
-            concurrency: config.worker.concurrency,
-            batch_max: config.worker.batch_max,
-            batch_linger: config.worker.batch_linger,
+            prefetch: settings.prefetch,
+            concurrency: settings.concurrency,
+            batch_max: settings.batch_max,
+            batch_linger: settings.batch_linger,
         },
     ))
 }
@@ -47,6 +81,8 @@ pub fn payments_consumer(config: &Config) -> anyhow::Result<Consumer<PaymentsHan
 /// with an error when the consumer failed or a supervised loop was declared dead — so the process exits non-zero
 /// and its supervisor restarts it.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // Every section this process composes, validated before anything starts.
+    let sections = Sections::from_config(&config, &ProcessEnv)?;
     // The recorder first: supervised loops report their state as soon as they start.
     hookline_core::telemetry::metrics_handle();
     let consumer = payments_consumer(&config)?;
@@ -73,7 +109,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let purge = supervisor.spawn(
         "purge",
         &cancel,
-        (purge_pool, config.retention.clone()),
+        (purge_pool, sections.retention.clone()),
         |(pool, retention), cancel| async move {
             hookline_ops::purge_loop::run_periodic(pool, retention, cancel).await;
             Ok(())
@@ -88,8 +124,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
     // must match the configuration before the consumer or the dispatcher records the first fact, or a
     // destination declared in this start would miss it.
-    if config.delivery.enabled {
-        sync_destinations_before_start(consumer.pool(), &config, &cancel).await;
+    if sections.delivery.enabled {
+        sync_destinations_before_start(consumer.pool(), &sections.destinations, &cancel).await;
     }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
@@ -104,12 +140,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         })
     });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
-    let delivery = if config.delivery.enabled {
+    let delivery = if sections.delivery.enabled {
         hookline_delivery::spawn(&config, consumer.pool().clone(), &supervisor, &cancel)?
     } else {
         Vec::new()
     };
-    let server = match config.worker.listen {
+    let server = match sections.worker.listen {
         Some(addr) => Some(health::serve(
             addr,
             consumer.pool().clone(),
@@ -149,12 +185,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 /// the process is asked to stop.
 async fn sync_destinations_before_start(
     pool: &sqlx::PgPool,
-    config: &Config,
+    destinations: &[DestinationConfig],
     cancel: &tokio_util::sync::CancellationToken,
 ) {
     let mut attempt = 0;
     loop {
-        match hookline_delivery::deliver::sync_destinations(pool, &config.destinations).await {
+        match hookline_delivery::deliver::sync_destinations(pool, destinations).await {
             Ok(()) => return,
             Err(e) => {
                 attempt += 1;

@@ -557,8 +557,10 @@ pub async fn stuck_worker_transactions(c: &Cluster, min_idle: Duration) -> i64 {
 /// `relay.events_per_message` into one — and once every one of them is published, `messages_unacknowledged` must
 /// not exceed the prefetch. Returns the load's report for the checker.
 pub async fn assert_prefetch_honoured(c: &Cluster, tag: &str) -> LoadReport {
-    let prefetch = u64::from(c.config.worker.prefetch);
-    let per_message = c.config.relay.events_per_message as u64;
+    let worker = hookline_worker::WorkerConfig::from_config(&c.config).expect("valid [worker]");
+    let relay = hookline_bus::RelayConfig::from_config(&c.config).expect("valid [relay]");
+    let prefetch = u64::from(worker.prefetch);
+    let per_message = relay.events_per_message as u64;
     // At least prefetch + 2 messages, however the relay packs them.
     let messages = prefetch + 2;
     let events = (messages * per_message) as usize;

@@ -10,7 +10,7 @@ fn target(state: &ConsoleState) -> Target {
             &state.config.amqp.prefix,
             state.config.amqp.delivery_limit,
         ),
-        confirm_timeout: state.config.relay.confirm_timeout,
+        confirm_timeout: state.relay.confirm_timeout,
         // The CLI's defaults: a large replay must not starve live traffic.
         rate: 500,
         page_size: 500,

@@ -10,11 +10,30 @@
 //!
 //! One section, one file: each submodule holds its section's raw shape, its validated struct, the validation
 //! (defaults, bounds, messages) and their tests, so that a new key is added in one place. This file holds what
-//! is shared: [`Config`], loading, the environment, the error type and the two number helpers.
+//! is shared: [`Config`], loading, the environment, the error type, the number helpers ([`positive`],
+//! [`between`], [`linger`]) and the one `env:NAME` resolution ([`resolve_env`]).
 //!
-//! `[sandbox]` belongs to `hookline-sandbox` (`hookline sandbox` reads it from the same file through
-//! [`ConfigSource`] and [`parse_toml`]); here it is only accepted as a table, so that the file every process
-//! reads may hold it.
+//! Core keeps only what every process shares (the database, the broker, telemetry) and the sections still
+//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`, `[edge]`). `[edge]` is not only the
+//! providers' listener: its pool, timeouts and workers are every HTTP listener's (`hookline_web::Limits::of_edge`,
+//! the API's pool, the console's limits), and `hookline-edge` depends on `hookline-api`, so the section cannot
+//! move into `hookline-edge` without an import circle. Every other section
+//! belongs to the crate that uses it, which parses and validates it from the same document
+//! ([`Config::parse_document`]) with the same redacted errors and field paths:
+//!
+//! | section | owner |
+//! |---|---|
+//! | `[api]` | `hookline_api::ApiConfig` |
+//! | `[console]` | `hookline_console::ConsoleConfig` |
+//! | `[delivery]`, `[[destinations]]` | `hookline_delivery::config` |
+//! | `[relay]` | `hookline_bus::RelayConfig` |
+//! | `[retention]` | `hookline_ops::config::RetentionConfig` |
+//! | `[worker]` | `hookline_worker::WorkerConfig` |
+//! | `[sandbox]` | `hookline_sandbox::SandboxConfig` |
+//!
+//! Here those sections are only accepted as tables (so that `deny_unknown_fields` still refuses a misspelt
+//! top-level key); each process validates the sections it composes at start-up, and `hookline` (which composes
+//! them all) validates every one, so that a bad section is still refused before anything runs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,27 +44,16 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 mod amqp;
-mod api;
-mod console;
-mod delivery;
 mod dispatcher;
 mod edge;
 mod providers;
 mod reconcile;
-mod relay;
-mod retention;
 mod telemetry;
-mod worker;
 
 pub use amqp::{
     AmqpConfig, AmqpEndpoint, AmqpEndpoints, DEFAULT_AMQP_URL, DEFAULT_QUORUM_INITIAL_GROUP_SIZE,
     MAX_AMQP_ENDPOINTS, MAX_QUORUM_INITIAL_GROUP_SIZE,
 };
-pub use api::{ApiClient, ApiConfig, LEGACY_API_CLIENT, MAX_API_CLIENT_NAME_BYTES};
-pub use console::{
-    ConsoleConfig, ConsoleOperator, DEFAULT_CONSOLE_LISTEN, MAX_OPERATOR_NAME_BYTES,
-};
-pub use delivery::{DeliveryConfig, DestinationConfig, MAX_DESTINATIONS, MAX_SECRETS};
 pub use dispatcher::{
     DispatcherConfig, DEFAULT_DISPATCH_LEASE_SECS, DEFAULT_DISPATCH_REQUEST_TIMEOUT_SECS,
     MAX_DISPATCH_LEASE_SECS, MAX_DISPATCH_REQUEST_TIMEOUT_SECS,
@@ -56,10 +64,7 @@ pub use providers::{
     MIN_IDEMPOTENCY_KEY_TTL_SECS,
 };
 pub use reconcile::ReconcileConfig;
-pub use relay::RelayConfig;
-pub use retention::RetentionConfig;
 pub use telemetry::{LogFormat, TelemetryConfig, MAX_OTLP_ENDPOINT_BYTES, MAX_TRACE_QUEUE};
-pub use worker::WorkerConfig;
 
 /// Environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "HOOKLINE_CONFIG";
@@ -117,28 +122,33 @@ pub struct Config {
     pub amqp: AmqpConfig,
     /// The HTTP edge.
     pub edge: EdgeConfig,
-    /// The outbox relay.
-    pub relay: RelayConfig,
-    /// The worker.
-    pub worker: WorkerConfig,
-    /// Retention of raw events.
-    pub retention: RetentionConfig,
     /// `[reconcile]`: the worker's periodic reconciliation against provider APIs (off by default).
     pub reconcile: ReconcileConfig,
-    /// `[api]`: the merchant-facing API on its own listener; `None` (section absent) = no API.
-    pub api: Option<ApiConfig>,
-    /// `[console]`: the operator web console on its own listener; `None` (section absent) = no console.
-    pub console: Option<ConsoleConfig>,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
-    /// `[[destinations]]`: the merchant's HTTP endpoints that receive domain events.
-    pub destinations: Vec<DestinationConfig>,
-    /// `[delivery]`: how domain events are delivered.
-    pub delivery: DeliveryConfig,
     /// `[dispatcher]`: how charges and refunds are sent to the gateways.
     pub dispatcher: DispatcherConfig,
     /// `[telemetry]`: trace export (off by default) and the log format.
     pub telemetry: TelemetryConfig,
+    /// The document this was loaded from, which the crates owning a section parse again
+    /// ([`Config::parse_document`]).
+    document: Document,
+}
+
+/// The text of the configuration file and the name errors give it. Its `Debug` shows the name only: the text may
+/// hold secrets, and [`Config`]'s `Debug` must never print one.
+#[derive(Clone)]
+struct Document {
+    origin: String,
+    text: std::sync::Arc<str>,
+}
+
+impl std::fmt::Debug for Document {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Document")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,27 +162,28 @@ struct RawConfig {
     #[serde(default)]
     edge: edge::RawEdge,
     #[serde(default)]
-    relay: relay::RawRelay,
-    #[serde(default)]
-    worker: worker::RawWorker,
-    #[serde(default)]
-    retention: retention::RawRetention,
-    #[serde(default)]
     reconcile: reconcile::RawReconcile,
-    /// Owned and validated by `hookline-sandbox`; kept opaque here so that `deny_unknown_fields` does not
-    /// refuse the section in the file every process reads.
+    // The sections other crates own and validate (see the module documentation): kept opaque here so that
+    // `deny_unknown_fields` does not refuse them in the file every process reads, while a misspelt top-level
+    // key or a section of the wrong shape (`console = 5`) is still refused by every process.
     #[serde(default, rename = "sandbox")]
     _sandbox: Option<toml::Table>,
-    #[serde(default)]
-    api: Option<api::RawApi>,
-    #[serde(default)]
-    console: Option<console::RawConsole>,
+    #[serde(default, rename = "api")]
+    _api: Option<toml::Table>,
+    #[serde(default, rename = "console")]
+    _console: Option<toml::Table>,
+    #[serde(default, rename = "delivery")]
+    _delivery: Option<toml::Table>,
+    #[serde(default, rename = "destinations")]
+    _destinations: Option<Vec<toml::Table>>,
+    #[serde(default, rename = "relay")]
+    _relay: Option<toml::Table>,
+    #[serde(default, rename = "retention")]
+    _retention: Option<toml::Table>,
+    #[serde(default, rename = "worker")]
+    _worker: Option<toml::Table>,
     #[serde(default)]
     providers: BTreeMap<String, providers::RawProvider>,
-    #[serde(default)]
-    destinations: Vec<delivery::RawDestination>,
-    #[serde(default)]
-    delivery: delivery::RawDelivery,
     #[serde(default)]
     dispatcher: dispatcher::RawDispatcher,
     #[serde(default)]
@@ -292,11 +303,23 @@ impl Config {
 
     /// Parses and validates a TOML document; `origin` names it in errors.
     pub fn from_toml_str(text: &str, origin: &str, env: &dyn Env) -> Result<Config, ConfigError> {
-        Self::validate(parse_toml(text, origin)?, env)
+        let document = Document {
+            origin: origin.to_string(),
+            text: text.into(),
+        };
+        Self::validate(parse_toml(text, origin)?, document, env)
     }
 
-    /// Validates every section; each section's module names the fields it checks in its errors.
-    fn validate(raw: RawConfig, env: &dyn Env) -> Result<Config, ConfigError> {
+    /// Parses the document this configuration was loaded from into `T`, with the redacted errors of
+    /// [`parse_toml`] (line, column and key, never a value): how a crate owning a section reads it. `T` is the
+    /// owner's view of the whole file (its section as a field, unknown top-level keys ignored: core refuses
+    /// those), so that a wrong type inside the section names its line and key exactly as before.
+    pub fn parse_document<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        parse_toml(&self.document.text, &self.document.origin)
+    }
+
+    /// Validates every section core owns; each section's module names the fields it checks in its errors.
+    fn validate(raw: RawConfig, document: Document, env: &dyn Env) -> Result<Config, ConfigError> {
         let database_url = env
             .var("DATABASE_URL")
             .or(raw.database_url)
@@ -313,41 +336,34 @@ impl Config {
         for (name, p) in raw.providers {
             providers.insert(name.clone(), providers::provider(name, p, env)?);
         }
-        let edge = edge::edge(raw.edge)?;
-        let api = match raw.api {
-            Some(a) => Some(api::api(a, edge.listen, env)?),
-            None => None,
-        };
-        let console = match raw.console {
-            Some(c) => Some(console::console(
-                c,
-                edge.listen,
-                api.as_ref().map(|a| a.listen),
-            )?),
-            None => None,
-        };
         Ok(Config {
             database_url: SecretString::from(database_url),
             amqp_urls,
             amqp,
-            edge,
-            relay: relay::relay(raw.relay)?,
-            worker: worker::worker(raw.worker)?,
-            retention: retention::retention(raw.retention)?,
+            edge: edge::edge(raw.edge)?,
             reconcile: reconcile::reconcile(raw.reconcile)?,
-            api,
-            console,
             providers,
-            destinations: delivery::destinations(raw.destinations, env)?,
-            delivery: delivery::delivery(raw.delivery)?,
             dispatcher: dispatcher::dispatcher(raw.dispatcher, env)?,
             telemetry: telemetry::telemetry(raw.telemetry)?,
+            document,
         })
     }
 }
 
+/// A value that may name an environment variable (`env:NAME`) instead of holding itself: the one resolution
+/// of every secret-bearing key (provider secrets and tokens, API keys, destination secrets) and of the CLI's
+/// `--secret`. An unset variable is refused with `field`'s name, never the value.
+pub fn resolve_env(field: &str, value: String, env: &dyn Env) -> Result<String, ConfigError> {
+    match value.strip_prefix("env:") {
+        Some(var) => env.var(var).ok_or_else(|| {
+            ConfigError::invalid(field, format!("environment variable {var} is not set"))
+        }),
+        None => Ok(value),
+    }
+}
+
 /// A positive number or its default; zero is refused with the field's name.
-fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, ConfigError> {
+pub fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, ConfigError> {
     match value {
         Some(0) => Err(ConfigError::invalid(field, "must be greater than 0")),
         Some(v) => Ok(v),
@@ -355,8 +371,14 @@ fn positive(value: Option<u64>, default: u64, field: &str) -> Result<u64, Config
     }
 }
 
-/// A number from 1 to `max`, or `default` when absent; anything else is refused with the field's name.
-fn between(value: Option<u64>, default: u64, max: u64, field: &str) -> Result<u64, ConfigError> {
+/// A number from 1 to `max`, or `default` when absent; anything else is refused with the field's name. The one
+/// shape of the "1 to max, or the default" bound, whichever crate owns the key.
+pub fn between(
+    value: Option<u64>,
+    default: u64,
+    max: u64,
+    field: &str,
+) -> Result<u64, ConfigError> {
     match value {
         None => Ok(default),
         Some(v) if (1..=max).contains(&v) => Ok(v),
@@ -368,7 +390,7 @@ fn between(value: Option<u64>, default: u64, max: u64, field: &str) -> Result<u6
 }
 
 /// A batch linger in milliseconds (the worker's and the relay's): 5 unless set, 0 turns it off, at most 1000.
-fn linger(value: Option<u64>, field: &str) -> Result<Duration, ConfigError> {
+pub fn linger(value: Option<u64>, field: &str) -> Result<Duration, ConfigError> {
     match value.unwrap_or(5) {
         ms @ 0..=1000 => Ok(Duration::from_millis(ms)),
         _ => Err(ConfigError::invalid(
@@ -474,5 +496,44 @@ mod tests {
         );
         assert!(c.is_ok(), "{c:?}");
         assert!(err("sandbox = 5").contains("sandbox"));
+    }
+
+    #[test]
+    fn the_sections_other_crates_own_are_accepted_as_tables_and_kept_for_them() {
+        // Core validates none of them, but every process still refuses one of the wrong shape.
+        let text = "[console]\nlisten = \"x\"\n[api]\n[delivery]\n[[destinations]]\nname = \"d\"\n\
+                    [relay]\n[retention]\n[worker]\n";
+        let c = Config::from_toml_str(text, "t", &NO_ENV).unwrap();
+        #[derive(Deserialize)]
+        struct Console {
+            console: toml::Table,
+        }
+        let doc: Console = c.parse_document().unwrap();
+        assert_eq!(doc.console["listen"].as_str(), Some("x"));
+        for key in [
+            "console",
+            "api",
+            "delivery",
+            "destinations",
+            "relay",
+            "retention",
+            "worker",
+        ] {
+            assert!(err(&format!("{key} = 5")).contains(key), "{key}");
+        }
+        assert!(err("consoel = 5").contains("consoel"));
+    }
+
+    #[test]
+    fn env_references_resolve_or_name_the_field() {
+        let env = [("SET", "value")];
+        assert_eq!(resolve_env("f", "env:SET".into(), &env).unwrap(), "value");
+        assert_eq!(resolve_env("f", "plain".into(), &env).unwrap(), "plain");
+        assert_eq!(
+            resolve_env("a.b[0]", "env:UNSET".into(), &env)
+                .unwrap_err()
+                .to_string(),
+            "a.b[0]: environment variable UNSET is not set"
+        );
     }
 }

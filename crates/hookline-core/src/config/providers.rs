@@ -4,7 +4,7 @@ use hookline_signature::Scheme;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use super::{ConfigError, Env};
+use super::{resolve_env, ConfigError, Env};
 
 /// `[providers.NAME]`: one webhook source.
 #[derive(Clone)]
@@ -246,16 +246,6 @@ pub(super) fn provider(
             .map(std::time::Duration::from_secs)
             .collect(),
     })
-}
-
-/// A value that may name an environment variable (`env:NAME`) instead of holding itself.
-fn resolve_env(field: &str, value: String, env: &dyn Env) -> Result<String, ConfigError> {
-    match value.strip_prefix("env:") {
-        Some(var) => env.var(var).ok_or_else(|| {
-            ConfigError::invalid(field, format!("environment variable {var} is not set"))
-        }),
-        None => Ok(value),
-    }
 }
 
 /// `providers.NAME.secrets`: at least one, each usable by the scheme (several at once for rotation).

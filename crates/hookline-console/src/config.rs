@@ -1,12 +1,18 @@
 //! `[console]`: the operator web console (its own process, `hookline console serve`), and its operators.
+//!
+//! The section belongs to this crate (it moved out of `hookline-core`, which therefore no longer links argon2
+//! for the hash check): its raw shape, validation, defaults, bounds and tests live here, read from the same
+//! document as every other section through [`Config::parse_document`], with the same field paths in errors
+//! (`console.operators[0].password_hash: …`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hookline_api::ApiConfig;
+use hookline_core::config::{between, positive, Env};
+use hookline_core::{Config, ConfigError};
 use secrecy::SecretString;
 use serde::Deserialize;
-
-use super::{between, positive, ConfigError};
 
 /// Where the console listens when `[console]` has no `listen`: loopback only, and no port deploy/up.sh uses
 /// (edge 8080, sandbox 8090, worker 9091).
@@ -50,9 +56,17 @@ impl std::fmt::Debug for ConsoleOperator {
     }
 }
 
+/// The whole file as far as the console is concerned: every other top-level key is another crate's (core refuses
+/// the unknown ones), unknown keys *inside* `[console]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    console: Option<RawConsole>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawConsole {
+struct RawConsole {
     listen: Option<String>,
     operators: Option<Vec<RawConsoleOperator>>,
     session_ttl_secs: Option<u64>,
@@ -67,7 +81,23 @@ struct RawConsoleOperator {
     password_hash: Option<String>,
 }
 
-pub(super) fn console(
+impl ConsoleConfig {
+    /// Parses and validates `[console]` from the document `config` was loaded from; `None` when the section is
+    /// absent (no console). The listener is checked against `edge.listen` and `api.listen` (whose section is
+    /// read with the same `env` for its `env:NAME` keys), so the API's section must be valid too.
+    pub fn from_config(
+        config: &Config,
+        env: &dyn Env,
+    ) -> Result<Option<ConsoleConfig>, ConfigError> {
+        let Some(raw) = config.parse_document::<Document>()?.console else {
+            return Ok(None);
+        };
+        let api = ApiConfig::from_config(config, env)?;
+        console(raw, config.edge.listen, api.map(|a| a.listen)).map(Some)
+    }
+}
+
+fn console(
     c: RawConsole,
     edge_listen: SocketAddr,
     api_listen: Option<SocketAddr>,
@@ -160,9 +190,24 @@ pub(super) fn console(
 mod tests {
     use std::time::Duration;
 
-    use super::super::testing::{err, NO_ENV};
-    use super::super::Config;
-    use super::DEFAULT_CONSOLE_LISTEN;
+    use hookline_core::{Config, ConfigError};
+
+    use super::{ConsoleConfig, DEFAULT_CONSOLE_LISTEN};
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    /// `[console]` of `text`, validated as a process composing it does.
+    fn parse(text: &str) -> Result<Option<ConsoleConfig>, ConfigError> {
+        let config = Config::from_toml_str(text, "test.toml", &NO_ENV)?;
+        ConsoleConfig::from_config(&config, &NO_ENV)
+    }
+
+    /// The message `text` is rejected with (panics when it is accepted: a test expected a rejection).
+    fn err(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
 
     #[test]
     fn console_section_is_optional_validated_and_its_hashes_redacted() {
@@ -170,13 +215,9 @@ mod tests {
         let op = |name: &str, hash: &str| {
             format!("[[console.operators]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n")
         };
-        assert!(Config::from_toml_str("", "t", &NO_ENV)
-            .unwrap()
-            .console
-            .is_none());
-        let c = Config::from_toml_str(&format!("[console]\n{}", op("alice", HASH)), "t", &NO_ENV)
-            .unwrap();
-        let console = c.console.as_ref().unwrap();
+        assert!(parse("").unwrap().is_none());
+        let c = parse(&format!("[console]\n{}", op("alice", HASH))).unwrap();
+        let console = c.as_ref().unwrap();
         assert_eq!(console.listen.to_string(), DEFAULT_CONSOLE_LISTEN);
         assert_eq!(console.operators[0].name, "alice");
         assert_eq!(console.session_ttl, Duration::from_secs(8 * 3600));
@@ -209,6 +250,22 @@ mod tests {
             .starts_with("console.listen:"),
             "never the providers' listener"
         );
+        assert!(
+            err(&format!(
+                "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"k\"]\n[console]\nlisten = \"127.0.0.1:8081\"\n{}",
+                op("alice", HASH)
+            ))
+            .starts_with("console.listen:"),
+            "never the API's listener"
+        );
+        assert!(
+            err(&format!(
+                "[console]\nsession_ttl_secs = \"x\"\n{}",
+                op("alice", HASH)
+            ))
+            .contains("line 2, column 20 (key session_ttl_secs)"),
+            "a wrong type names its line and key, as when core parsed the section"
+        );
         assert!(err(&format!(
             "[console]\nlisten = \"nowhere\"\n{}",
             op("alice", HASH)
@@ -227,14 +284,13 @@ mod tests {
             ));
             assert!(e.contains("history_sample_secs"), "{hostile}: {e}");
         }
-        let c = Config::from_toml_str(
-            &format!("[console]\nhistory_sample_secs = 1\n{}", op("alice", HASH)),
-            "t",
-            &NO_ENV,
-        )
+        let c = parse(&format!(
+            "[console]\nhistory_sample_secs = 1\n{}",
+            op("alice", HASH)
+        ))
         .unwrap();
         assert_eq!(
-            c.console.unwrap().history_sample,
+            c.unwrap().history_sample,
             Duration::from_secs(1),
             "tests sample every second"
         );

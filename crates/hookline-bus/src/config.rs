@@ -1,10 +1,14 @@
 //! `[relay]`: the transactional-outbox publisher (embedded in the edge or `hookline relay`).
+//!
+//! The section belongs to this crate, where the relay runs ([`crate::Relay`], started by the edge or by
+//! `hookline relay`): read from the same document as every other section through [`Config::parse_document`],
+//! with the same field paths in errors.
 
 use std::time::Duration;
 
+use hookline_core::config::{between, linger, positive};
+use hookline_core::{Config, ConfigError};
 use serde::Deserialize;
-
-use super::{between, linger, positive, ConfigError};
 
 /// Largest `relay.events_per_message` (what a worker reads in one message, `hookline_bus::message::BUNDLE_MAX`).
 pub const EVENTS_PER_MESSAGE_MAX: usize = 1024;
@@ -35,9 +39,17 @@ pub struct RelayConfig {
     pub max_unpublished_age: Duration,
 }
 
+/// The whole file as far as the relay is concerned: every other top-level key is another crate's (core refuses
+/// the unknown ones), unknown keys *inside* `[relay]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    relay: RawRelay,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawRelay {
+struct RawRelay {
     embedded: Option<bool>,
     sweep_interval_ms: Option<u64>,
     sweep_min_age_ms: Option<u64>,
@@ -48,7 +60,14 @@ pub(super) struct RawRelay {
     max_unpublished_age_secs: Option<u64>,
 }
 
-pub(super) fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
+impl RelayConfig {
+    /// Parses and validates `[relay]` from the document `config` was loaded from (defaults when absent).
+    pub fn from_config(config: &Config) -> Result<RelayConfig, ConfigError> {
+        relay(config.parse_document::<Document>()?.relay)
+    }
+}
+
+fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
     let relay = RelayConfig {
         embedded: r.embedded.unwrap_or(true),
         sweep_interval: Duration::from_millis(positive(
@@ -83,17 +102,25 @@ pub(super) fn relay(r: RawRelay) -> Result<RelayConfig, ConfigError> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::testing::{err, NO_ENV};
-    use super::super::Config;
+    use hookline_core::{Config, ConfigError};
+
+    use super::RelayConfig;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    fn parse(text: &str) -> Result<RelayConfig, ConfigError> {
+        RelayConfig::from_config(&Config::from_toml_str(text, "test.toml", &NO_ENV)?)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
 
     #[test]
     fn relay_linger_is_bounded_and_zero_turns_it_off() {
-        let linger = |text: &str| {
-            Config::from_toml_str(text, "t", &NO_ENV)
-                .unwrap()
-                .relay
-                .linger
-        };
+        let linger = |text: &str| parse(text).unwrap().linger;
         assert_eq!(linger(""), Duration::from_millis(5));
         assert_eq!(linger("[relay]\nlinger_ms = 0"), Duration::ZERO);
         assert_eq!(linger("[relay]\nlinger_ms = 1000"), Duration::from_secs(1));
@@ -104,12 +131,7 @@ mod tests {
 
     #[test]
     fn events_per_message_is_bounded() {
-        let per = |text: &str| {
-            Config::from_toml_str(text, "t", &NO_ENV)
-                .unwrap()
-                .relay
-                .events_per_message
-        };
+        let per = |text: &str| parse(text).unwrap().events_per_message;
         assert_eq!(per(""), 32);
         assert_eq!(per("[relay]\nevents_per_message = 1"), 1);
         assert_eq!(per("[relay]\nevents_per_message = 1024"), 1024);

@@ -1,10 +1,14 @@
 //! `[retention]`: how long raw events and their processed markers are kept, and the worker's periodic purge.
+//!
+//! The section belongs to this crate, which runs the purge (`hookline purge` and the worker's periodic loop): read
+//! from the same document as every other section through [`Config::parse_document`], with the same field paths
+//! in errors.
 
 use std::time::Duration;
 
+use hookline_core::config::positive;
+use hookline_core::{Config, ConfigError};
 use serde::Deserialize;
-
-use super::{positive, ConfigError};
 
 /// `[retention]`: how long raw events and their processed markers are kept.
 #[derive(Debug, Clone)]
@@ -20,16 +24,31 @@ pub struct RetentionConfig {
     pub batch_size: u32,
 }
 
+/// The whole file as far as retention is concerned: every other top-level key is another crate's (core refuses
+/// the unknown ones), unknown keys *inside* `[retention]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    retention: RawRetention,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawRetention {
+struct RawRetention {
     floor_days: Option<u64>,
     auto_purge_older_than_days: Option<u64>,
     auto_purge_interval_secs: Option<u64>,
     batch_size: Option<u32>,
 }
 
-pub(super) fn retention(rt: RawRetention) -> Result<RetentionConfig, ConfigError> {
+impl RetentionConfig {
+    /// Parses and validates `[retention]` from the document `config` was loaded from (defaults when absent).
+    pub fn from_config(config: &Config) -> Result<RetentionConfig, ConfigError> {
+        retention(config.parse_document::<Document>()?.retention)
+    }
+}
+
+fn retention(rt: RawRetention) -> Result<RetentionConfig, ConfigError> {
     const DAY: u64 = 86_400;
     let floor_days = rt.floor_days.unwrap_or(30);
     let retention = RetentionConfig {
@@ -56,23 +75,32 @@ pub(super) fn retention(rt: RawRetention) -> Result<RetentionConfig, ConfigError
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{err, NO_ENV};
-    use super::super::Config;
     use std::time::Duration;
+
+    use hookline_core::{Config, ConfigError};
+
+    use super::RetentionConfig;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    fn parse(text: &str) -> Result<RetentionConfig, ConfigError> {
+        RetentionConfig::from_config(&Config::from_toml_str(text, "test.toml", &NO_ENV)?)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
 
     #[test]
     fn auto_purge_never_goes_below_the_floor() {
-        let c = Config::from_toml_str("", "t", &NO_ENV).unwrap();
-        assert_eq!(c.retention.floor, Duration::from_secs(30 * 86_400));
-        assert!(c.retention.auto_purge_older_than.is_none());
-        let c = Config::from_toml_str(
-            "[retention]\nfloor_days = 7\nauto_purge_older_than_days = 7\n",
-            "t",
-            &NO_ENV,
-        )
-        .unwrap();
+        let c = parse("").unwrap();
+        assert_eq!(c.floor, Duration::from_secs(30 * 86_400));
+        assert!(c.auto_purge_older_than.is_none());
+        let c = parse("[retention]\nfloor_days = 7\nauto_purge_older_than_days = 7\n").unwrap();
         assert_eq!(
-            c.retention.auto_purge_older_than,
+            c.auto_purge_older_than,
             Some(Duration::from_secs(7 * 86_400))
         );
         assert_eq!(

@@ -1,12 +1,17 @@
 //! `[api]`: the merchant-facing API (payment intents, refunds) on its own listener, and its clients.
+//!
+//! The section belongs to this crate: its raw shape, validation, defaults, bounds and tests live here, read from
+//! the same document as every other section through [`Config::parse_document`], with the same field paths in
+//! errors (`api.clients[1].keys[0]: …`). Keys may name an environment variable (`env:NAME`), resolved by core's
+//! one [`resolve_env`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hookline_core::config::{positive, resolve_env, Env};
+use hookline_core::{Config, ConfigError};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-
-use super::{positive, ConfigError, Env};
 
 /// `[api]`: the merchant-facing API (payment intents, refunds), served on its own listener.
 #[derive(Clone)]
@@ -59,9 +64,17 @@ impl std::fmt::Debug for ApiClient {
     }
 }
 
+/// The whole file as far as the API is concerned: every other top-level key is another crate's (core refuses the
+/// unknown ones), unknown keys *inside* `[api]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    api: Option<RawApi>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawApi {
+struct RawApi {
     listen: Option<String>,
     keys: Option<Vec<String>>,
     clients: Option<Vec<RawApiClient>>,
@@ -70,16 +83,23 @@ pub(super) struct RawApi {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawApiClient {
+struct RawApiClient {
     name: Option<String>,
     keys: Option<Vec<String>>,
 }
 
-pub(super) fn api(
-    a: RawApi,
-    edge_listen: SocketAddr,
-    env: &dyn Env,
-) -> Result<ApiConfig, ConfigError> {
+impl ApiConfig {
+    /// Parses and validates `[api]` from the document `config` was loaded from; `None` when the section is absent
+    /// (no API). `env` resolves the keys' `env:NAME` references; the listener is checked against `edge.listen`.
+    pub fn from_config(config: &Config, env: &dyn Env) -> Result<Option<ApiConfig>, ConfigError> {
+        match config.parse_document::<Document>()?.api {
+            Some(raw) => api(raw, config.edge.listen, env).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, ConfigError> {
     let text = a
         .listen
         .ok_or_else(|| ConfigError::invalid("api.listen", "is required"))?;
@@ -142,12 +162,7 @@ pub(super) fn api(
         let mut keys: Vec<SecretString> = Vec::with_capacity(keys_raw.len());
         for (i, k) in keys_raw.into_iter().enumerate() {
             let f = format!("{f}[{i}]");
-            let value = match k.strip_prefix("env:") {
-                Some(var) => env.var(var).ok_or_else(|| {
-                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
-                })?,
-                None => k,
-            };
+            let value = resolve_env(&f, k, env)?;
             // A Bearer token: visible ASCII only, so it travels in a header unchanged.
             if value.is_empty() || !value.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(ConfigError::invalid(
@@ -185,24 +200,36 @@ mod tests {
 
     use secrecy::ExposeSecret;
 
-    use super::super::testing::{err, NO_ENV};
-    use super::super::Config;
-    use super::LEGACY_API_CLIENT;
+    use hookline_core::config::Env;
+    use hookline_core::{Config, ConfigError};
+
+    use super::{ApiConfig, LEGACY_API_CLIENT};
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    /// `[api]` of `text` with the environment `env`, validated as a process composing it does.
+    fn parse(text: &str, env: &dyn Env) -> Result<Option<ApiConfig>, ConfigError> {
+        let config = Config::from_toml_str(text, "test.toml", env)?;
+        ApiConfig::from_config(&config, env)
+    }
+
+    /// The message `text` is rejected with (panics when it is accepted: a test expected a rejection).
+    fn err(text: &str) -> String {
+        parse(text, &NO_ENV)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
 
     #[test]
     fn api_section_is_optional_validated_and_its_keys_redacted() {
-        assert!(Config::from_toml_str("", "t", &NO_ENV)
-            .unwrap()
-            .api
-            .is_none());
+        assert!(parse("", &NO_ENV).unwrap().is_none());
         let env = [("API_KEY_2", "sk_hl_second_SUPERSECRET")];
-        let c = Config::from_toml_str(
+        let c = parse(
             "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"sk_hl_first_SUPERSECRET\", \"env:API_KEY_2\"]\n",
-            "t",
             &env,
         )
         .unwrap();
-        let api = c.api.as_ref().unwrap();
+        let api = c.as_ref().unwrap();
         assert_eq!(api.listen.to_string(), "127.0.0.1:8081");
         assert_eq!(api.clients.len(), 1);
         assert_eq!(api.clients[0].name, LEGACY_API_CLIENT);
@@ -241,15 +268,14 @@ mod tests {
     #[test]
     fn api_clients_have_validated_unique_names_and_keys() {
         let env = [("SHOP_NEXT", "sk_shop_next_SUPERSECRET")];
-        let c = Config::from_toml_str(
+        let c = parse(
             "[api]\nlisten = \"127.0.0.1:8081\"\n\
              [[api.clients]]\nname = \"shop\"\nkeys = [\"sk_shop_SUPERSECRET\", \"env:SHOP_NEXT\"]\n\
              [[api.clients]]\nname = \"billing-app_2\"\nkeys = [\"sk_billing\"]\n",
-            "t",
             &env,
         )
         .unwrap();
-        let api = c.api.as_ref().unwrap();
+        let api = c.as_ref().unwrap();
         let names: Vec<&str> = api.clients.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["shop", "billing-app_2"]);
         assert_eq!(api.clients[0].keys.len(), 2);
@@ -283,22 +309,15 @@ mod tests {
         .starts_with("api.clients[1].keys[0]: repeats an earlier key"));
         assert!(err(&format!("{base}{}", client("a", ""))).starts_with("api.clients[0].keys:"));
         // The legacy list is the client "default", alongside named clients, and keeps that name to itself.
-        let mixed = Config::from_toml_str(
+        let mixed = parse(
             &format!(
                 "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"old\"]\n{}",
                 client("shop", "\"new\"")
             ),
-            "t",
             &NO_ENV,
         )
         .unwrap();
-        let names: Vec<String> = mixed
-            .api
-            .unwrap()
-            .clients
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
+        let names: Vec<String> = mixed.unwrap().clients.into_iter().map(|c| c.name).collect();
         assert_eq!(names, [LEGACY_API_CLIENT, "shop"]);
         assert!(err(&format!(
             "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"old\"]\n{}",

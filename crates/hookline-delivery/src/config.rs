@@ -1,12 +1,18 @@
 //! `[[destinations]]` and `[delivery]`: where domain events go over HTTP, and how hard hookline tries.
+//!
+//! The sections belong to this crate: their raw shapes, validation, defaults, bounds and tests live here, read
+//! from the same document as every other section through [`Config::parse_document`], with the same field paths
+//! in errors (`destinations[0].secrets[1]: …`). Here, and not in core, because the subscribed event types are
+//! checked against [`EventType`]: core's configuration importing `domain_events` closed an import circle
+//! (`config` → `domain_events` → `telemetry` → `config`).
 
 use std::time::Duration;
 
+use hookline_core::config::{between, resolve_env, Env};
+use hookline_core::domain_events::EventType;
+use hookline_core::{Config, ConfigError};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-
-use super::{positive, ConfigError, Env};
-use crate::domain_events::EventType;
 
 /// Most destinations one deployment may declare (each runs its own delivery loop).
 pub const MAX_DESTINATIONS: usize = 64;
@@ -86,9 +92,19 @@ impl Default for DeliveryConfig {
     }
 }
 
+/// The whole file as far as delivery is concerned: every other top-level key is another crate's (core refuses the
+/// unknown ones), unknown keys *inside* `[delivery]` and `[[destinations]]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    delivery: RawDelivery,
+    #[serde(default)]
+    destinations: Vec<RawDestination>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawDestination {
+struct RawDestination {
     name: Option<String>,
     url: Option<String>,
     secrets: Option<Vec<String>>,
@@ -97,7 +113,7 @@ pub(super) struct RawDestination {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawDelivery {
+struct RawDelivery {
     enabled: Option<bool>,
     timeout_ms: Option<u64>,
     max_response_bytes: Option<u64>,
@@ -110,18 +126,26 @@ pub(super) struct RawDelivery {
     poll_interval_ms: Option<u64>,
 }
 
-pub(super) fn delivery(raw: RawDelivery) -> Result<DeliveryConfig, ConfigError> {
+impl DeliveryConfig {
+    /// Parses and validates `[delivery]` from the document `config` was loaded from (defaults when absent).
+    pub fn from_config(config: &Config) -> Result<DeliveryConfig, ConfigError> {
+        delivery(config.parse_document::<Document>()?.delivery)
+    }
+}
+
+/// Parses and validates `[[destinations]]` from the document `config` was loaded from (none when absent);
+/// `env` resolves the secrets' `env:NAME` references.
+pub fn destinations_from_config(
+    config: &Config,
+    env: &dyn Env,
+) -> Result<Vec<DestinationConfig>, ConfigError> {
+    destinations(config.parse_document::<Document>()?.destinations, env)
+}
+
+fn delivery(raw: RawDelivery) -> Result<DeliveryConfig, ConfigError> {
     let d = DeliveryConfig::default();
-    let bounded = |v: Option<u64>, default: u64, max: u64, field: &str| {
-        let v = positive(v, default, field)?;
-        if v > max {
-            return Err(ConfigError::invalid(
-                field,
-                format!("must be at most {max}"),
-            ));
-        }
-        Ok(v)
-    };
+    // Every key is "1 to max, or the default": core's one bound.
+    let bounded = between;
     let config = DeliveryConfig {
         enabled: raw.enabled.unwrap_or(true),
         timeout: Duration::from_millis(bounded(
@@ -188,7 +212,7 @@ pub(super) fn delivery(raw: RawDelivery) -> Result<DeliveryConfig, ConfigError> 
     Ok(config)
 }
 
-pub(super) fn destinations(
+fn destinations(
     raw: Vec<RawDestination>,
     env: &dyn Env,
 ) -> Result<Vec<DestinationConfig>, ConfigError> {
@@ -250,12 +274,7 @@ pub(super) fn destinations(
         let mut secrets = Vec::with_capacity(secrets_raw.len());
         for (j, s) in secrets_raw.into_iter().enumerate() {
             let f = format!("destinations[{i}].secrets[{j}]");
-            let value = match s.strip_prefix("env:") {
-                Some(var) => env.var(var).ok_or_else(|| {
-                    ConfigError::invalid(&f, format!("environment variable {var} is not set"))
-                })?,
-                None => s,
-            };
+            let value = resolve_env(&f, s, env)?;
             // The signer must be able to use it: checked now, not at the first delivery.
             hookline_signature::sign::standard_webhooks(value.as_bytes(), "check", 0, b"")
                 .map_err(|_| {
@@ -307,5 +326,87 @@ impl DestinationConfig {
             .iter()
             .map(|s| s.expose_secret().as_bytes())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use hookline_core::config::Env;
+    use hookline_core::{Config, ConfigError};
+
+    use super::{destinations_from_config, DeliveryConfig, DestinationConfig};
+
+    const NO_ENV: [(&str, &str); 0] = [];
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn delivery(text: &str) -> Result<DeliveryConfig, ConfigError> {
+        DeliveryConfig::from_config(&Config::from_toml_str(text, "test.toml", &NO_ENV)?)
+    }
+
+    fn destinations(text: &str, env: &dyn Env) -> Result<Vec<DestinationConfig>, ConfigError> {
+        destinations_from_config(&Config::from_toml_str(text, "test.toml", env)?, env)
+    }
+
+    fn err(result: Result<impl std::fmt::Debug, ConfigError>) -> String {
+        result.expect_err("config should be rejected").to_string()
+    }
+
+    #[test]
+    fn delivery_defaults_and_bounds_name_the_key() {
+        let d = delivery("").unwrap();
+        assert!(d.enabled);
+        assert_eq!(d.timeout, Duration::from_secs(10));
+        assert_eq!(d.poll_interval, Duration::from_millis(250));
+        assert_eq!(
+            err(delivery("[delivery]\ntimeout_ms = 0")),
+            "delivery.timeout_ms: must be between 1 and 300000"
+        );
+        assert_eq!(
+            err(delivery("[delivery]\nmax_in_flight = 257")),
+            "delivery.max_in_flight: must be between 1 and 256"
+        );
+        assert!(err(delivery(
+            "[delivery]\nbackoff_base_ms = 3600000\nbackoff_max_secs = 60"
+        ))
+        .starts_with("delivery.backoff_base_ms: must not exceed"));
+        assert!(err(delivery("[delivery]\npoll_intervall_ms = 5")).contains("poll_intervall_ms"));
+        assert!(err(delivery("[delivery]\ntimeout_ms = \"5\"")).contains("(key timeout_ms)"));
+    }
+
+    #[test]
+    fn destinations_are_validated_by_key_and_their_secrets_redacted() {
+        let one = |extra: &str| {
+            format!(
+                "[[destinations]]\nname = \"shop\"\nurl = \"https://shop.example/hooks\"\n\
+                 secrets = [\"{SECRET}\", \"env:OLD_SECRET\"]\nevents = [\"*\"]\n{extra}"
+            )
+        };
+        let env = [("OLD_SECRET", SECRET)];
+        let d = destinations(&one(""), &env).unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].secrets.len(), 2);
+        assert!(
+            !format!("{d:?}").contains("MfKQ9r8"),
+            "the secrets are redacted"
+        );
+        assert!(destinations("", &NO_ENV).unwrap().is_empty());
+        assert_eq!(
+            err(destinations(&one(""), &NO_ENV)),
+            "destinations[0].secrets[1]: environment variable OLD_SECRET is not set"
+        );
+        assert!(err(destinations(
+            &one("").replace("events = [\"*\"]", "events = [\"payment.nope\"]"),
+            &env
+        ))
+        .starts_with("destinations[0].events: 'payment.nope' is not an event type"));
+        assert!(err(destinations(&format!("{}{}", one(""), one("")), &env))
+            .starts_with("destinations[1].name: 'shop' is declared twice"));
+        assert!(err(destinations(
+            &one("").replace("https://shop.example", "ftp://shop.example"),
+            &env
+        ))
+        .starts_with("destinations[0].url:"));
     }
 }

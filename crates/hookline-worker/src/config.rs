@@ -1,11 +1,16 @@
 //! `[worker]`: the consumer that applies payment effects (prefetch, concurrency, batching, its health listener).
+//!
+//! The section belongs to this crate, the process that composes the consumer: the consumer engine
+//! (`hookline_consumer`) takes its own settings struct and never reads the file, so the keys that set it, the
+//! pool and the health listener of the worker process are validated here, read from the same document as every
+//! other section through [`Config::parse_document`], with the same field paths in errors.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hookline_core::config::{linger, positive};
+use hookline_core::{Config, ConfigError};
 use serde::Deserialize;
-
-use super::{linger, positive, ConfigError};
 
 /// `[worker]`: the consumer.
 #[derive(Debug, Clone)]
@@ -25,9 +30,17 @@ pub struct WorkerConfig {
     pub listen: Option<SocketAddr>,
 }
 
+/// The whole file as far as the worker is concerned: every other top-level key is another crate's (core refuses
+/// the unknown ones), unknown keys *inside* `[worker]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    worker: RawWorker,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawWorker {
+struct RawWorker {
     listen: Option<String>,
     prefetch: Option<u16>,
     concurrency: Option<usize>,
@@ -36,7 +49,14 @@ pub(super) struct RawWorker {
     batch_linger_ms: Option<u64>,
 }
 
-pub(super) fn worker(w: RawWorker) -> Result<WorkerConfig, ConfigError> {
+impl WorkerConfig {
+    /// Parses and validates `[worker]` from the document `config` was loaded from (defaults when absent).
+    pub fn from_config(config: &Config) -> Result<WorkerConfig, ConfigError> {
+        worker(config.parse_document::<Document>()?.worker)
+    }
+}
+
+fn worker(w: RawWorker) -> Result<WorkerConfig, ConfigError> {
     let worker = WorkerConfig {
         prefetch: positive(w.prefetch.map(u64::from), 128, "worker.prefetch")? as u16,
         concurrency: positive(w.concurrency.map(|c| c as u64), 8, "worker.concurrency")? as usize,
@@ -64,21 +84,34 @@ pub(super) fn worker(w: RawWorker) -> Result<WorkerConfig, ConfigError> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::testing::{err, NO_ENV};
-    use super::super::Config;
+    use hookline_core::{Config, ConfigError};
+
+    use super::WorkerConfig;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    fn parse(text: &str) -> Result<WorkerConfig, ConfigError> {
+        WorkerConfig::from_config(&Config::from_toml_str(text, "test.toml", &NO_ENV)?)
+    }
+
+    fn err(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
 
     #[test]
     fn batch_linger_is_bounded_and_zero_turns_it_off() {
-        let linger = |text: &str| {
-            Config::from_toml_str(text, "t", &NO_ENV)
-                .unwrap()
-                .worker
-                .batch_linger
-        };
+        let linger = |text: &str| parse(text).unwrap().batch_linger;
         assert_eq!(linger(""), Duration::from_millis(5));
         assert_eq!(linger("[worker]\nbatch_linger_ms = 0"), Duration::ZERO);
         assert!(err("[worker]\nbatch_linger_ms = 1001").starts_with("worker.batch_linger_ms:"));
         assert!(err("[worker]\nbatch_linger_ms = -1").contains("batch_linger_ms"));
         assert!(err("[worker]\nbatch_linger_ms = \"5\"").contains("batch_linger_ms"));
+        assert!(err("[worker]\nprefetch = 0").starts_with("worker.prefetch:"));
+        assert!(err("[worker]\nlisten = \"nope\"").starts_with("worker.listen:"));
+        let defaults = parse("").unwrap();
+        assert_eq!((defaults.prefetch, defaults.concurrency), (128, 8));
+        assert!(defaults.listen.is_none());
     }
 }
