@@ -21,8 +21,8 @@ use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::{Config, ConfigError};
 use hookline_delivery::{DeliveryConfig, DestinationConfig};
-use hookline_ops::config::RetentionConfig;
 use hookline_gateways::{dispatch, reconcile};
+use hookline_ops::config::RetentionConfig;
 use hookline_payments::PaymentsHandler;
 
 /// The sections of the file the worker process composes beyond core's, each parsed and validated by the crate
