@@ -203,6 +203,8 @@ pub(crate) fn validate_sections(config: &Config, env: &dyn Env) -> Result<(), Co
     hookline_ops::config::RetentionConfig::from_config(config)?;
     hookline_delivery::destinations_from_config(config, env)?;
     hookline_delivery::DeliveryConfig::from_config(config)?;
+    hookline_gateways::config::DispatcherConfig::from_config(config, env)?;
+    hookline_gateways::config::ReconcileConfig::from_config(config)?;
     Ok(())
 }
 

@@ -220,7 +220,11 @@ pub async fn refund(config: &Config, args: &RefundArgs) -> anyhow::Result<ExitCo
 pub async fn dispatch(config: &Config, args: &DispatchArgs) -> anyhow::Result<ExitCode> {
     let pool = ops::pool(config).await?;
     // `[dispatcher]` as the worker's dispatcher runs, the flag overriding its timeout for this run.
-    let mut settings = DispatchSettings::from_config(&config.dispatcher);
+    let mut settings =
+        DispatchSettings::from_config(&hookline_gateways::config::DispatcherConfig::from_config(
+            config,
+            &hookline_core::config::ProcessEnv,
+        )?);
     if let Some(secs) = args.request_timeout_secs {
         settings.request_timeout = Duration::from_secs(secs);
     }

@@ -517,9 +517,10 @@ pub const OPERATOR: &str = "hookline-worker (auto_reconcile)";
 pub async fn run_periodic(
     pool: PgPool,
     config: hookline_core::Config,
+    settings: crate::config::ReconcileConfig,
     cancel: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
-    let Some(every) = config.reconcile.interval else {
+    let Some(every) = settings.interval else {
         cancel.cancelled().await;
         return Ok(());
     };
@@ -542,10 +543,10 @@ pub async fn run_periodic(
         }
         let until = OffsetDateTime::now_utc();
         let opts = Options {
-            since: until - config.reconcile.window,
+            since: until - settings.window,
             until,
             dry_run: false,
-            rate: config.reconcile.rate,
+            rate: settings.rate,
             operator: OPERATOR.to_owned(),
         };
         for provider in &providers {

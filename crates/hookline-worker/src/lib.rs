@@ -21,6 +21,7 @@ use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::{Config, ConfigError};
 use hookline_delivery::{DeliveryConfig, DestinationConfig};
+use hookline_gateways::config::{DispatcherConfig, ReconcileConfig};
 use hookline_gateways::{dispatch, reconcile};
 use hookline_ops::config::RetentionConfig;
 use hookline_payments::PaymentsHandler;
@@ -38,6 +39,10 @@ pub struct Sections {
     pub delivery: DeliveryConfig,
     /// `[[destinations]]` (`hookline-delivery`).
     pub destinations: Vec<DestinationConfig>,
+    /// `[dispatcher]` (`hookline-gateways`): whether the dispatcher runs here, and how.
+    pub dispatcher: DispatcherConfig,
+    /// `[reconcile]` (`hookline-gateways`): the periodic reconciliation.
+    pub reconcile: ReconcileConfig,
 }
 
 impl Sections {
@@ -48,6 +53,8 @@ impl Sections {
             retention: RetentionConfig::from_config(config)?,
             delivery: DeliveryConfig::from_config(config)?,
             destinations: hookline_delivery::destinations_from_config(config, env)?,
+            dispatcher: DispatcherConfig::from_config(config, env)?,
+            reconcile: ReconcileConfig::from_config(config)?,
         })
     }
 }
@@ -118,8 +125,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let reconcile = supervisor.spawn(
         "reconcile",
         &cancel,
-        (consumer.pool().clone(), config.clone()),
-        |(pool, config), cancel| reconcile::run_periodic(pool, config, cancel),
+        (
+            consumer.pool().clone(),
+            config.clone(),
+            sections.reconcile.clone(),
+        ),
+        |(pool, config, settings), cancel| reconcile::run_periodic(pool, config, settings, cancel),
     );
     // Facts fan out to the destinations in the table when they are recorded (domain_events::record): the table
     // must match the configuration before the consumer or the dispatcher records the first fact, or a
@@ -129,11 +140,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // The outbound dispatcher (charges and refunds to the gateways) runs beside the consumer unless
     // [dispatcher] enabled = false.
-    let dispatcher = config.dispatcher.enabled.then(|| {
+    let dispatcher = sections.dispatcher.enabled.then(|| {
         let dispatcher = hookline_billing::dispatcher(
             consumer.pool().clone(),
             &config,
-            dispatch::DispatchSettings::from_config(&config.dispatcher),
+            dispatch::DispatchSettings::from_config(&sections.dispatcher),
         );
         supervisor.spawn("dispatcher", &cancel, dispatcher, |d, cancel| async move {
             d.run(cancel).await

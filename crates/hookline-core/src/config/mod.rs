@@ -13,8 +13,10 @@
 //! is shared: [`Config`], loading, the environment, the error type, the number helpers ([`positive`],
 //! [`between`], [`linger`]) and the one `env:NAME` resolution ([`resolve_env`]).
 //!
-//! Core keeps only what every process shares (the database, the broker, telemetry) and the sections still
-//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`, `[edge]`). `[edge]` is not only the
+//! Core keeps only what every process shares: the database, the broker, telemetry, and `[providers.*]` — every
+//! process reads a provider (the edge its secrets and scheme, the worker its fee rule, the merchant API its
+//! currencies, the gateways its `api_base`, token and key lifetime) — and the section still waiting for its owner,
+//! `[edge]`. `[edge]` is not only the
 //! providers' listener: its pool, timeouts and workers are every HTTP listener's (`hookline_web::Limits::of_edge`,
 //! the API's pool, the console's limits), and `hookline-edge` depends on `hookline-api`, so the section cannot
 //! move into `hookline-edge` without an import circle. Every other section
@@ -29,6 +31,7 @@
 //! | `[relay]` | `hookline_bus::RelayConfig` |
 //! | `[retention]` | `hookline_ops::config::RetentionConfig` |
 //! | `[worker]` | `hookline_worker::WorkerConfig` |
+//! | `[dispatcher]`, `[reconcile]` | `hookline_gateways::config` |
 //! | `[sandbox]` | `hookline_sandbox::SandboxConfig` |
 //!
 //! Here those sections are only accepted as tables (so that `deny_unknown_fields` still refuses a misspelt
@@ -44,26 +47,19 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 mod amqp;
-mod dispatcher;
 mod edge;
 mod providers;
-mod reconcile;
 mod telemetry;
 
 pub use amqp::{
     AmqpConfig, AmqpEndpoint, AmqpEndpoints, DEFAULT_AMQP_URL, DEFAULT_QUORUM_INITIAL_GROUP_SIZE,
     MAX_AMQP_ENDPOINTS, MAX_QUORUM_INITIAL_GROUP_SIZE,
 };
-pub use dispatcher::{
-    DispatcherConfig, DEFAULT_DISPATCH_LEASE_SECS, DEFAULT_DISPATCH_REQUEST_TIMEOUT_SECS,
-    MAX_DISPATCH_LEASE_SECS, MAX_DISPATCH_REQUEST_TIMEOUT_SECS,
-};
 pub use edge::EdgeConfig;
 pub use providers::{
     default_idempotency_key_ttl_secs, ProviderConfig, MAX_IDEMPOTENCY_KEY_TTL_SECS,
     MIN_IDEMPOTENCY_KEY_TTL_SECS,
 };
-pub use reconcile::ReconcileConfig;
 pub use telemetry::{LogFormat, TelemetryConfig, MAX_OTLP_ENDPOINT_BYTES, MAX_TRACE_QUEUE};
 
 /// Environment variable naming the configuration file when `--config` is not given.
@@ -122,12 +118,8 @@ pub struct Config {
     pub amqp: AmqpConfig,
     /// The HTTP edge.
     pub edge: EdgeConfig,
-    /// `[reconcile]`: the worker's periodic reconciliation against provider APIs (off by default).
-    pub reconcile: ReconcileConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
-    /// `[dispatcher]`: how charges and refunds are sent to the gateways.
-    pub dispatcher: DispatcherConfig,
     /// `[telemetry]`: trace export (off by default) and the log format.
     pub telemetry: TelemetryConfig,
     /// The document this was loaded from, which the crates owning a section parse again
@@ -161,8 +153,6 @@ struct RawConfig {
     amqp: amqp::RawAmqp,
     #[serde(default)]
     edge: edge::RawEdge,
-    #[serde(default)]
-    reconcile: reconcile::RawReconcile,
     // The sections other crates own and validate (see the module documentation): kept opaque here so that
     // `deny_unknown_fields` does not refuse them in the file every process reads, while a misspelt top-level
     // key or a section of the wrong shape (`console = 5`) is still refused by every process.
@@ -182,10 +172,12 @@ struct RawConfig {
     _retention: Option<toml::Table>,
     #[serde(default, rename = "worker")]
     _worker: Option<toml::Table>,
+    #[serde(default, rename = "dispatcher")]
+    _dispatcher: Option<toml::Table>,
+    #[serde(default, rename = "reconcile")]
+    _reconcile: Option<toml::Table>,
     #[serde(default)]
     providers: BTreeMap<String, providers::RawProvider>,
-    #[serde(default)]
-    dispatcher: dispatcher::RawDispatcher,
     #[serde(default)]
     telemetry: telemetry::RawTelemetry,
 }
@@ -341,9 +333,7 @@ impl Config {
             amqp_urls,
             amqp,
             edge: edge::edge(raw.edge)?,
-            reconcile: reconcile::reconcile(raw.reconcile)?,
             providers,
-            dispatcher: dispatcher::dispatcher(raw.dispatcher, env)?,
             telemetry: telemetry::telemetry(raw.telemetry)?,
             document,
         })

@@ -68,8 +68,8 @@ pub use answer::{Answer, MAX_UNREADABLE_ATTEMPTS};
 use hookline_core::telemetry;
 use tracing::Instrument;
 
+use crate::config::DispatcherConfig;
 use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown};
-use hookline_core::config::DispatcherConfig;
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
 use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
