@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::acks::{reject, Acks};
 use crate::apply_single::apply_delivery;
 use crate::bundles::split;
-use crate::consumer::{metric, Ctx};
+use crate::context::{metric, Ctx};
 use crate::dead_letter::{dead_letter, requeue_panicked};
 use crate::delivery::{
     apply_span, broker_delivery_count, content_type, delivery_count, event_ref, weight,

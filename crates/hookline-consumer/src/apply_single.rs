@@ -14,7 +14,7 @@ use lapin::message::Delivery;
 use tracing::Instrument;
 
 use crate::acks::{ack, Acks};
-use crate::consumer::{metric, Ctx};
+use crate::context::{metric, Ctx};
 use crate::dead_letter::{dead_letter, requeue_panicked};
 use crate::delivery::event_ref;
 use crate::process::{process_prepared, ProcessError, Processed};

@@ -20,7 +20,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::acks::Acks;
-use crate::consumer::{ConsumerSettings, Ctx};
+use crate::context::{ConsumerSettings, Ctx};
 use crate::gather::{spawn_batch, start_ready, take_batch, StartReady};
 
 /// One connection's lifetime: connect (to any node of the cluster, the next one after a loss), declare,

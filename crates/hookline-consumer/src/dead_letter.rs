@@ -13,7 +13,7 @@ use hookline_core::handler::Handler;
 use lapin::message::Delivery;
 
 use crate::acks::{reject, Acks};
-use crate::consumer::{metric, Ctx};
+use crate::context::{metric, Ctx};
 use crate::delivery::{delivery_count, prior_deliveries};
 use crate::process::record_dead_letter;
 

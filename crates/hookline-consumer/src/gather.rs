@@ -13,7 +13,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::acks::Acks;
 use crate::apply_batch::handle_batch;
-use crate::consumer::{metric, ConsumerSettings, Ctx};
+use crate::context::{metric, ConsumerSettings, Ctx};
 use crate::delivery::weight;
 
 /// What [`start_ready`] needs from the session.

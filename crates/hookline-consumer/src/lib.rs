@@ -11,9 +11,9 @@
 //!
 //! Its stages, one file each: [`consumer`] (the type, its settings, the reconnecting outer loop), `consuming`
 //! (one AMQP session: qos, consume, the loop that takes deliveries), `gather` (deliveries into batches),
-//! `apply_single` and `apply_batch` (the transaction, its retries and fallbacks), `bundles` (splitting a bundle
+//! `apply_single` and `apply_batch` (the transaction, its retries and fallbacks), `bundles` and `splitter` (splitting a bundle
 //! into single messages), [`acks`] and `dead_letter` (settling a delivery), `delivery` (what its headers say);
-//! [`process`] is the transaction itself. [`dlq`] is the dead-letter reconciliation loop the process runs beside
+//! [`process`] is the transaction itself; `context` is what the stages share. [`dlq`] is the dead-letter reconciliation loop the process runs beside
 //! the consumer.
 
 pub mod acks;
@@ -22,11 +22,13 @@ mod apply_single;
 mod bundles;
 pub mod consumer;
 mod consuming;
+mod context;
 mod dead_letter;
 mod delivery;
 pub mod dlq;
 mod gather;
 pub mod process;
+mod splitter;
 
 pub use consumer::{Consumer, ConsumerSettings};
 pub use hookline_core::handler::Handler;
