@@ -14,15 +14,15 @@
 //! [`between`], [`linger`]) and the one `env:NAME` resolution ([`resolve_env`]).
 //!
 //! Core keeps only what every process shares (the database, the broker, telemetry) and the sections still
-//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`, `[edge]`). `[edge]` is not only the
-//! providers' listener: its pool, timeouts and workers are every HTTP listener's (`hookline_web::Limits::of_edge`,
-//! the API's pool, the console's limits), and `hookline-edge` depends on `hookline-api`, so the section cannot
-//! move into `hookline-edge` without an import circle. Every other section
-//! belongs to the crate that uses it, which parses and validates it from the same document
-//! ([`Config::parse_document`]) with the same redacted errors and field paths:
+//! waiting for their owners (`[providers.*]`, `[dispatcher]`, `[reconcile]`). Every other section belongs to the
+//! crate that uses it, which parses and validates it from the same document ([`Config::parse_document`]) with
+//! the same redacted errors and field paths. `[edge]` belongs to `hookline-web`, not `hookline-edge`: its pool,
+//! timeouts, workers and listen address are every HTTP listener's (the providers' edge, the merchant API, the
+//! console), and `hookline-edge` depends on `hookline-api`, so the section would close an import circle there.
 //!
 //! | section | owner |
 //! |---|---|
+//! | `[edge]` | `hookline_web::EdgeConfig` |
 //! | `[api]` | `hookline_api::ApiConfig` |
 //! | `[console]` | `hookline_console::ConsoleConfig` |
 //! | `[delivery]`, `[[destinations]]` | `hookline_delivery::config` |
@@ -45,7 +45,6 @@ use serde::Deserialize;
 
 mod amqp;
 mod dispatcher;
-mod edge;
 mod providers;
 mod reconcile;
 mod telemetry;
@@ -58,7 +57,6 @@ pub use dispatcher::{
     DispatcherConfig, DEFAULT_DISPATCH_LEASE_SECS, DEFAULT_DISPATCH_REQUEST_TIMEOUT_SECS,
     MAX_DISPATCH_LEASE_SECS, MAX_DISPATCH_REQUEST_TIMEOUT_SECS,
 };
-pub use edge::EdgeConfig;
 pub use providers::{
     default_idempotency_key_ttl_secs, ProviderConfig, MAX_IDEMPOTENCY_KEY_TTL_SECS,
     MIN_IDEMPOTENCY_KEY_TTL_SECS,
@@ -120,8 +118,6 @@ pub struct Config {
     pub amqp_urls: AmqpEndpoints,
     /// RabbitMQ naming.
     pub amqp: AmqpConfig,
-    /// The HTTP edge.
-    pub edge: EdgeConfig,
     /// `[reconcile]`: the worker's periodic reconciliation against provider APIs (off by default).
     pub reconcile: ReconcileConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
@@ -160,14 +156,14 @@ struct RawConfig {
     #[serde(default)]
     amqp: amqp::RawAmqp,
     #[serde(default)]
-    edge: edge::RawEdge,
-    #[serde(default)]
     reconcile: reconcile::RawReconcile,
     // The sections other crates own and validate (see the module documentation): kept opaque here so that
     // `deny_unknown_fields` does not refuse them in the file every process reads, while a misspelt top-level
     // key or a section of the wrong shape (`console = 5`) is still refused by every process.
     #[serde(default, rename = "sandbox")]
     _sandbox: Option<toml::Table>,
+    #[serde(default, rename = "edge")]
+    _edge: Option<toml::Table>,
     #[serde(default, rename = "api")]
     _api: Option<toml::Table>,
     #[serde(default, rename = "console")]
@@ -340,7 +336,6 @@ impl Config {
             database_url: SecretString::from(database_url),
             amqp_urls,
             amqp,
-            edge: edge::edge(raw.edge)?,
             reconcile: reconcile::reconcile(raw.reconcile)?,
             providers,
             dispatcher: dispatcher::dispatcher(raw.dispatcher, env)?,
@@ -428,7 +423,7 @@ mod tests {
             // Unterminated string: toml's Display would quote the whole line.
             "[providers.stripe]\nscheme = \"stripe\"\nsecrets=\"whsec_SUPERSECRET_1\n",
             // Wrong type: serde's message quotes the value.
-            "database_url = \"postgres://u:SUPERSECRET_2@h/db\"\n[edge]\nmax_body_bytes = \"SUPERSECRET_3\"\n",
+            "database_url = \"postgres://u:SUPERSECRET_2@h/db\"\n[amqp]\ndelivery_limit = \"SUPERSECRET_3\"\n",
             // Stray token after a secret.
             "amqp_url = \"amqp://u:SUPERSECRET_4@h\" x\n",
         ];
@@ -439,7 +434,7 @@ mod tests {
         }
         let message = err(cases[1]);
         assert!(message.contains("line 3"), "{message}");
-        assert!(message.contains("max_body_bytes"), "{message}");
+        assert!(message.contains("delivery_limit"), "{message}");
     }
 
     #[test]
@@ -451,8 +446,6 @@ mod tests {
         assert_eq!(c.amqp_urls.first().label, "127.0.0.1:5672");
         assert_eq!(c.amqp.quorum_initial_group_size, 3);
         assert_eq!(c.amqp.prefix, "hookline");
-        assert_eq!(c.edge.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(c.edge.max_body_bytes, 1_048_576);
         assert!(c.providers.is_empty());
     }
 
@@ -501,7 +494,7 @@ mod tests {
     #[test]
     fn the_sections_other_crates_own_are_accepted_as_tables_and_kept_for_them() {
         // Core validates none of them, but every process still refuses one of the wrong shape.
-        let text = "[console]\nlisten = \"x\"\n[api]\n[delivery]\n[[destinations]]\nname = \"d\"\n\
+        let text = "[console]\nlisten = \"x\"\n[edge]\n[api]\n[delivery]\n[[destinations]]\nname = \"d\"\n\
                     [relay]\n[retention]\n[worker]\n";
         let c = Config::from_toml_str(text, "t", &NO_ENV).unwrap();
         #[derive(Deserialize)]
@@ -511,6 +504,7 @@ mod tests {
         let doc: Console = c.parse_document().unwrap();
         assert_eq!(doc.console["listen"].as_str(), Some("x"));
         for key in [
+            "edge",
             "console",
             "api",
             "delivery",
