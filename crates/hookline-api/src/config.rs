@@ -3,13 +3,15 @@
 //! The section belongs to this crate: its raw shape, validation, defaults, bounds and tests live here, read from
 //! the same document as every other section through [`Config::parse_document`], with the same field paths in
 //! errors (`api.clients[1].keys[0]: …`). Keys may name an environment variable (`env:NAME`), resolved by core's
-//! one [`resolve_env`].
+//! one [`resolve_env`]. The listener is checked against `edge.listen`, read by
+//! [`EdgeConfig`] (`hookline-web`'s).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use hookline_core::config::{positive, resolve_env, Env};
 use hookline_core::{Config, ConfigError};
+use hookline_web::EdgeConfig;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
@@ -93,7 +95,7 @@ impl ApiConfig {
     /// (no API). `env` resolves the keys' `env:NAME` references; the listener is checked against `edge.listen`.
     pub fn from_config(config: &Config, env: &dyn Env) -> Result<Option<ApiConfig>, ConfigError> {
         match config.parse_document::<Document>()?.api {
-            Some(raw) => api(raw, config.edge.listen, env).map(Some),
+            Some(raw) => api(raw, EdgeConfig::from_config(config)?.listen, env).map(Some),
             None => Ok(None),
         }
     }

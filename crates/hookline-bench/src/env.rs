@@ -41,6 +41,8 @@ pub struct BenchEnv {
     pub config_path: PathBuf,
     /// The same configuration, parsed (effective values, defaults included).
     pub config: Config,
+    /// `[edge]` of that configuration (the web crate owns the section).
+    pub edge: hookline_web::EdgeConfig,
     /// `[worker]` of that configuration (the worker crate owns the section).
     pub worker: hookline_worker::WorkerConfig,
     /// `[relay]` of that configuration (the bus crate owns the section).
@@ -110,6 +112,8 @@ impl BenchEnv {
         let no_env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(&toml, "hookline-bench", &no_env)
             .context("the generated configuration is invalid")?;
+        let edge = hookline_web::EdgeConfig::from_config(&config)
+            .context("the generated configuration is invalid")?;
         let worker = hookline_worker::WorkerConfig::from_config(&config)
             .context("the generated configuration is invalid")?;
         let relay = hookline_bus::RelayConfig::from_config(&config)
@@ -131,6 +135,7 @@ impl BenchEnv {
             edge_addr,
             config_path,
             config,
+            edge,
             worker,
             relay,
         })

@@ -547,7 +547,6 @@ fn build_report(
         ..
     } = bench;
     fill_ratios(&mut phases);
-    let cfg = &env.config;
     let correctness_pass = checks.iter().all(|c| c.pass);
     let peak = monitor.overall_peaks();
     let targets = targets(opts, &phases, &checks, peak);
@@ -565,8 +564,8 @@ fn build_report(
             duplicate_share: opts.duplicate_share,
             sweep: opts.sweep.clone(),
             cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            edge_workers: cfg.edge.workers,
-            edge_db_max_connections: cfg.edge.db_max_connections,
+            edge_workers: env.edge.workers,
+            edge_db_max_connections: env.edge.db_max_connections,
             worker_prefetch: env.worker.prefetch,
             worker_concurrency: env.worker.concurrency,
             worker_db_max_connections: env.worker.db_max_connections,

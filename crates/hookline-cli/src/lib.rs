@@ -192,10 +192,12 @@ pub fn main() -> ExitCode {
 }
 
 /// Validates every section a feature crate owns (core's are validated by [`Config::load`]), each by its owner,
-/// in the order core used to check them: `[api]`, `[console]`, `[relay]`, `[worker]`, `[retention]`,
+/// in the order core used to check them: `[edge]` (`hookline-web`'s, which the listeners' sections are checked
+/// against), `[api]`, `[console]`, `[relay]`, `[worker]`, `[retention]`,
 /// `[[destinations]]`, `[delivery]`. `env` resolves `env:NAME` references. (`[sandbox]` is read by
 /// `hookline sandbox` only, as before.)
 pub(crate) fn validate_sections(config: &Config, env: &dyn Env) -> Result<(), ConfigError> {
+    hookline_web::EdgeConfig::from_config(config)?;
     hookline_api::ApiConfig::from_config(config, env)?;
     hookline_console::ConsoleConfig::from_config(config, env)?;
     hookline_bus::RelayConfig::from_config(config)?;
@@ -299,6 +301,8 @@ mod tests {
                 "[relay]\nevents_per_message = 0",
                 "relay.events_per_message:",
             ),
+            ("[edge]\nlisten = \"nope\"", "edge.listen:"),
+            ("[edge]\nbatch_max = 0", "edge.batch_max:"),
             ("[worker]\nprefetch = 0", "worker.prefetch:"),
             ("[retention]\nbatch_size = 0", "retention.batch_size:"),
             ("[[destinations]]\nname = \"a b\"", "destinations[0].name:"),

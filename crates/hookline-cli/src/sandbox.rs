@@ -86,7 +86,9 @@ pub async fn run(
     config_path: Option<&Path>,
     args: &SandboxArgs,
 ) -> anyhow::Result<ExitCode> {
-    let sandbox = match SandboxConfig::load(config_path, config.edge.listen) {
+    let sandbox = match hookline_web::EdgeConfig::from_config(config)
+        .and_then(|edge| SandboxConfig::load(config_path, edge.listen))
+    {
         Ok(s) => s,
         Err(e) => {
             // The same exit and form as any other configuration error (see `crate::main`).
@@ -142,6 +144,13 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    /// `edge.listen` of `config` (`[edge]` is the web crate's).
+    fn edge_listen(config: &Config) -> std::net::SocketAddr {
+        hookline_web::EdgeConfig::from_config(config)
+            .unwrap()
+            .listen
+    }
+
     const CONFIG: &str = r#"
         [edge]
         listen = "0.0.0.0:18080"
@@ -164,7 +173,7 @@ mod tests {
     fn stripe_and_mercado_pago_providers_are_played_with_their_first_secret_and_token() {
         let env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
-        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", config.edge.listen).unwrap();
+        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", edge_listen(&config)).unwrap();
         let s = settings(&config, &sandbox, "127.0.0.1:0".parse().unwrap(), 7);
         assert_eq!(s.seed, 7);
         assert_eq!(s.edge_url.as_str(), "http://127.0.0.1:18080/");
@@ -184,7 +193,7 @@ mod tests {
     async fn the_configured_sandbox_serves_both_providers() {
         let env: [(&str, &str); 0] = [];
         let config = Config::from_toml_str(CONFIG, "t", &env).unwrap();
-        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", config.edge.listen).unwrap();
+        let sandbox = SandboxConfig::from_toml_str(CONFIG, "t", edge_listen(&config)).unwrap();
         let running = Sandbox::start(settings(
             &config,
             &sandbox,

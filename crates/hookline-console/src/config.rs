@@ -93,7 +93,8 @@ impl ConsoleConfig {
             return Ok(None);
         };
         let api = ApiConfig::from_config(config, env)?;
-        console(raw, config.edge.listen, api.map(|a| a.listen)).map(Some)
+        let edge = hookline_web::EdgeConfig::from_config(config)?;
+        console(raw, edge.listen, api.map(|a| a.listen)).map(Some)
     }
 }
 

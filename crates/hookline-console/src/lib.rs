@@ -47,6 +47,7 @@ use anyhow::Context;
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
+use hookline_web::EdgeConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -204,8 +205,8 @@ struct BillingBehind {
 
 /// Where the console reads the edge's `/metrics`: `http://{edge.listen}/metrics`, an edge listening on every
 /// interface being reached on loopback.
-pub fn edge_metrics_url(config: &Config) -> String {
-    let listen = config.edge.listen;
+pub fn edge_metrics_url(edge: &EdgeConfig) -> String {
+    let listen = edge.listen;
     let ip = match listen.ip() {
         std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
             std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
@@ -226,6 +227,8 @@ pub struct ConsoleState {
     pool: PgPool,
     config: Config,
     console: ConsoleConfig,
+    /// `[edge]` (`hookline-web`'s): its body-read timeout and limits are the console's too.
+    edge: EdgeConfig,
     /// `[relay]` (`hookline-bus`'s): its confirm timeout bounds the console's replays, as the CLI's.
     relay: hookline_bus::RelayConfig,
     auth: auth::Auth,
@@ -477,6 +480,7 @@ pub fn start(
     console: &ConsoleConfig,
     metrics: PrometheusHandle,
 ) -> anyhow::Result<ConsoleServer> {
+    let edge = EdgeConfig::from_config(config)?;
     let pool = db::lazy_pool(
         &config.database_url,
         &PoolSettings {
@@ -498,6 +502,7 @@ pub fn start(
         pool: pool.clone(),
         config: config.clone(),
         console: console.clone(),
+        edge: edge.clone(),
         relay: hookline_bus::RelayConfig::from_config(config)?,
         auth: auth::Auth::new(console)?,
         metrics,
@@ -506,7 +511,7 @@ pub fn start(
         refresh_wanted: tokio::sync::Notify::new(),
         history: Mutex::new(history::History::default()),
         http: hookline_core::http::client(EDGE_METRICS_TIMEOUT, EDGE_METRICS_TIMEOUT)?,
-        edge_metrics_url: edge_metrics_url(config),
+        edge_metrics_url: edge_metrics_url(&edge),
         liveness: liveness.clone(),
         runs: runs.clone(),
     });
@@ -521,7 +526,6 @@ pub fn start(
         })
     };
     let data = web::Data::from(state);
-    let edge = config.edge.clone();
     // SIGTERM and SIGINT are both graceful here (see `run_until_stopped`); the builder turns actix's own off.
     // Two workers: the console is for a few operators, and its Argon2 checks run on their own pool.
     let server = hookline_web::serve(

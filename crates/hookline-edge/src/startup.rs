@@ -8,10 +8,11 @@ use actix_web::{web, App};
 use anyhow::Context;
 use hookline_api::ApiConfig;
 use hookline_bus::{Relay, RelayConfig, RelayHandle, Topology};
-use hookline_core::config::{EdgeConfig, ProcessEnv, ProviderConfig};
+use hookline_core::config::{ProcessEnv, ProviderConfig};
 use hookline_core::db::{self, PoolSettings};
 use hookline_core::supervisor::{Liveness, RestartPolicy, Supervisor};
 use hookline_core::Config;
+use hookline_web::EdgeConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -56,16 +57,17 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Application> {
         // The sections this process composes beyond core's, each validated by the crate that owns it, before
         // anything is bound or started: a bad one stops the edge naming its key.
+        let edge = EdgeConfig::from_config(&config)?;
         let relay_config = RelayConfig::from_config(&config)?;
         let api_config = ApiConfig::from_config(&config, &ProcessEnv)?;
         // The recorder first: the relay thread and the writer report their state as soon as they start.
         let metrics = hookline_core::telemetry::metrics_handle();
         let pool = db::lazy_pool(
             &config.database_url,
-            &PoolSettings::edge(config.edge.db_max_connections, config.edge.db_timeout),
+            &PoolSettings::edge(edge.db_max_connections, edge.db_timeout),
         )?;
-        let listener = TcpListener::bind(config.edge.listen)
-            .with_context(|| format!("cannot listen on {}", config.edge.listen))?;
+        let listener = TcpListener::bind(edge.listen)
+            .with_context(|| format!("cannot listen on {}", edge.listen))?;
         let port = listener.local_addr()?.port();
         let liveness = Liveness::new();
         let supervisor = Supervisor::new(liveness.clone(), RestartPolicy::default());
@@ -84,7 +86,7 @@ impl Application {
         let api = match &api_config {
             Some(api) => Some(hookline_api::start(
                 api,
-                &config.edge,
+                &edge,
                 &config.database_url,
                 providers.clone(),
                 &supervisor,
@@ -96,18 +98,17 @@ impl Application {
         let state = web::Data::new(AppState {
             pool: pool.clone(),
             providers,
-            edge: config.edge.clone(),
+            edge: edge.clone(),
             metrics,
             relay: relay_handle,
             writer: crate::writer::BatchWriter::start(
                 pool.clone(),
-                config.edge.batch_max,
-                config.edge.batch_writers,
+                edge.batch_max,
+                edge.batch_writers,
                 supervisor.clone(),
             ),
             liveness: liveness.clone(),
         });
-        let edge = config.edge.clone();
         // SIGTERM and SIGINT are both graceful here (below); the builder turns actix's own handling off.
         let server = hookline_web::serve(
             move || {
@@ -126,7 +127,7 @@ impl Application {
             futures::future::join(handle.stop(true), stop_api(api_handle)).await;
         });
         tracing::info!(
-            listen = %config.edge.listen,
+            listen = %edge.listen,
             port,
             providers = ?config.providers.keys().collect::<Vec<_>>(),
             "edge listening"

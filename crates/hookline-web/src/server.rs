@@ -26,7 +26,7 @@ pub struct Limits {
 impl Limits {
     /// The `[edge]` settings, which every listener facing the outside shares (the providers' edge, the
     /// merchant API, the console).
-    pub fn of_edge(edge: &hookline_core::config::EdgeConfig) -> Limits {
+    pub fn of_edge(edge: &crate::EdgeConfig) -> Limits {
         Limits {
             client_request_timeout: edge.client_request_timeout,
             shutdown_timeout: edge.shutdown_timeout,

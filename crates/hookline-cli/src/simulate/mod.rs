@@ -304,7 +304,7 @@ fn base_url(config: &Config, url: Option<&str>) -> anyhow::Result<String> {
     let base = match url {
         Some(url) => url.trim().trim_end_matches('/').to_string(),
         None => {
-            let listen = config.edge.listen;
+            let listen = hookline_web::EdgeConfig::from_config(config)?.listen;
             let ip = match listen.ip() {
                 IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
                 IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),

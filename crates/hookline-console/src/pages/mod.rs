@@ -138,7 +138,7 @@ impl actix_web::FromRequest for Form {
                 .map_err(|_| ConsoleError::BadRequest("the form could not be read".into()))?;
             let timeout = req
                 .app_data::<State>()
-                .map(|s| s.config.edge.body_read_timeout)
+                .map(|s| s.edge.body_read_timeout)
                 .unwrap_or(std::time::Duration::from_secs(10));
             let body =
                 hookline_web::body::read_bounded(&req, payload, crate::MAX_FORM_BYTES, timeout)

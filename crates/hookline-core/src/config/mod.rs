@@ -15,16 +15,15 @@
 //!
 //! Core keeps only what every process shares: the database, the broker, telemetry, and `[providers.*]` — every
 //! process reads a provider (the edge its secrets and scheme, the worker its fee rule, the merchant API its
-//! currencies, the gateways its `api_base`, token and key lifetime) — and the section still waiting for its owner,
-//! `[edge]`. `[edge]` is not only the
-//! providers' listener: its pool, timeouts and workers are every HTTP listener's (`hookline_web::Limits::of_edge`,
-//! the API's pool, the console's limits), and `hookline-edge` depends on `hookline-api`, so the section cannot
-//! move into `hookline-edge` without an import circle. Every other section
-//! belongs to the crate that uses it, which parses and validates it from the same document
-//! ([`Config::parse_document`]) with the same redacted errors and field paths:
+//! currencies, the gateways its `api_base`, token and key lifetime). Every other section belongs to the crate that
+//! uses it, which parses and validates it from the same document ([`Config::parse_document`]) with the same
+//! redacted errors and field paths. `[edge]` belongs to `hookline-web`, not `hookline-edge`: its pool, timeouts,
+//! workers and listen address are every HTTP listener's (the providers' edge, the merchant API, the console), and
+//! `hookline-edge` depends on `hookline-api`, so the section would close an import circle there.
 //!
 //! | section | owner |
 //! |---|---|
+//! | `[edge]` | `hookline_web::EdgeConfig` |
 //! | `[api]` | `hookline_api::ApiConfig` |
 //! | `[console]` | `hookline_console::ConsoleConfig` |
 //! | `[delivery]`, `[[destinations]]` | `hookline_delivery::config` |
@@ -47,7 +46,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 mod amqp;
-mod edge;
 mod providers;
 mod telemetry;
 
@@ -55,7 +53,6 @@ pub use amqp::{
     AmqpConfig, AmqpEndpoint, AmqpEndpoints, DEFAULT_AMQP_URL, DEFAULT_QUORUM_INITIAL_GROUP_SIZE,
     MAX_AMQP_ENDPOINTS, MAX_QUORUM_INITIAL_GROUP_SIZE,
 };
-pub use edge::EdgeConfig;
 pub use providers::{
     default_idempotency_key_ttl_secs, ProviderConfig, MAX_IDEMPOTENCY_KEY_TTL_SECS,
     MIN_IDEMPOTENCY_KEY_TTL_SECS,
@@ -116,8 +113,6 @@ pub struct Config {
     pub amqp_urls: AmqpEndpoints,
     /// RabbitMQ naming.
     pub amqp: AmqpConfig,
-    /// The HTTP edge.
-    pub edge: EdgeConfig,
     /// Configured providers by name; the name is the URL segment in `POST /webhooks/{name}`.
     pub providers: BTreeMap<String, ProviderConfig>,
     /// `[telemetry]`: trace export (off by default) and the log format.
@@ -151,13 +146,13 @@ struct RawConfig {
     amqp_urls: Option<Vec<String>>,
     #[serde(default)]
     amqp: amqp::RawAmqp,
-    #[serde(default)]
-    edge: edge::RawEdge,
     // The sections other crates own and validate (see the module documentation): kept opaque here so that
     // `deny_unknown_fields` does not refuse them in the file every process reads, while a misspelt top-level
     // key or a section of the wrong shape (`console = 5`) is still refused by every process.
     #[serde(default, rename = "sandbox")]
     _sandbox: Option<toml::Table>,
+    #[serde(default, rename = "edge")]
+    _edge: Option<toml::Table>,
     #[serde(default, rename = "api")]
     _api: Option<toml::Table>,
     #[serde(default, rename = "console")]
@@ -332,7 +327,6 @@ impl Config {
             database_url: SecretString::from(database_url),
             amqp_urls,
             amqp,
-            edge: edge::edge(raw.edge)?,
             providers,
             telemetry: telemetry::telemetry(raw.telemetry)?,
             document,
@@ -418,7 +412,7 @@ mod tests {
             // Unterminated string: toml's Display would quote the whole line.
             "[providers.stripe]\nscheme = \"stripe\"\nsecrets=\"whsec_SUPERSECRET_1\n",
             // Wrong type: serde's message quotes the value.
-            "database_url = \"postgres://u:SUPERSECRET_2@h/db\"\n[edge]\nmax_body_bytes = \"SUPERSECRET_3\"\n",
+            "database_url = \"postgres://u:SUPERSECRET_2@h/db\"\n[amqp]\ndelivery_limit = \"SUPERSECRET_3\"\n",
             // Stray token after a secret.
             "amqp_url = \"amqp://u:SUPERSECRET_4@h\" x\n",
         ];
@@ -429,7 +423,7 @@ mod tests {
         }
         let message = err(cases[1]);
         assert!(message.contains("line 3"), "{message}");
-        assert!(message.contains("max_body_bytes"), "{message}");
+        assert!(message.contains("delivery_limit"), "{message}");
     }
 
     #[test]
@@ -441,8 +435,6 @@ mod tests {
         assert_eq!(c.amqp_urls.first().label, "127.0.0.1:5672");
         assert_eq!(c.amqp.quorum_initial_group_size, 3);
         assert_eq!(c.amqp.prefix, "hookline");
-        assert_eq!(c.edge.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(c.edge.max_body_bytes, 1_048_576);
         assert!(c.providers.is_empty());
     }
 
@@ -491,7 +483,7 @@ mod tests {
     #[test]
     fn the_sections_other_crates_own_are_accepted_as_tables_and_kept_for_them() {
         // Core validates none of them, but every process still refuses one of the wrong shape.
-        let text = "[console]\nlisten = \"x\"\n[api]\n[delivery]\n[[destinations]]\nname = \"d\"\n\
+        let text = "[console]\nlisten = \"x\"\n[edge]\n[api]\n[delivery]\n[[destinations]]\nname = \"d\"\n\
                     [relay]\n[retention]\n[worker]\n";
         let c = Config::from_toml_str(text, "t", &NO_ENV).unwrap();
         #[derive(Deserialize)]
@@ -501,6 +493,7 @@ mod tests {
         let doc: Console = c.parse_document().unwrap();
         assert_eq!(doc.console["listen"].as_str(), Some("x"));
         for key in [
+            "edge",
             "console",
             "api",
             "delivery",

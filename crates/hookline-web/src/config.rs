@@ -1,11 +1,17 @@
 //! `[edge]`: the HTTP receiver of the providers' webhooks (listener, limits, timeouts, group commit).
+//!
+//! The section belongs to this crate, not to `hookline-edge`: its pool, timeouts and workers are every HTTP
+//! listener's ([`Limits::of_edge`](crate::Limits::of_edge), the merchant API's pool, the console's limits), and
+//! `hookline-edge` depends on `hookline-api`, so the section would close an import circle there. Its raw shape,
+//! validation, defaults, bounds and tests live here, read from the same document as every other section through
+//! [`Config::parse_document`], with the same field paths in errors (`edge.listen: …`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use hookline_core::config::positive;
+use hookline_core::{Config, ConfigError};
 use serde::Deserialize;
-
-use super::{positive, ConfigError};
 
 /// `[edge]`: the HTTP receiver.
 #[derive(Debug, Clone)]
@@ -34,7 +40,7 @@ pub struct EdgeConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawEdge {
+struct RawEdge {
     listen: Option<String>,
     max_body_bytes: Option<usize>,
     db_timeout_ms: Option<u64>,
@@ -47,7 +53,23 @@ pub(super) struct RawEdge {
     batch_writers: Option<usize>,
 }
 
-pub(super) fn edge(e: RawEdge) -> Result<EdgeConfig, ConfigError> {
+/// The whole file as far as the edge settings are concerned: every other top-level key is another crate's (core
+/// refuses the unknown ones), unknown keys *inside* `[edge]` are refused.
+#[derive(Debug, Default, Deserialize)]
+struct Document {
+    #[serde(default)]
+    edge: RawEdge,
+}
+
+impl EdgeConfig {
+    /// Parses and validates `[edge]` from the document `config` was loaded from; the defaults when the section
+    /// is absent (every process has an edge's settings, whether or not it serves the providers).
+    pub fn from_config(config: &Config) -> Result<EdgeConfig, ConfigError> {
+        edge(config.parse_document::<Document>()?.edge)
+    }
+}
+
+fn edge(e: RawEdge) -> Result<EdgeConfig, ConfigError> {
     let listen = e.listen.unwrap_or_else(|| "127.0.0.1:8080".to_string());
     let listen: SocketAddr = listen.parse().map_err(|_| {
         ConfigError::invalid(
@@ -104,11 +126,67 @@ pub(super) fn edge(e: RawEdge) -> Result<EdgeConfig, ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::err;
+    use hookline_core::{Config, ConfigError};
+
+    use super::EdgeConfig;
+
+    const NO_ENV: [(&str, &str); 0] = [];
+
+    /// `[edge]` of `text`, validated as a process composing it does.
+    fn parse(text: &str) -> Result<EdgeConfig, ConfigError> {
+        let config = Config::from_toml_str(text, "test.toml", &NO_ENV)?;
+        EdgeConfig::from_config(&config)
+    }
+
+    /// The message `text` is rejected with (panics when it is accepted: a test expected a rejection).
+    fn err(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_point_at_localhost() {
+        let e = parse("").unwrap();
+        assert_eq!(e.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(e.max_body_bytes, 1_048_576);
+        assert_eq!(e.db_max_connections, 16);
+        assert_eq!(e.batch_max, 256);
+        assert_eq!(e.batch_writers, 4);
+    }
 
     #[test]
     fn unknown_fields_and_bad_listen_are_rejected() {
         assert!(err("[edge]\nlisten_addr = \"x\"").contains("listen_addr"));
         assert!(err("[edge]\nlisten = \"nope\"").starts_with("edge.listen:"));
+    }
+
+    #[test]
+    fn bounds_name_the_key() {
+        assert!(err("[edge]\nmax_body_bytes = 0").starts_with("edge.max_body_bytes:"));
+        assert!(err("[edge]\ndb_timeout_ms = 0").starts_with("edge.db_timeout_ms:"));
+        assert!(err("[edge]\ndb_max_connections = 0").starts_with("edge.db_max_connections:"));
+        assert!(err("[edge]\ndb_max_connections = 2\nbatch_writers = 3")
+            .starts_with("edge.batch_writers:"));
+        assert_eq!(
+            parse("[edge]\ndb_max_connections = 2")
+                .unwrap()
+                .batch_writers,
+            2
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_line_and_key_but_never_echoes_the_value() {
+        let message =
+            err("database_url = \"postgres://h/db\"\n[edge]\nmax_body_bytes = \"SUPERSECRET_3\"\n");
+        assert!(!message.contains("SUPERSECRET"), "{message}");
+        assert!(message.contains("line 3"), "{message}");
+        assert!(message.contains("max_body_bytes"), "{message}");
+    }
+
+    #[test]
+    fn a_section_of_the_wrong_shape_is_refused_by_core() {
+        assert!(Config::from_toml_str("edge = 5", "t", &NO_ENV).is_err());
     }
 }
