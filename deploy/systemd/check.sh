@@ -132,7 +132,7 @@ def setting(text, key):
 
 config = tomllib.load(open("deploy/hookline.toml", "rb"))
 console_default = re.search(r'DEFAULT_CONSOLE_LISTEN: &str = "([^"]+)"',
-                            open("crates/hookline-core/src/config/console.rs").read())
+                            open("crates/hookline-console/src/config.rs").read())
 sandbox_unit = units["hookline-sandbox.service"]
 sandbox_listen = re.search(r"sandbox --listen (\S+)", setting(sandbox_unit, "ExecStart") or "")
 api_bases = {urlsplit(p["api_base"]).port for p in config.get("providers", {}).values() if "api_base" in p}
