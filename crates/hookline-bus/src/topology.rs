@@ -41,6 +41,19 @@ pub struct Topology {
     pub domain_unrouted: String,
 }
 
+/// One declaration of [`Topology::declare`].
+enum Step<'a> {
+    /// A durable exchange: name, kind, arguments.
+    Exchange(&'a String, ExchangeKind, FieldTable),
+    /// A quorum queue with its arguments, bound to `exchange` with routing key `key`.
+    Queue {
+        queue: &'a String,
+        args: FieldTable,
+        exchange: &'a String,
+        key: &'a str,
+    },
+}
+
 impl Topology {
     /// Names derived from `prefix`, with the default replication
     /// ([`DEFAULT_QUORUM_INITIAL_GROUP_SIZE`]).
@@ -74,107 +87,76 @@ impl Topology {
     pub async fn declare(&self, connection: &Connection) -> anyhow::Result<()> {
         let channel =
             crate::within_setup_timeout("open channel", connection.create_channel()).await?;
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.exchange),
-            channel.exchange_declare(
-                self.exchange.as_str().into(),
-                ExchangeKind::Topic,
-                durable,
-                FieldTable::default(),
-            ),
-        )
-        .await?;
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.dead_letter_exchange),
-            channel.exchange_declare(
-                self.dead_letter_exchange.as_str().into(),
-                ExchangeKind::Fanout,
-                durable,
-                FieldTable::default(),
-            ),
-        )
-        .await?;
-
-        self.declare_quorum_queue(
-            connection,
-            &self.dead_letter_queue,
-            self.dead_letter_queue_arguments(),
-        )
-        .await?;
-        crate::within_setup_timeout(
-            "bind dead-letter queue",
-            channel.queue_bind(
-                self.dead_letter_queue.as_str().into(),
-                self.dead_letter_exchange.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
-
-        self.declare_quorum_queue(
-            connection,
-            &self.payments_queue,
-            self.payments_queue_arguments(),
-        )
-        .await?;
-        crate::within_setup_timeout(
-            "bind payments queue",
-            channel.queue_bind(
-                self.payments_queue.as_str().into(),
-                self.exchange.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
-
-        // Domain events: the unrouted side first, so the domain exchange's alternate exchange exists.
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.domain_unrouted),
-            channel.exchange_declare(
-                self.domain_unrouted.as_str().into(),
-                ExchangeKind::Fanout,
-                durable,
-                FieldTable::default(),
-            ),
-        )
-        .await?;
-        self.declare_quorum_queue(
-            connection,
-            &self.domain_unrouted,
-            self.dead_letter_queue_arguments(),
-        )
-        .await?;
-        crate::within_setup_timeout(
-            "bind the domain exchange's unrouted queue",
-            channel.queue_bind(
-                self.domain_unrouted.as_str().into(),
-                self.domain_unrouted.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            ),
-        )
-        .await?;
         let mut domain_args = FieldTable::default();
         domain_args.insert(short("alternate-exchange"), long(&self.domain_unrouted));
-        crate::within_setup_timeout(
-            &format!("declare exchange {}", self.domain_exchange),
-            channel.exchange_declare(
-                self.domain_exchange.as_str().into(),
-                ExchangeKind::Topic,
-                durable,
-                domain_args,
+        // In dependency order: an exchange before the queues bound to it, and the domain exchange's alternate
+        // exchange (the unrouted side) before the domain exchange that names it.
+        let steps = [
+            Step::Exchange(&self.exchange, ExchangeKind::Topic, FieldTable::default()),
+            Step::Exchange(
+                &self.dead_letter_exchange,
+                ExchangeKind::Fanout,
+                FieldTable::default(),
             ),
-        )
-        .await?;
+            Step::Queue {
+                queue: &self.dead_letter_queue,
+                args: self.dead_letter_queue_arguments(),
+                exchange: &self.dead_letter_exchange,
+                key: "",
+            },
+            Step::Queue {
+                queue: &self.payments_queue,
+                args: self.payments_queue_arguments(),
+                exchange: &self.exchange,
+                key: "#",
+            },
+            Step::Exchange(
+                &self.domain_unrouted,
+                ExchangeKind::Fanout,
+                FieldTable::default(),
+            ),
+            Step::Queue {
+                queue: &self.domain_unrouted,
+                args: self.dead_letter_queue_arguments(),
+                exchange: &self.domain_unrouted,
+                key: "",
+            },
+            Step::Exchange(&self.domain_exchange, ExchangeKind::Topic, domain_args),
+        ];
+        for step in steps {
+            match step {
+                Step::Exchange(name, kind, args) => {
+                    let durable = ExchangeDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    };
+                    crate::within_setup_timeout(
+                        &format!("declare exchange {name}"),
+                        channel.exchange_declare(name.as_str().into(), kind, durable, args),
+                    )
+                    .await?;
+                }
+                Step::Queue {
+                    queue,
+                    args,
+                    exchange,
+                    key,
+                } => {
+                    self.declare_quorum_queue(connection, queue, args).await?;
+                    crate::within_setup_timeout(
+                        &format!("bind queue {queue} to {exchange}"),
+                        channel.queue_bind(
+                            queue.as_str().into(),
+                            exchange.as_str().into(),
+                            key.into(),
+                            QueueBindOptions::default(),
+                            FieldTable::default(),
+                        ),
+                    )
+                    .await?;
+                }
+            }
+        }
         close_setup_channel(channel).await;
         Ok(())
     }
