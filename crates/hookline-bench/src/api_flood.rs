@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::env::{wait_ready, ChildProcess};
+use crate::env::{free_port, with_processes};
 use crate::login_flood::{rss_kib, webhooks, Acks, SECRET};
 
 /// The bench client's API key.
@@ -71,12 +71,7 @@ pub async fn run(opts: &ApiFloodOptions) -> anyhow::Result<ApiFloodReport> {
 }
 
 async fn measure(opts: &ApiFloodOptions, db_url: &str) -> anyhow::Result<ApiFloodReport> {
-    let port = || -> anyhow::Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (edge_port, api_port) = (port()?, port()?);
+    let (edge_port, api_port) = (free_port()?, free_port()?);
     // The provider's api_base is never called: no dispatcher runs in this bench.
     let toml = format!(
         r#"database_url = "{db_url}"
@@ -96,21 +91,16 @@ name = "bench"
 keys = ["{API_KEY}"]
 "#
     );
-    std::fs::create_dir_all(&opts.out_dir)?;
-    let config_path = opts.out_dir.join("hookline-bench-api-flood.toml");
-    std::fs::write(&config_path, toml)?;
-    let mut edge = ChildProcess::spawn(
+    with_processes(
         &opts.bin_dir,
-        "hookline-edge",
-        &config_path,
-        &opts.out_dir.join("api-flood-edge.log"),
-    )?;
-    let result = match wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await {
-        Ok(()) => runs(opts, &edge, edge_port, api_port).await,
-        Err(e) => Err(e),
-    };
-    edge.kill().await.ok();
-    result
+        &opts.out_dir,
+        "api-flood",
+        &toml,
+        edge_port,
+        None,
+        |edge_pid| runs(opts, edge_pid, edge_port, api_port),
+    )
+    .await
 }
 
 /// One API request of the flood: an intent created under a fresh key (`valid`), or an unknown key.
@@ -138,7 +128,7 @@ async fn api_request(client: &reqwest::Client, url: &str, valid: bool, n: usize)
 
 async fn runs(
     opts: &ApiFloodOptions,
-    edge: &ChildProcess,
+    edge_pid: u32,
     edge_port: u16,
     api_port: u16,
 ) -> anyhow::Result<ApiFloodReport> {
@@ -162,8 +152,8 @@ async fn runs(
         "without an API flood: {} webhooks, ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         quiet.ok, quiet.p50_ms, quiet.p99_ms, quiet.max_ms
     );
-    let idle_rss_kib = rss_kib(edge.pid()).unwrap_or(0);
-    crate::procfs::reset_peak_rss(edge.pid());
+    let idle_rss_kib = rss_kib(edge_pid).unwrap_or(0);
+    crate::procfs::reset_peak_rss(edge_pid);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {
         let (done, api, url) = (done.clone(), api.clone(), url.clone());
@@ -196,7 +186,7 @@ async fn runs(
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let counts = flood.await.context("the API flood task")?;
     let flood_acks = flooded?;
-    let flood_peak_rss_kib = crate::procfs::peak_rss_kib(edge.pid()).unwrap_or(0);
+    let flood_peak_rss_kib = crate::procfs::peak_rss_kib(edge_pid).unwrap_or(0);
     println!(
         "during a flood of {} concurrent API requests: {} webhooks, ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         opts.concurrency, flood_acks.ok, flood_acks.p50_ms, flood_acks.p99_ms, flood_acks.max_ms

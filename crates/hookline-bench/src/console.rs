@@ -20,7 +20,7 @@ use argon2::password_hash::SaltString;
 use argon2::{Argon2, PasswordHasher};
 use serde::Serialize;
 
-use crate::env::{wait_console, wait_ready, ChildProcess};
+use crate::env::{free_port, with_processes};
 
 /// The target of every page.
 pub const TARGET_MS: f64 = 100.0;
@@ -228,12 +228,7 @@ async fn measure(opts: &ConsoleOptions, db_url: &str) -> anyhow::Result<ConsoleR
         .hash_password(PASSWORD.as_bytes(), &salt)
         .map_err(|e| anyhow::anyhow!("hash the bench password: {e}"))?
         .to_string();
-    let port = |()| -> anyhow::Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (edge_port, console_port) = (port(())?, port(())?);
+    let (edge_port, console_port) = (free_port()?, free_port()?);
     let toml = format!(
         r#"database_url = "{db_url}"
 amqp_url = "{amqp}"
@@ -261,34 +256,16 @@ password_hash = "{hash}"
 "#,
         amqp = opts.amqp_url
     );
-    std::fs::create_dir_all(&opts.out_dir)?;
-    let config_path = opts.out_dir.join("hookline-bench-console.toml");
-    std::fs::write(&config_path, toml)?;
-    let mut edge = ChildProcess::spawn(
+    let (overview_cold_ms, pages) = with_processes(
         &opts.bin_dir,
-        "hookline-edge",
-        &config_path,
-        &opts.out_dir.join("console-edge.log"),
-    )?;
-    wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await?;
-    let result = match ChildProcess::spawn_console(
-        &opts.bin_dir,
-        &config_path,
-        &opts.out_dir.join("console-console.log"),
-    ) {
-        Ok(mut console) => {
-            let result =
-                match wait_console(&mut console, ([127, 0, 0, 1], console_port).into()).await {
-                    Ok(()) => pages(opts, console_port).await,
-                    Err(e) => Err(e),
-                };
-            console.kill().await.ok();
-            result
-        }
-        Err(e) => Err(e),
-    };
-    edge.kill().await.ok();
-    let (overview_cold_ms, pages) = result?;
+        &opts.out_dir,
+        "console",
+        &toml,
+        edge_port,
+        Some(console_port),
+        |_| pages(opts, console_port),
+    )
+    .await?;
     Ok(ConsoleReport {
         events: opts.events,
         seed_secs,

@@ -50,7 +50,7 @@ pub struct BenchEnv {
 }
 
 /// A port that was free a moment ago: the edge needs a fixed one in its file, so bind port 0 and let it go.
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
     Ok(listener.local_addr().context("local address")?.port())
 }
@@ -392,6 +392,54 @@ pub async fn wait_ready(edge: &mut ChildProcess, addr: SocketAddr) -> anyhow::Re
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The processes of a one-off bench (console, login and API floods): `toml` written to
+/// `{out_dir}/hookline-bench-{name}.toml`, `hookline-edge` started and ready on `edge_port`, and with
+/// `console_port` the console process too (ready on that port); then `work` with the edge's pid. Every child is
+/// killed afterwards, whatever happened; logs are `{name}-edge.log` and `{name}-console.log` in `out_dir`.
+pub async fn with_processes<T, F, Fut>(
+    bin_dir: &Path,
+    out_dir: &Path,
+    name: &str,
+    toml: &str,
+    edge_port: u16,
+    console_port: Option<u16>,
+    work: F,
+) -> anyhow::Result<T>
+where
+    F: FnOnce(u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    std::fs::create_dir_all(out_dir)?;
+    let config_path = out_dir.join(format!("hookline-bench-{name}.toml"));
+    std::fs::write(&config_path, toml)?;
+    let mut edge = ChildProcess::spawn(
+        bin_dir,
+        "hookline-edge",
+        &config_path,
+        &out_dir.join(format!("{name}-edge.log")),
+    )?;
+    let result = async {
+        wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await?;
+        let Some(console_port) = console_port else {
+            return work(edge.pid()).await;
+        };
+        let mut console = ChildProcess::spawn_console(
+            bin_dir,
+            &config_path,
+            &out_dir.join(format!("{name}-console.log")),
+        )?;
+        let result = match wait_console(&mut console, ([127, 0, 0, 1], console_port).into()).await {
+            Ok(()) => work(edge.pid()).await,
+            Err(e) => Err(e),
+        };
+        console.kill().await.ok();
+        result
+    }
+    .await;
+    edge.kill().await.ok();
+    result
 }
 
 /// Runs `measure` on a fresh database `hookline_bench_{name}_{uuid}` (created and migrated first) and drops the

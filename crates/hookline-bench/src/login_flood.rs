@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::env::{wait_console, wait_ready, ChildProcess};
+use crate::env::{free_port, with_processes};
 
 /// The Stripe secret of the bench edge.
 pub(crate) const SECRET: &str = "whsec_bench_login_flood";
@@ -102,12 +102,7 @@ async fn measure(opts: &LoginFloodOptions, db_url: &str) -> anyhow::Result<Login
         .hash_password(b"bench login flood password", &salt)
         .map_err(|e| anyhow::anyhow!("hash the bench password: {e}"))?
         .to_string();
-    let port = || -> anyhow::Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (edge_port, console_port) = (port()?, port()?);
+    let (edge_port, console_port) = (free_port()?, free_port()?);
     let toml = format!(
         r#"database_url = "{db_url}"
 [edge]
@@ -124,34 +119,16 @@ name = "bench"
 password_hash = "{hash}"
 "#
     );
-    std::fs::create_dir_all(&opts.out_dir)?;
-    let config_path = opts.out_dir.join("hookline-bench-login-flood.toml");
-    std::fs::write(&config_path, toml)?;
-    let mut edge = ChildProcess::spawn(
+    with_processes(
         &opts.bin_dir,
-        "hookline-edge",
-        &config_path,
-        &opts.out_dir.join("login-flood-edge.log"),
-    )?;
-    wait_ready(&mut edge, ([127, 0, 0, 1], edge_port).into()).await?;
-    let result = match ChildProcess::spawn_console(
-        &opts.bin_dir,
-        &config_path,
-        &opts.out_dir.join("login-flood-console.log"),
-    ) {
-        Ok(mut console) => {
-            let result =
-                match wait_console(&mut console, ([127, 0, 0, 1], console_port).into()).await {
-                    Ok(()) => runs(opts, &edge, edge_port, console_port).await,
-                    Err(e) => Err(e),
-                };
-            console.kill().await.ok();
-            result
-        }
-        Err(e) => Err(e),
-    };
-    edge.kill().await.ok();
-    result
+        &opts.out_dir,
+        "login-flood",
+        &toml,
+        edge_port,
+        Some(console_port),
+        |edge_pid| runs(opts, edge_pid, edge_port, console_port),
+    )
+    .await
 }
 
 /// `n` sequential signed webhooks (ids from `first`, signed with [`SECRET`]), timed.
@@ -221,7 +198,7 @@ async fn login_form(client: &reqwest::Client, base: &str) -> anyhow::Result<(Str
 
 async fn runs(
     opts: &LoginFloodOptions,
-    edge: &ChildProcess,
+    edge_pid: u32,
     edge_port: u16,
     console_port: u16,
 ) -> anyhow::Result<LoginFloodReport> {
@@ -243,8 +220,8 @@ async fn runs(
         .pool_max_idle_per_host(opts.logins)
         .build()?;
     let (cookie, token) = login_form(&logins, &base).await?;
-    let idle_rss_kib = rss_kib(edge.pid()).unwrap_or(0);
-    crate::procfs::reset_peak_rss(edge.pid());
+    let idle_rss_kib = rss_kib(edge_pid).unwrap_or(0);
+    crate::procfs::reset_peak_rss(edge_pid);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {
         let (done, logins, base) = (done.clone(), logins.clone(), base.clone());
@@ -289,7 +266,7 @@ async fn runs(
     let (logins_sent, logins_checked, logins_refused) =
         flood.await.context("the login flood task")?;
     let flood_acks = flooded?;
-    let flood_peak_rss_kib = crate::procfs::peak_rss_kib(edge.pid()).unwrap_or(0);
+    let flood_peak_rss_kib = crate::procfs::peak_rss_kib(edge_pid).unwrap_or(0);
     println!(
         "during a flood of {} concurrent logins: {} webhooks, ack p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         opts.logins, flood_acks.ok, flood_acks.p50_ms, flood_acks.p99_ms, flood_acks.max_ms

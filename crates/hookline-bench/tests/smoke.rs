@@ -19,7 +19,12 @@ fn bin_dir() -> PathBuf {
         .parent()
         .expect("target directory")
         .join("release");
-    if release.join("hookline-edge").exists() && release.join("hookline-worker").exists() {
+    // The release binaries only when all three are there (the console measurement starts `hookline`): a release
+    // build of the benchmark's two alone must not hide the debug `hookline` the test build made.
+    if ["hookline-edge", "hookline-worker", "hookline"]
+        .iter()
+        .all(|bin| release.join(bin).exists())
+    {
         release
     } else {
         profile_dir
