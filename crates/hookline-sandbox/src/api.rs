@@ -23,6 +23,39 @@ pub(crate) enum Run {
     Mismatch,
 }
 
+impl Run {
+    /// The answer of a provider that replays a key's saved answer as it was (no replay headers), answers a key
+    /// still executing with `in_flight` and a key first used otherwise with `mismatch` (Mercado Pago, Pagar.me;
+    /// Stripe decorates its answers and does its own).
+    pub(crate) fn plain_answer(
+        self,
+        in_flight: fn() -> Reply,
+        mismatch: fn() -> Reply,
+    ) -> actix_web::HttpResponse {
+        match self {
+            Run::Executed(reply) => reply,
+            Run::Replayed(saved) => Reply {
+                status: saved.status,
+                body: saved.body,
+                headers: Vec::new(),
+            },
+            Run::InFlight => in_flight(),
+            Run::Mismatch => mismatch(),
+        }
+        .into_response()
+    }
+}
+
+/// The idempotency key in request header `header`, trimmed; none when absent, empty or not text.
+pub(crate) fn idempotency_key(req: &actix_web::HttpRequest, header: &str) -> Option<String> {
+    req.headers()
+        .get(header)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+}
+
 /// Presents `key` (if any) for provider `p`, then executes `operation` unless the key says otherwise.
 pub(crate) async fn run<F>(
     shared: &Arc<Shared>,

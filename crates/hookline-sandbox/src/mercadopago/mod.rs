@@ -60,27 +60,13 @@ fn authenticate(req: &HttpRequest, state: &State) -> Result<usize, Reply> {
     )
 }
 
+/// The request's `X-Idempotency-Key`, if any.
 fn idempotency_key(req: &HttpRequest) -> Option<String> {
-    req.headers()
-        .get("x-idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(str::to_owned)
+    api::idempotency_key(req, "x-idempotency-key")
 }
 
 fn answer(run: Run) -> HttpResponse {
-    match run {
-        Run::Executed(reply) => reply.into_response(),
-        Run::Replayed(saved) => Reply {
-            status: saved.status,
-            body: saved.body,
-            headers: Vec::new(),
-        }
-        .into_response(),
-        Run::InFlight => errors::in_flight().into_response(),
-        Run::Mismatch => errors::key_already_used().into_response(),
-    }
+    run.plain_answer(errors::in_flight, errors::key_already_used)
 }
 
 /// `POST /v1/customers` (Mercado Pago's; the crate's `customers` module routes `/v1/customers` by provider).

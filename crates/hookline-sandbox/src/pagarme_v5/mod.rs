@@ -130,27 +130,13 @@ fn authenticate_public(req: &HttpRequest, state: &State) -> Result<usize, Reply>
     }
 }
 
+/// The request's `Idempotency-Key`, if any.
 fn idempotency_key(req: &HttpRequest) -> Option<String> {
-    req.headers()
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .map(str::to_owned)
+    api::idempotency_key(req, "idempotency-key")
 }
 
 fn answer(run: Run) -> HttpResponse {
-    match run {
-        Run::Executed(reply) => reply.into_response(),
-        Run::Replayed(saved) => Reply {
-            status: saved.status,
-            body: saved.body,
-            headers: Vec::new(),
-        }
-        .into_response(),
-        Run::InFlight => errors::in_flight().into_response(),
-        Run::Mismatch => errors::key_reused().into_response(),
-    }
+    run.plain_answer(errors::in_flight, errors::key_reused)
 }
 
 /// Who may make a mutating request: the secret key's provider, or (tokens) the public key's.
