@@ -110,8 +110,22 @@ pub struct Claim {
     pub updated_at: OffsetDateTime,
 }
 
-// The column list of a claim is written out in each statement (the checked macros take literal SQL only): every
-// statement returning a [`Claim`] reads its columns, in its order, with `status` as the enum.
+/// `sqlx::query_as!` of the [`Claim`]s that `$where` selects (the text after `WHERE`, on `billing_claims b`
+/// joined to its intent `p`): the columns, named and typed once here, for every statement returning a claim
+/// (sqlx joins `+`-separated literals before it checks the statement).
+macro_rules! claim_query {
+    ($where:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            Claim,
+            r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
+                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
+                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE "# + $where
+            $(, $arg)*
+        )
+    };
+}
 
 /// The claim of a cycle, locked (`FOR UPDATE`) until the caller's transaction ends.
 pub async fn lock(
@@ -119,13 +133,8 @@ pub async fn lock(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    sqlx::query_as!(
-        Claim,
-        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
-                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
-                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
-           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1 AND b.billing_cycle = $2 FOR UPDATE OF b"#,
+    claim_query!(
+        r#"b.subscription_id = $1 AND b.billing_cycle = $2 FOR UPDATE OF b"#,
         subscription_id,
         cycle,
     )
@@ -139,13 +148,8 @@ pub async fn get(
     subscription_id: i64,
     cycle: &str,
 ) -> Result<Option<Claim>, sqlx::Error> {
-    sqlx::query_as!(
-        Claim,
-        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
-                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
-                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
-           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1 AND b.billing_cycle = $2"#,
+    claim_query!(
+        r#"b.subscription_id = $1 AND b.billing_cycle = $2"#,
         subscription_id,
         cycle,
     )
@@ -268,13 +272,8 @@ pub async fn with_status(
     status: ClaimStatus,
     limit: i64,
 ) -> Result<Vec<Claim>, sqlx::Error> {
-    sqlx::query_as!(
-        Claim,
-        r#"SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
-                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
-                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
-           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.status = $1 ORDER BY b.subscription_id, b.billing_cycle LIMIT $2"#,
+    claim_query!(
+        r#"b.status = $1 ORDER BY b.subscription_id, b.billing_cycle LIMIT $2"#,
         status.as_str(),
         limit,
     )

@@ -285,6 +285,17 @@ pub async fn decline(
     status: Option<u16>,
     reason: &str,
 ) -> Result<(), sqlx::Error> {
+    end(conn, id, RequestStatus::Declined, status, reason).await
+}
+
+/// Ends request `id` in `final_status` (declined or failed) with the answer's HTTP status and the reason.
+async fn end(
+    conn: &mut PgConnection,
+    id: i64,
+    final_status: RequestStatus,
+    status: Option<u16>,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         "UPDATE outbound_requests SET status = $4, lease_until = NULL, last_status = $2,
                 last_error = $3, unknown_since = NULL, updated_at = now()
@@ -292,7 +303,7 @@ pub async fn decline(
         id,
         status.and_then(|s| i16::try_from(s).ok()),
         reason,
-        RequestStatus::Declined.as_str(),
+        final_status.as_str(),
     )
     .execute(conn)
     .await?;
@@ -498,18 +509,7 @@ pub async fn fail(
     status: Option<u16>,
     error: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query!(
-        "UPDATE outbound_requests SET status = $4, lease_until = NULL, last_status = $2,
-                last_error = $3, unknown_since = NULL, updated_at = now()
-          WHERE id = $1",
-        id,
-        status.and_then(|s| i16::try_from(s).ok()),
-        error,
-        RequestStatus::Failed.as_str(),
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
+    end(conn, id, RequestStatus::Failed, status, error).await
 }
 
 /// The card token minted for key generation `generation` of request `id` (a Mercado Pago saved card), if one

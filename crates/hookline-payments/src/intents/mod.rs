@@ -31,6 +31,25 @@ use hookline_core::domain_events::{self, EventType, RecordError};
 use crate::model::IntentStatus;
 use crate::params::PaymentParams;
 
+/// `sqlx::query_as!` of an [`Intent`]: the statement is `$before`, the intent's columns, then `$after` (sqlx
+/// joins `+`-separated literals before it checks the statement), so every statement that reads an intent reads
+/// the same columns, named and typed once here.
+macro_rules! intent_query {
+    ($before:tt, $after:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            Intent,
+            $before
+                + r#"id, public_id, provider, amount, currency, customer, description, client,
+                status AS "status: IntentStatus", order_reference,
+                payment_params AS "payment_params: Json<PaymentParams>",
+                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#
+                + $after
+            $(, $arg)*
+        )
+    };
+}
+
 mod api_keys;
 mod refunds;
 
@@ -199,14 +218,9 @@ pub async fn live_for_cycle(
 ) -> Result<Option<Intent>, sqlx::Error> {
     // `status <> 'failed'` stays literal: it is the predicate of the partial index `payment_intents_live_cycle`,
     // which a prepared statement's generic plan can only use when the value is in the text.
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents
+    intent_query!(
+        r#"SELECT "#,
+        r#" FROM payment_intents
           WHERE subscription_id = $1 AND billing_cycle = $2 AND status <> 'failed'"#,
         cycle.subscription_id,
         cycle.billing_cycle,
@@ -270,18 +284,14 @@ async fn insert_intent(
     } else {
         IntentStatus::RequiresConfirmation
     };
-    let intent: Option<Intent> = sqlx::query_as!(
-        Intent,
+    let intent: Option<Intent> = intent_query!(
         r#"INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
                                       order_reference, payment_params, status, subscription_id, billing_cycle)
          VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                  $11)
          ON CONFLICT DO NOTHING
-         RETURNING id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#,
+         RETURNING "#,
+        r#""#,
         new.provider,
         new.amount,
         new.currency,
@@ -329,14 +339,9 @@ pub async fn lock_for_client(
     client: &str,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents WHERE public_id = $1 AND client = $2 FOR UPDATE"#,
+    intent_query!(
+        r#"SELECT "#,
+        r#" FROM payment_intents WHERE public_id = $1 AND client = $2 FOR UPDATE"#,
         public_id,
         client,
     )
@@ -353,16 +358,12 @@ pub async fn confirm(
     intent_id: i64,
     params: &PaymentParams,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    let intent: Option<Intent> = sqlx::query_as!(
-        Intent,
+    let intent: Option<Intent> = intent_query!(
         r#"UPDATE payment_intents
             SET status = $3, payment_params = $2, updated_at = now()
           WHERE id = $1 AND status = $4
-         RETURNING id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#,
+         RETURNING "#,
+        r#""#,
         intent_id,
         // Encoded as JSON by its Serialize (`as _`: the macro would expect a `serde_json::Value`).
         Json(params) as _,
@@ -382,14 +383,9 @@ pub async fn get_by_public_id(
     conn: &mut PgConnection,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents WHERE public_id = $1"#,
+    intent_query!(
+        r#"SELECT "#,
+        r#" FROM payment_intents WHERE public_id = $1"#,
         public_id,
     )
     .fetch_optional(conn)
@@ -403,14 +399,9 @@ pub async fn get_for_client(
     client: &str,
     public_id: &str,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents WHERE public_id = $1 AND client = $2"#,
+    intent_query!(
+        r#"SELECT "#,
+        r#" FROM payment_intents WHERE public_id = $1 AND client = $2"#,
         public_id,
         client,
     )
@@ -420,18 +411,9 @@ pub async fn get_for_client(
 
 /// An intent by its internal id.
 pub async fn get(conn: &mut PgConnection, id: i64) -> Result<Option<Intent>, sqlx::Error> {
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents WHERE id = $1"#,
-        id,
-    )
-    .fetch_optional(conn)
-    .await
+    intent_query!(r#"SELECT "#, r#" FROM payment_intents WHERE id = $1"#, id,)
+        .fetch_optional(conn)
+        .await
 }
 
 /// Records the gateway's answer to the charge: its payment id and the intent's status (forward only: a
@@ -870,14 +852,9 @@ pub async fn recent<'c>(
     limit: i64,
 ) -> Result<Vec<Intent>, sqlx::Error> {
     let statuses: Vec<&str> = statuses.iter().map(IntentStatus::as_str).collect();
-    sqlx::query_as!(
-        Intent,
-        r#"SELECT id, public_id, provider, amount, currency, customer, description, client,
-                status AS "status: IntentStatus", order_reference,
-                payment_params AS "payment_params: Json<PaymentParams>",
-                next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at
-           FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
+    intent_query!(
+        r#"SELECT "#,
+        r#" FROM payment_intents WHERE id < coalesce($1, 9223372036854775807)
            AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
          ORDER BY id DESC LIMIT $2"#,
         before,

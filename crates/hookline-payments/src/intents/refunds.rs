@@ -313,8 +313,8 @@ pub fn refund_public_id(refund_id: i64) -> String {
 /// The amount of the refunds of `intent_id` (other than `except`) the gateway confirmed as made (`succeeded`): what a
 /// Pagar.me charge's `canceled_amount` surely covers besides a refund whose key expired and which is looked up.
 /// Only confirmed ones: counting one the gateway has not made yet could make a refund that was made look absent.
-pub async fn recorded_refund_amount(
-    conn: &mut PgConnection,
+pub async fn recorded_refund_amount<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     intent_id: i64,
     except: i64,
 ) -> Result<i64, sqlx::Error> {
@@ -332,8 +332,8 @@ pub async fn recorded_refund_amount(
 
 /// The gateway refund ids already linked to refunds of `intent_id` (other than `except`): a gateway refund without
 /// hookline's reference that already belongs to another refund of the intent does not make a lookup ambiguous.
-pub async fn linked_refund_ids(
-    conn: &mut PgConnection,
+pub async fn linked_refund_ids<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     intent_id: i64,
     except: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
