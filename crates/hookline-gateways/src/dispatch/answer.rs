@@ -116,15 +116,28 @@ pub(crate) struct Expected<'a> {
 }
 
 impl Expected<'_> {
-    /// What a 2xx must contain, in the reasons.
-    fn object(&self) -> &'static str {
-        self.api.object_name(self.refund)
-    }
-
     /// Reads the provider's object of this kind from `json`.
     pub(crate) fn read(&self, json: &Value) -> Result<Object, String> {
         self.api
             .read_object(json, self.refund, self.refund_public_id.unwrap_or_default())
+    }
+}
+
+/// A 2xx hookline cannot read. The gateway may have acted: retrying with the same key is safe (it replays its
+/// stored answer, which may be readable this time). A server that keeps answering so is not the gateway: after
+/// [`MAX_UNREADABLE_ATTEMPTS`], an operator looks (the intent needs attention, the reason kept).
+fn unreadable(expected: &Expected<'_>, status: u16, error: String) -> Answer {
+    if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
+        Answer::Refused {
+            status: Some(status),
+            error: format!("{error} (after {} attempts)", expected.attempts),
+        }
+    } else {
+        Answer::Retry {
+            status: Some(status),
+            retry_after: None,
+            error: format!("{error} (will retry)"),
+        }
     }
 }
 
@@ -166,24 +179,10 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
                 Err(why) => {
                     let error = format!(
                         "{status} but the answer is not {}: {why}: {}",
-                        expected.object(),
+                        expected.api.object_name(expected.refund),
                         excerpt(&raw.body, 200)
                     );
-                    // The gateway may have charged: retrying with the same key is safe (it replays its stored
-                    // answer, which may be readable this time). A server that keeps answering so is not the
-                    // gateway: after a bound, an operator looks (the intent needs attention, the reason kept).
-                    if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
-                        Answer::Refused {
-                            status: Some(status),
-                            error: format!("{error} (after {} attempts)", expected.attempts),
-                        }
-                    } else {
-                        Answer::Retry {
-                            status: Some(status),
-                            retry_after: None,
-                            error: format!("{error} (will retry)"),
-                        }
-                    }
+                    unreadable(expected, status, error)
                 }
             }
         }
@@ -247,18 +246,7 @@ pub(crate) fn classify_card_step<T>(
             };
             read.map_err(|why| {
                 let error = format!("{step}: {status} but {why}: {}", excerpt(&raw.body, 200));
-                if expected.attempts >= MAX_UNREADABLE_ATTEMPTS {
-                    Answer::Refused {
-                        status: Some(status),
-                        error: format!("{error} (after {} attempts)", expected.attempts),
-                    }
-                } else {
-                    Answer::Retry {
-                        status: Some(status),
-                        retry_after: None,
-                        error: format!("{error} (will retry)"),
-                    }
-                }
+                unreadable(expected, status, error)
             })
         }
         400 | 404 => {

@@ -69,7 +69,7 @@ use hookline_core::telemetry;
 use tracing::Instrument;
 
 use crate::config::DispatcherConfig;
-use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown};
+use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown, RefundsNeeded};
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
 use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
@@ -522,15 +522,19 @@ impl Dispatcher {
                 intent.public_id
             )));
         };
-        // What hookline already knows of the intent's other refunds (a lookup is rare: only once a key expired).
-        let known = {
-            let mut conn = self.pool.acquire().await?;
-            let except = claimed.refund_id.unwrap_or_default();
-            RefundsKnown {
-                linked: intents::linked_refund_ids(&mut conn, intent.id, except).await?,
-                recorded: intents::recorded_refund_amount(&mut conn, intent.id, except).await?,
+        // What hookline already knows of the intent's other refunds, as far as this gateway's lookup needs it.
+        let mut known = RefundsKnown::default();
+        let except = claimed.refund_id.unwrap_or_default();
+        match gateway.api.refunds_needed() {
+            RefundsNeeded::Nothing => {}
+            RefundsNeeded::Linked => {
+                known.linked = intents::linked_refund_ids(&self.pool, intent.id, except).await?
             }
-        };
+            RefundsNeeded::Recorded => {
+                known.recorded =
+                    intents::recorded_refund_amount(&self.pool, intent.id, except).await?
+            }
+        }
         Ok(gateway
             .api
             .find_refund(&gateway.client, payment, refund_public_id, *amount, &known)

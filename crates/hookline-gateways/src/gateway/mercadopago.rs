@@ -383,21 +383,12 @@ pub fn read_refund(json: &Value) -> Result<Object, String> {
         Value::Null => return Err("no \"id\"".into()),
         v => id_text(v).ok_or("\"id\" is not an id of this provider")?,
     };
-    let Some(status) = json["status"].as_str() else {
-        return Err("no \"status\"".into());
-    };
-    let status = match status {
-        "approved" => "succeeded",
-        "rejected" | "cancelled" => "failed",
-        _ => "requires_dispatch",
-    };
-    Ok(Object {
+    Object::refund(
         id,
-        verdict: Verdict::Status {
-            status,
-            next_action: None,
-        },
-    })
+        json["status"].as_str(),
+        "approved",
+        &["rejected", "cancelled"],
+    )
 }
 
 impl ApiClient {
@@ -451,7 +442,6 @@ pub async fn list_payments(
     window: super::Window,
     cursor: Option<&str>,
 ) -> anyhow::Result<super::PaymentsPage> {
-    use anyhow::Context;
     use hookline_payments::model::PaymentFact;
     const LIMIT: u64 = 50;
     let offset: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -474,23 +464,18 @@ pub async fn list_payments(
         ..Default::default()
     };
     for payment in &results {
-        let id = match &payment["id"] {
-            Value::Number(n) => n.to_string(),
-            Value::String(s) => s.clone(),
-            _ => {
-                listed
-                    .unreadable
-                    .push("a payment without id in the search".to_owned());
-                continue;
-            }
-        };
-        let body = serde_json::to_vec(payment).context("serialise a payment")?;
-        let facts = match hookline_payments::normalize::payment_resource(&body, &id) {
-            Ok(f) => f,
-            Err(e) => {
-                listed.unreadable.push(format!("payment {id}: {e}"));
-                continue;
-            }
+        let read = listed.read(
+            "payment",
+            payment,
+            |p| match &p["id"] {
+                Value::Number(n) => Some(n.to_string()),
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            },
+            hookline_payments::normalize::payment_resource,
+        )?;
+        let Some((id, facts)) = read else {
+            continue;
         };
         let refunded: i64 = facts
             .iter()

@@ -91,6 +91,18 @@ pub(crate) enum Outgoing<'a> {
     },
 }
 
+/// Which of hookline's own records a provider's refund lookup needs ([`Api::refunds_needed`]): the caller reads
+/// only that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundsNeeded {
+    /// Nothing: the gateway keeps hookline's reference on the refund (Stripe's metadata).
+    Nothing,
+    /// [`RefundsKnown::linked`] (Mercado Pago).
+    Linked,
+    /// [`RefundsKnown::recorded`] (Pagar.me).
+    Recorded,
+}
+
 /// What a refund's lookup may need from hookline's own records, read by the caller (nothing here touches the
 /// database): Mercado Pago's refunds already linked to other requests (a gateway refund of the same amount linked
 /// to another is not this one) and the amount already refunded and confirmed (Pagar.me's refunds carry no
@@ -132,6 +144,34 @@ pub struct PaymentsPage {
     pub cursor: String,
     /// Whether another page follows.
     pub more: bool,
+}
+
+impl PaymentsPage {
+    /// The id and facts of one listed object (`what` names its kind in the reports), its id read by `id` and its
+    /// resource normalized by `normalize` as a webhook's would be; an object without a readable id, or whose
+    /// resource does not normalize, is reported in [`PaymentsPage::unreadable`] and skipped (`None`).
+    pub(crate) fn read<E: std::fmt::Display>(
+        &mut self,
+        what: &str,
+        object: &serde_json::Value,
+        id: impl FnOnce(&serde_json::Value) -> Option<String>,
+        normalize: impl FnOnce(&[u8], &str) -> Result<Vec<PaymentFact>, E>,
+    ) -> anyhow::Result<Option<(String, Vec<PaymentFact>)>> {
+        use anyhow::Context;
+        let Some(id) = id(object) else {
+            self.unreadable
+                .push(format!("a {what} without a readable id in the list"));
+            return Ok(None);
+        };
+        let body = serde_json::to_vec(object).with_context(|| format!("serialise a {what}"))?;
+        match normalize(&body, &id) {
+            Ok(facts) => Ok(Some((id, facts))),
+            Err(e) => {
+                self.unreadable.push(format!("{what} {id}: {e}"));
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// The notification reconciliation stores for a payment whose state differs from ours: `body` under the dedupe
@@ -291,6 +331,15 @@ impl Api {
             Api::Stripe => stripe::find_charge(client, public_id).await,
             Api::MercadoPago => mercadopago::find_charge(client, public_id).await,
             Api::PagarmeV5 => pagarme_v5::find_order(client, public_id).await,
+        }
+    }
+
+    /// What [`Api::find_refund`] needs to know of the intent's other refunds.
+    pub fn refunds_needed(self) -> RefundsNeeded {
+        match self {
+            Api::Stripe => RefundsNeeded::Nothing,
+            Api::MercadoPago => RefundsNeeded::Linked,
+            Api::PagarmeV5 => RefundsNeeded::Recorded,
         }
     }
 
@@ -644,6 +693,35 @@ pub struct Object {
     pub id: String,
     /// What it says.
     pub verdict: Verdict,
+}
+
+impl Object {
+    /// A refund `id` whose `status` (the provider's spelling) is `succeeded` when it is `made`, `failed` when it
+    /// is one of `refused`, and anything else still pending at the gateway (`requires_dispatch`).
+    pub(crate) fn refund(
+        id: String,
+        status: Option<&str>,
+        made: &str,
+        refused: &[&str],
+    ) -> Result<Object, String> {
+        let Some(status) = status else {
+            return Err("no \"status\"".into());
+        };
+        let status = if status == made {
+            "succeeded"
+        } else if refused.contains(&status) {
+            "failed"
+        } else {
+            "requires_dispatch"
+        };
+        Ok(Object {
+            id,
+            verdict: Verdict::Status {
+                status,
+                next_action: None,
+            },
+        })
+    }
 }
 
 /// A decline answered as an error (Stripe's 402 `card_error`), with the object's id when the answer named it.

@@ -468,22 +468,19 @@ pub async fn list_payments(
         ..Default::default()
     };
     for charge in charges {
-        let id = match charge["id"].as_str() {
-            Some(id) if is_pagarme_id(id, "ch_") => id.to_owned(),
-            _ => {
-                listed
-                    .unreadable
-                    .push("a charge without a ch_… id in the list".to_owned());
-                continue;
-            }
-        };
-        let body = serde_json::to_vec(charge).context("serialise a charge")?;
-        let facts = match hookline_payments::normalize::pagarme_v5_object_resource(&body, &id) {
-            Ok(f) => f,
-            Err(e) => {
-                listed.unreadable.push(format!("charge {id}: {e}"));
-                continue;
-            }
+        let read = listed.read(
+            "charge",
+            charge,
+            |c| {
+                c["id"]
+                    .as_str()
+                    .filter(|id| is_pagarme_id(id, "ch_"))
+                    .map(str::to_owned)
+            },
+            hookline_payments::normalize::pagarme_v5_object_resource,
+        )?;
+        let Some((id, facts)) = read else {
+            continue;
         };
         let refunded: i64 = facts
             .iter()

@@ -208,21 +208,12 @@ pub fn read_charge(json: &Value) -> Result<Object, String> {
 /// pending at the gateway.
 pub fn read_refund(json: &Value) -> Result<Object, String> {
     let id = id_of(json, "refund")?;
-    let Some(status) = json["status"].as_str() else {
-        return Err("no \"status\"".into());
-    };
-    let status = match status {
-        "succeeded" => "succeeded",
-        "failed" | "canceled" => "failed",
-        _ => "requires_dispatch",
-    };
-    Ok(Object {
+    Object::refund(
         id,
-        verdict: Verdict::Status {
-            status,
-            next_action: None,
-        },
-    })
+        json["status"].as_str(),
+        "succeeded",
+        &["failed", "canceled"],
+    )
 }
 
 /// `decline_code` (the issuer's reason) or else `code` of a Stripe error object.
