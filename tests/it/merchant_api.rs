@@ -1546,3 +1546,202 @@ async fn a_key_per_click_with_one_order_reference_charges_once() {
     assert_eq!(third.json()["error"]["intent"], second_id.as_str());
     gw.stop().await;
 }
+
+/// Issue 46, the list: `GET /v1/payment_intents` pages a client's intents newest first by cursor (forward with
+/// `starting_after`, back with `ending_before`), filters by status, order and creation time, and never shows
+/// another client's intents or hookline's own; a cursor that is another client's intent is `resource_missing`.
+#[tokio::test]
+async fn the_list_pages_newest_first_and_shows_only_the_clients_own_intents() {
+    let api = Api::spawn().await;
+    let mut mine = Vec::new();
+    for n in 0..25 {
+        let mut body = order(1000 + n);
+        body["order_reference"] = json!(format!("order-{n}"));
+        let created = api.create(&format!("list-{n}"), &body).await;
+        assert_eq!(created.status, 201, "{created:?}");
+        mine.push(created.json()["id"].as_str().unwrap().to_string());
+    }
+    let mut theirs = Vec::new();
+    for n in 0..3 {
+        let created = api
+            .create_as(KEY_TWO, &format!("other-{n}"), &order(5))
+            .await;
+        assert_eq!(created.status, 201, "{created:?}");
+        theirs.push(created.json()["id"].as_str().unwrap().to_string());
+    }
+    let mut tx = api.db.pool.begin().await.unwrap();
+    hookline_payments::intents::create_intent(
+        &mut tx,
+        &hookline_payments::intents::NewIntent {
+            provider: "st",
+            amount: 900,
+            currency: "brl",
+            customer: Some("billing"),
+            description: None,
+            order_reference: None,
+            payment_params: None,
+            confirm: true,
+            cycle: None,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    capture(&api, &mine[3]).await;
+    capture(&api, &mine[20]).await;
+
+    let list = |query: String, auth: &'static str| {
+        let api = &api;
+        async move {
+            let got = api
+                .get(&format!("/v1/payment_intents{query}"), Some(auth))
+                .await;
+            assert_eq!(got.status, 200, "{query}: {got:?}");
+            let json = got.json();
+            assert_eq!(json["object"], "list");
+            let ids: Vec<String> = json["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_string())
+                .collect();
+            (ids, json["has_more"].as_bool().unwrap())
+        }
+    };
+    let newest: Vec<String> = mine.iter().rev().cloned().collect();
+    let (page1, more) = list(String::new(), KEY_ONE).await;
+    assert_eq!((page1.as_slice(), more), (&newest[..10], true));
+    let (page2, more) = list(format!("?starting_after={}", page1[9]), KEY_ONE_NEXT).await;
+    assert_eq!((page2.as_slice(), more), (&newest[10..20], true));
+    let (page3, more) = list(format!("?starting_after={}&limit=100", page2[9]), KEY_ONE).await;
+    assert_eq!((page3.as_slice(), more), (&newest[20..], false));
+    let (back, more) = list(format!("?ending_before={}", page2[0]), KEY_ONE).await;
+    assert_eq!((back.as_slice(), more), (&newest[..10], false));
+    let (back, more) = list(format!("?ending_before={}&limit=3", page3[0]), KEY_ONE).await;
+    assert_eq!((back.as_slice(), more), (&newest[17..20], true));
+    let (all, more) = list("?limit=100".into(), KEY_ONE).await;
+    assert_eq!((all, more), (newest.clone(), false));
+
+    let (found, _) = list("?order_reference=order-7".into(), KEY_ONE).await;
+    assert_eq!(found, vec![mine[7].clone()]);
+    let (found, _) = list("?status=succeeded".into(), KEY_ONE).await;
+    assert_eq!(found, vec![mine[20].clone(), mine[3].clone()]);
+    let (found, _) = list("?status=succeeded&limit=1".into(), KEY_ONE).await;
+    assert_eq!(found, vec![mine[20].clone()]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (found, _) = list(format!("?created%5Bgte%5D={}", now + 3600), KEY_ONE).await;
+    assert!(found.is_empty(), "{found:?}");
+    let (found, _) = list(format!("?created[gte]={}&limit=100", now - 3600), KEY_ONE).await;
+    assert_eq!(found.len(), 25);
+    let (found, _) = list(format!("?created[lt]={}", now - 3600), KEY_ONE).await;
+    assert!(found.is_empty(), "{found:?}");
+
+    // The other client sees its three, newest first; a cursor of the first client's is no intent of its own.
+    let (other, more) = list(String::new(), KEY_TWO).await;
+    assert_eq!(
+        (other, more),
+        (theirs.iter().rev().cloned().collect::<Vec<_>>(), false)
+    );
+    for param in ["starting_after", "ending_before"] {
+        let got = api
+            .get(
+                &format!("/v1/payment_intents?{param}={}", mine[0]),
+                Some(KEY_TWO),
+            )
+            .await;
+        assert_eq!(
+            (got.status, got.code().as_str()),
+            (422, "resource_missing"),
+            "{got:?}"
+        );
+        assert_eq!(got.json()["error"]["param"], param);
+    }
+}
+
+/// Issue 46: the list takes hostile query strings — NUL, control characters, huge or wrong-typed values,
+/// unknown and repeated parameters — as 4xx naming the parameter, never a 5xx; without a key it is 401.
+#[tokio::test]
+async fn the_list_refuses_hostile_parameters_by_name() {
+    let api = Api::spawn().await;
+    let huge = "9".repeat(5000);
+    let cases = [
+        ("limit=0", 422, "limit_invalid", "limit"),
+        ("limit=101", 422, "limit_invalid", "limit"),
+        ("limit=%00", 422, "limit_invalid", "limit"),
+        (&format!("limit={huge}"), 422, "limit_invalid", "limit"),
+        ("limit=1&limit=2", 422, "duplicate_parameter", "limit"),
+        ("offset=10", 422, "unknown_parameter", "offset"),
+        ("status=paid", 422, "status_invalid", "status"),
+        ("status[]=failed", 422, "unknown_parameter", "status[]"),
+        (
+            "created[gte]=yesterday",
+            422,
+            "created_invalid",
+            "created[gte]",
+        ),
+        (
+            &format!("created[lt]={huge}"),
+            422,
+            "created_invalid",
+            "created[lt]",
+        ),
+        (
+            "starting_after=pi%00hl",
+            400,
+            "invalid_text",
+            "starting_after",
+        ),
+        (
+            "ending_before=pi%0Ahl",
+            400,
+            "control_character",
+            "ending_before",
+        ),
+        (
+            &format!("starting_after=pi_{huge}"),
+            422,
+            "resource_missing",
+            "starting_after",
+        ),
+        (
+            "starting_after=pi_hl_none",
+            422,
+            "resource_missing",
+            "starting_after",
+        ),
+        (
+            "starting_after=a&ending_before=b",
+            422,
+            "cursor_conflict",
+            "ending_before",
+        ),
+        (
+            "order_reference=%00",
+            400,
+            "invalid_text",
+            "order_reference",
+        ),
+        (
+            &format!("order_reference={huge}"),
+            422,
+            "order_reference_invalid",
+            "order_reference",
+        ),
+    ];
+    for (query, status, code, param) in cases {
+        let got = api
+            .get(&format!("/v1/payment_intents?{query}"), Some(KEY_ONE))
+            .await;
+        assert_eq!(
+            (got.status, got.code().as_str()),
+            (status, code),
+            "{query}: {got:?}"
+        );
+        assert_eq!(got.json()["error"]["param"], param, "{query}");
+    }
+    let anonymous = api.get("/v1/payment_intents", None).await;
+    assert_eq!(anonymous.status, 401, "{anonymous:?}");
+}

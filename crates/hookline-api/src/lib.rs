@@ -21,6 +21,7 @@ pub mod config;
 mod error;
 mod idempotency;
 mod intents;
+mod list;
 mod operation;
 mod params;
 
@@ -110,6 +111,7 @@ enum Route {
     CreateIntent,
     ConfirmIntent,
     GetIntent,
+    ListIntents,
     CreateRefund,
     Unknown,
 }
@@ -120,6 +122,7 @@ impl Route {
             Route::CreateIntent => "create_payment_intent",
             Route::ConfirmIntent => "confirm_payment_intent",
             Route::GetIntent => "get_payment_intent",
+            Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
             Route::Unknown => "unknown",
         }
@@ -228,6 +231,7 @@ async fn trace_request(
 /// Registers the API's routes (and nothing else: no `/webhooks`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/payment_intents", web::post().to(intents::create))
+        .route("/v1/payment_intents", web::get().to(list::list))
         .route("/v1/payment_intents/{id}", web::get().to(intents::get))
         .route(
             "/v1/payment_intents/{id}/confirm",

@@ -51,9 +51,11 @@ macro_rules! intent_query {
 }
 
 mod api_keys;
+mod list;
 mod refunds;
 
 pub use api_keys::*;
+pub use list::*;
 pub use refunds::*;
 
 /// A payment intent as the API shows it.
