@@ -866,22 +866,8 @@ async fn capture(api: &Api, public_id: &str) {
         .unwrap();
 }
 
-async fn post_as(api: &Api, auth: &str, path: &str, key: &str, body: &Value) -> Answer {
-    api.post(path, Some(auth), Some(key), &body.to_string())
-        .await
-}
-
-/// Issue 25, finding 3: an intent created with key A was read (200, A's customer and amount) and refunded (201)
-/// with key B. Now another client's intent does not exist for it: 404 `intent_not_found` on GET and on refund
-/// (not 403: nothing confirms the id), nothing is reserved or queued; hookline's own intents (billing, CLI) are
-/// no API client's.
-#[tokio::test]
-async fn a_client_never_reads_nor_refunds_another_clients_intent() {
-    let api = Api::spawn().await;
-    let created = api.create("mine", &order(2500)).await;
-    assert_eq!(created.status, 201, "{created:?}");
-    let id = created.json()["id"].as_str().unwrap().to_string();
-    capture(&api, &id).await;
+/// An intent of hookline's own (as billing or the CLI creates it): no API client's.
+async fn own_intent(api: &Api) -> hookline_payments::intents::Intent {
     let mut tx = api.db.pool.begin().await.unwrap();
     let internal = hookline_payments::intents::create_intent(
         &mut tx,
@@ -900,6 +886,26 @@ async fn a_client_never_reads_nor_refunds_another_clients_intent() {
     .await
     .unwrap();
     tx.commit().await.unwrap();
+    internal
+}
+
+async fn post_as(api: &Api, auth: &str, path: &str, key: &str, body: &Value) -> Answer {
+    api.post(path, Some(auth), Some(key), &body.to_string())
+        .await
+}
+
+/// Issue 25, finding 3: an intent created with key A was read (200, A's customer and amount) and refunded (201)
+/// with key B. Now another client's intent does not exist for it: 404 `intent_not_found` on GET and on refund
+/// (not 403: nothing confirms the id), nothing is reserved or queued; hookline's own intents (billing, CLI) are
+/// no API client's.
+#[tokio::test]
+async fn a_client_never_reads_nor_refunds_another_clients_intent() {
+    let api = Api::spawn().await;
+    let created = api.create("mine", &order(2500)).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    capture(&api, &id).await;
+    let internal = own_intent(&api).await;
     capture(&api, &internal.public_id).await;
 
     for (target, auths) in [
@@ -1569,24 +1575,7 @@ async fn the_list_pages_newest_first_and_shows_only_the_clients_own_intents() {
         assert_eq!(created.status, 201, "{created:?}");
         theirs.push(created.json()["id"].as_str().unwrap().to_string());
     }
-    let mut tx = api.db.pool.begin().await.unwrap();
-    hookline_payments::intents::create_intent(
-        &mut tx,
-        &hookline_payments::intents::NewIntent {
-            provider: "st",
-            amount: 900,
-            currency: "brl",
-            customer: Some("billing"),
-            description: None,
-            order_reference: None,
-            payment_params: None,
-            confirm: true,
-            cycle: None,
-        },
-    )
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    own_intent(&api).await;
     capture(&api, &mine[3]).await;
     capture(&api, &mine[20]).await;
 

@@ -97,11 +97,7 @@ pub async fn get(
         let id = path_id(path.into_inner())?;
         let intent = state
             .within_budget(async {
-                let mut conn = state
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(|e| ApiError::database(e, "acquire a connection"))?;
+                let mut conn = state.conn().await?;
                 intents::get_for_client(&mut conn, client, &id)
                     .await
                     .map_err(|e| ApiError::database(e, "read the payment intent"))

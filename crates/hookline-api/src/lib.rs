@@ -74,6 +74,14 @@ pub struct ApiState {
 }
 
 impl ApiState {
+    /// A connection of the API's pool for a read; a database that cannot give one is 503 (retry).
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, ApiError> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|e| ApiError::database(e, "acquire a connection"))
+    }
+
     /// Bounds the database part of a request: past the budget the client gets 503 and retries (with the same
     /// idempotency key, a retry after a commit we could not report is a replay).
     async fn within_budget<T>(

@@ -44,11 +44,7 @@ pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
         let query = parse(req.query_string())?;
         let page = state
             .within_budget(async {
-                let mut conn = state
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(|e| ApiError::database(e, "acquire a connection"))?;
+                let mut conn = state.conn().await?;
                 intents::list_for_client(
                     &mut conn,
                     client,
