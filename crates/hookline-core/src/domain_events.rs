@@ -55,11 +55,13 @@ pub enum EventType {
     PaymentIntentSucceeded,
     /// A payment intent created through hookline's API failed.
     PaymentIntentFailed,
+    /// A payment intent was canceled before its charge was sent (by the merchant, or expired unconfirmed).
+    PaymentIntentCanceled,
 }
 
 impl EventType {
     /// Every type, for validation of subscriptions and for documentation.
-    pub const ALL: [EventType; 12] = [
+    pub const ALL: [EventType; 13] = [
         EventType::PaymentSucceeded,
         EventType::PaymentFailed,
         EventType::PaymentCanceled,
@@ -72,6 +74,7 @@ impl EventType {
         EventType::SubscriptionPastDue,
         EventType::PaymentIntentSucceeded,
         EventType::PaymentIntentFailed,
+        EventType::PaymentIntentCanceled,
     ];
 
     /// The wire name (`payment.succeeded`, …).
@@ -89,6 +92,7 @@ impl EventType {
             EventType::SubscriptionPastDue => "subscription.past_due",
             EventType::PaymentIntentSucceeded => "payment_intent.succeeded",
             EventType::PaymentIntentFailed => "payment_intent.failed",
+            EventType::PaymentIntentCanceled => "payment_intent.canceled",
         }
     }
 

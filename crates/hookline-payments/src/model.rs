@@ -138,6 +138,9 @@ pub enum IntentStatus {
     Succeeded,
     /// Declined or failed at the gateway (`failure_code`, `failure_message`); final.
     Failed,
+    /// Canceled before its charge was sent — by the merchant, or by hookline when nobody confirmed it in time
+    /// (`cancellation_reason`); final. It holds its order and billing cycle no more.
+    Canceled,
     /// hookline's own problem (its configuration, an answer it cannot interpret): an operator must look.
     NeedsAttention,
 }
@@ -152,6 +155,7 @@ impl IntentStatus {
             IntentStatus::Processing => "processing",
             IntentStatus::Succeeded => "succeeded",
             IntentStatus::Failed => "failed",
+            IntentStatus::Canceled => "canceled",
             IntentStatus::NeedsAttention => "needs_attention",
         }
     }
@@ -165,14 +169,18 @@ impl IntentStatus {
             "processing" => IntentStatus::Processing,
             "succeeded" => IntentStatus::Succeeded,
             "failed" => IntentStatus::Failed,
+            "canceled" => IntentStatus::Canceled,
             "needs_attention" => IntentStatus::NeedsAttention,
             _ => return Err(UnknownStatus::new("payment intent", s)),
         })
     }
 
-    /// Whether nothing moves the intent any more (success or failure).
+    /// Whether nothing moves the intent any more (success, failure or cancelation).
     pub fn is_final(self) -> bool {
-        matches!(self, IntentStatus::Succeeded | IntentStatus::Failed)
+        matches!(
+            self,
+            IntentStatus::Succeeded | IntentStatus::Failed | IntentStatus::Canceled
+        )
     }
 }
 
@@ -385,10 +393,13 @@ mod tests {
         }
         use IntentStatus as I;
         for s in [
+            I::RequiresConfirmation,
             I::RequiresDispatch,
+            I::RequiresAction,
             I::Processing,
             I::Succeeded,
             I::Failed,
+            I::Canceled,
             I::NeedsAttention,
         ] {
             assert_eq!(IntentStatus::parse(s.as_str()), Ok(s));
@@ -408,7 +419,7 @@ mod tests {
         assert!(PaymentStatus::parse("").is_err());
         let e = DisputeStatus::parse("closed").expect_err("not a dispute status");
         assert!(e.to_string().contains("\"closed\""), "{e}");
-        assert!(IntentStatus::parse("canceled").is_err());
+        assert!(IntentStatus::parse("cancelled").is_err());
         // In the worker it is a permanent failure (dead-lettered with the reason), not a retry.
         match HandleError::from(e) {
             HandleError::Permanent(e) => assert!(e.to_string().contains("closed"), "{e}"),

@@ -55,6 +55,8 @@ pub enum RequestStatus {
     Failed,
     /// The key's lifetime ended without an answer: looked up by hookline's reference once it expired.
     Unknown,
+    /// Its intent was canceled before it was sent: never sent ([`crate::intents::cancel`]).
+    Canceled,
 }
 
 impl RequestStatus {
@@ -66,6 +68,7 @@ impl RequestStatus {
             RequestStatus::Declined => "declined",
             RequestStatus::Failed => "failed",
             RequestStatus::Unknown => "unknown",
+            RequestStatus::Canceled => "canceled",
         }
     }
 }

@@ -191,6 +191,7 @@ const INTENT_STATUSES: &[&str] = &[
     "processing",
     "succeeded",
     "failed",
+    "canceled",
     "needs_attention",
 ];
 

@@ -8,7 +8,7 @@
 //! The key is born with the intent, not with the click (issue 27): an intent created with `confirm: false` is
 //! `requires_confirmation` and has no outbound request until [`confirm`] moves it (a conditional UPDATE decides
 //! who confirms; the request's UNIQUE key is the second guard). An intent may carry the merchant's
-//! `order_reference`: the partial UNIQUE index `payment_intents_live_order` keeps one live (not failed) intent
+//! `order_reference`: the partial UNIQUE index `payment_intents_live_order` keeps one live (neither failed nor canceled) intent
 //! per client and order ([`create_intent_for_client`]), whatever Idempotency-Keys the front end sends.
 //!
 //! Intents belong to a merchant API client (`client`, its `[[api.clients]]` name): the `*_for_client`
@@ -43,7 +43,8 @@ macro_rules! intent_query {
                 status AS "status: IntentStatus", order_reference,
                 payment_params AS "payment_params: Json<PaymentParams>",
                 next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
-                provider_payment_id, refunded, subscription_id, billing_cycle, created_at"#
+                provider_payment_id, refunded, subscription_id, billing_cycle, created_at, canceled_at,
+                cancellation_reason"#
                 + $after
             $(, $arg)*
         )
@@ -51,10 +52,12 @@ macro_rules! intent_query {
 }
 
 mod api_keys;
+mod cancel;
 mod list;
 mod refunds;
 
 pub use api_keys::*;
+pub use cancel::*;
 pub use list::*;
 pub use refunds::*;
 
@@ -81,9 +84,9 @@ pub struct Intent {
     #[serde(skip)]
     pub client: Option<String>,
     /// `requires_confirmation`, `requires_dispatch`, `requires_action`, `processing`, `succeeded`, `failed`,
-    /// `needs_attention`: read as the enum, so an unknown stored value is an error, never shown as text.
+    /// `canceled`, `needs_attention`: read as the enum, so an unknown stored value is an error, never shown as text.
     pub status: IntentStatus,
-    /// The merchant's order: at most one live (not failed) intent per client and order.
+    /// The merchant's order: at most one live (neither failed nor canceled) intent per client and order.
     pub order_reference: Option<String>,
     /// What the gateway needs to charge (the provider object the merchant sent); never shown by the API (a card
     /// token is a credential). `None` for intents of older versions.
@@ -107,6 +110,12 @@ pub struct Intent {
     /// When it was created.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+    /// When it was canceled (`canceled` only).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub canceled_at: Option<OffsetDateTime>,
+    /// Why (`canceled` only): the merchant's `duplicate`, `fraudulent`, `requested_by_customer`, `abandoned`, or
+    /// hookline's `expired`.
+    pub cancellation_reason: Option<String>,
 }
 
 /// The subscription cycle a charge pays.
@@ -158,7 +167,7 @@ pub fn refund_key(refund_id: i64) -> String {
 /// Why an intent of an API client was not created.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
-    /// The client's order already has a live (not failed) intent: its public id. The defence for a front end
+    /// The client's order already has a live (neither failed nor canceled) intent: its public id. The defence for a front end
     /// that makes a new Idempotency-Key per click (partial UNIQUE index `payment_intents_live_order`).
     #[error("the order already has a live payment intent, {intent}")]
     OrderReferenceInUse {
@@ -213,17 +222,19 @@ pub async fn create_cycle_intent(
     insert_intent(tx, None, new).await
 }
 
-/// The live (not failed) charge of a subscription cycle, whoever created it.
+/// The live (neither failed nor canceled) charge of a subscription cycle, whoever created it.
 pub async fn live_for_cycle(
     conn: &mut PgConnection,
     cycle: CycleRef<'_>,
 ) -> Result<Option<Intent>, sqlx::Error> {
-    // `status <> 'failed'` stays literal: it is the predicate of the partial index `payment_intents_live_cycle`,
-    // which a prepared statement's generic plan can only use when the value is in the text.
+    // `status NOT IN ('failed', 'canceled')` stays literal: it is the predicate of the partial index
+    // `payment_intents_live_cycle`, which a prepared statement's generic plan can only use when the values are in
+    // the text.
     intent_query!(
         r#"SELECT "#,
         r#" FROM payment_intents
-          WHERE subscription_id = $1 AND billing_cycle = $2 AND status <> 'failed'"#,
+          WHERE subscription_id = $1 AND billing_cycle = $2
+            AND status NOT IN ('failed', 'canceled')"#,
         cycle.subscription_id,
         cycle.billing_cycle,
     )
@@ -237,7 +248,7 @@ pub async fn live_for_cycle(
 /// With an `order_reference`, the partial UNIQUE index `payment_intents_live_order` decides: a second live
 /// intent for the same `(client, order_reference)` is not inserted (a concurrent one waits for the first to
 /// commit), and the existing intent is named in [`CreateError::OrderReferenceInUse`]. Once that intent has
-/// failed, the order can be paid with a new one.
+/// failed or was canceled, the order can be paid with a new one.
 pub async fn create_intent_for_client(
     tx: &mut PgConnection,
     client: &str,
@@ -248,10 +259,11 @@ pub async fn create_intent_for_client(
         if let Some(intent) = insert_intent(tx, Some(client), new).await? {
             return Ok(intent);
         }
-        // `status <> 'failed'` stays literal: the partial index `payment_intents_live_order`'s predicate.
+        // `status NOT IN ('failed', 'canceled')` stays literal: the partial index `payment_intents_live_order`'s
+        // predicate.
         let existing: Option<String> = sqlx::query_scalar!(
             "SELECT public_id FROM payment_intents
-              WHERE client = $1 AND order_reference = $2 AND status <> 'failed'",
+              WHERE client = $1 AND order_reference = $2 AND status NOT IN ('failed', 'canceled')",
             client,
             new.order_reference,
         )
@@ -506,7 +518,7 @@ pub async fn record_charge_answer(
                    p.payment_params AS "payment_params: Json<PaymentParams>",
                    p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
                    p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
-                   old.previous AS "previous!: IntentStatus", NULL::text AS "intent_traceparent?""#,
+                   p.canceled_at, p.cancellation_reason, old.previous AS "previous!: IntentStatus", NULL::text AS "intent_traceparent?""#,
         intent_id,
         answer.provider_payment_id,
         answer.status.as_str(),
@@ -610,7 +622,7 @@ pub async fn complete_from_payments(
                    p.payment_params AS "payment_params: Json<PaymentParams>",
                    p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
                    p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
-                   old.previous AS "previous!: IntentStatus",
+                   p.canceled_at, p.cancellation_reason, old.previous AS "previous!: IntentStatus",
                    (SELECT r.traceparent FROM outbound_requests r
                      WHERE r.intent_id = p.id AND r.kind = $6 ORDER BY r.id DESC LIMIT 1) AS "intent_traceparent?""#,
         &providers as &[&str],
@@ -693,6 +705,8 @@ struct MovedRow {
     subscription_id: Option<i64>,
     billing_cycle: Option<String>,
     created_at: OffsetDateTime,
+    canceled_at: Option<OffsetDateTime>,
+    cancellation_reason: Option<String>,
     previous: IntentStatus,
     intent_traceparent: Option<String>,
 }
@@ -720,6 +734,8 @@ impl From<MovedRow> for Moved {
                 subscription_id: r.subscription_id,
                 billing_cycle: r.billing_cycle,
                 created_at: r.created_at,
+                canceled_at: r.canceled_at,
+                cancellation_reason: r.cancellation_reason,
             },
             previous: r.previous,
             intent_traceparent: r.intent_traceparent,
@@ -727,9 +743,12 @@ impl From<MovedRow> for Moved {
     }
 }
 
-/// What `payment_intent.succeeded` / `payment_intent.failed` carry.
+/// What `payment_intent.succeeded` / `.failed` / `.canceled` carry.
 #[derive(Debug, serde::Serialize)]
 struct IntentFact<'a> {
+    /// Why it was canceled (`payment_intent.canceled` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancellation_reason: Option<&'a str>,
     intent_id: &'a str,
     provider: &'a str,
     provider_payment_id: Option<&'a str>,
@@ -797,6 +816,7 @@ async fn announce_if_completed(
         _ if m.previous.is_final() => return Ok(()),
         IntentStatus::Succeeded => EventType::PaymentIntentSucceeded,
         IntentStatus::Failed => EventType::PaymentIntentFailed,
+        IntentStatus::Canceled => EventType::PaymentIntentCanceled,
         IntentStatus::RequiresConfirmation
         | IntentStatus::RequiresDispatch
         | IntentStatus::RequiresAction
@@ -809,6 +829,7 @@ async fn announce_if_completed(
         ty,
         &i.public_id,
         &IntentFact {
+            cancellation_reason: i.cancellation_reason.as_deref(),
             intent_id: &i.public_id,
             provider: &i.provider,
             provider_payment_id: i.provider_payment_id.as_deref(),
@@ -821,7 +842,13 @@ async fn announce_if_completed(
         },
     )
     .await?;
-    // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due).
+    // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due). A
+    // canceled one moved no money and is no decline: the cycle is simply free again (the live-cycle index leaves it
+    // out). Only merchant intents are canceled (billing's own are created confirmed and never unconfirmed), so a
+    // claim's own charge never ends canceled.
+    if now == IntentStatus::Canceled {
+        return Ok(());
+    }
     if let (Some(subscription_id), Some(cycle)) = (i.subscription_id, i.billing_cycle.as_deref()) {
         charge_final
             .on_charge_final(

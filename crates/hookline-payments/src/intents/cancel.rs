@@ -1,0 +1,194 @@
+//! Canceling a payment intent whose charge was not sent: by its merchant (`POST /v1/payment_intents/{id}/cancel`)
+//! or by hookline when nobody confirmed it in time ([`expire_unconfirmed`]).
+//!
+//! **The dispatcher's claim and the cancel are decided on one row.** A confirmed intent's charge is an
+//! `outbound_requests` row; the dispatcher's claim stamps `key_first_sent_at` on it in the statement that leases
+//! it, before anything is sent. The cancel is one statement too: it moves that row to `canceled` only while it is
+//! `pending` with no `key_first_sent_at` — and the intent with it. Both take the row's lock, so one of them waits
+//! for the other and re-reads the row: either the claim came first (the cancel finds the charge on its way and
+//! answers "in flight"), or the cancel did (the claim never sees the row again). Never `canceled` while the gateway
+//! may hold money, never a charge sent after `canceled`.
+//!
+//! `canceled` is final and releases the intent's order and billing cycle (the partial UNIQUE indexes leave canceled
+//! intents out); `payment_intent.canceled` is written once, in the same transaction.
+
+use sqlx::types::Json;
+use sqlx::PgConnection;
+
+use hookline_core::domain_events::RecordError;
+
+use super::{announce_if_completed, ChargeFinal, Intent, Moved};
+use crate::model::IntentStatus;
+use crate::outbound_requests::{Kind, RequestStatus};
+use crate::params::PaymentParams;
+
+/// Why an intent was canceled (`payment_intents.cancellation_reason`): the merchant's reasons (Stripe's), or
+/// hookline's own when nobody confirmed it in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancellationReason {
+    /// The customer paid (or will pay) the order another way.
+    Duplicate,
+    /// The merchant suspects fraud.
+    Fraudulent,
+    /// The customer asked.
+    RequestedByCustomer,
+    /// The customer left the checkout.
+    Abandoned,
+    /// Nobody confirmed it within `[api] intent_expiry_secs` (hookline's own; a merchant cannot give it).
+    Expired,
+}
+
+impl CancellationReason {
+    /// The reasons a merchant may give, in the API's spelling.
+    pub const MERCHANT: [CancellationReason; 4] = [
+        CancellationReason::Duplicate,
+        CancellationReason::Fraudulent,
+        CancellationReason::RequestedByCustomer,
+        CancellationReason::Abandoned,
+    ];
+
+    /// Database and API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancellationReason::Duplicate => "duplicate",
+            CancellationReason::Fraudulent => "fraudulent",
+            CancellationReason::RequestedByCustomer => "requested_by_customer",
+            CancellationReason::Abandoned => "abandoned",
+            CancellationReason::Expired => "expired",
+        }
+    }
+
+    /// A reason a merchant may give, by its spelling.
+    pub fn merchant(s: &str) -> Option<CancellationReason> {
+        CancellationReason::MERCHANT
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// What a cancel found.
+#[derive(Debug)]
+pub enum CancelOutcome {
+    /// Canceled now; its fact is written in the caller's transaction.
+    Canceled(Intent),
+    /// Its charge was sent, or is being sent: its outcome comes from the gateway (the intent as it is).
+    InFlight(Intent),
+    /// Already `succeeded`, `failed` or `canceled` (the intent as it is).
+    Final(Intent),
+}
+
+/// Cancels `intent` (read under `FOR UPDATE` in the caller's transaction: [`super::lock_for_client`]) with
+/// `reason`, if its charge was not sent: `requires_confirmation`, or `requires_dispatch` whose charge request the
+/// dispatcher has not claimed (see the module's text for the race). Anything else is answered as it stands.
+pub async fn cancel(
+    tx: &mut PgConnection,
+    intent: Intent,
+    reason: CancellationReason,
+    charge_final: &dyn ChargeFinal,
+) -> Result<CancelOutcome, RecordError> {
+    let previous = intent.status;
+    let canceled: Option<Intent> = match previous {
+        IntentStatus::Succeeded | IntentStatus::Failed | IntentStatus::Canceled => {
+            return Ok(CancelOutcome::Final(intent))
+        }
+        IntentStatus::RequiresAction | IntentStatus::Processing | IntentStatus::NeedsAttention => {
+            return Ok(CancelOutcome::InFlight(intent))
+        }
+        IntentStatus::RequiresConfirmation => {
+            intent_query!(
+                r#"UPDATE payment_intents
+                      SET status = $2, canceled_at = now(), cancellation_reason = $3, next_action = NULL,
+                          updated_at = now()
+                    WHERE id = $1 AND status = $4
+                RETURNING "#,
+                "",
+                intent.id,
+                IntentStatus::Canceled.as_str(),
+                reason.as_str(),
+                IntentStatus::RequiresConfirmation.as_str(),
+            )
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+        IntentStatus::RequiresDispatch => {
+            // One statement: the charge request leaves `pending` only if no claim stamped it (nothing was sent),
+            // and the intent is canceled only with it.
+            intent_query!(
+                r#"WITH request AS (
+                       UPDATE outbound_requests
+                          SET status = $5, lease_until = NULL, updated_at = now(),
+                              last_error = 'canceled before it was sent'
+                        WHERE intent_id = $1 AND kind = $6 AND status = $7 AND key_first_sent_at IS NULL
+                          AND EXISTS (SELECT 1 FROM payment_intents WHERE id = $1 AND status = $4)
+                    RETURNING intent_id)
+                   UPDATE payment_intents
+                      SET status = $2, canceled_at = now(), cancellation_reason = $3, updated_at = now()
+                     FROM request
+                    WHERE id = request.intent_id AND status = $4
+                RETURNING "#,
+                "",
+                intent.id,
+                IntentStatus::Canceled.as_str(),
+                reason.as_str(),
+                IntentStatus::RequiresDispatch.as_str(),
+                RequestStatus::Canceled.as_str(),
+                Kind::Charge.as_str(),
+                RequestStatus::Pending.as_str(),
+            )
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+    };
+    let Some(canceled) = canceled else {
+        // The dispatcher claimed the charge first (or the intent moved under a lock the caller did not take).
+        return Ok(CancelOutcome::InFlight(intent));
+    };
+    let moved = Moved {
+        intent: canceled,
+        previous,
+        intent_traceparent: None,
+    };
+    announce_if_completed(tx, &moved, charge_final).await?;
+    Ok(CancelOutcome::Canceled(moved.intent))
+}
+
+/// Cancels, as `expired`, up to `limit` intents still `requires_confirmation` that were created `expiry_secs` ago
+/// or earlier, oldest first, each with its fact, in the caller's transaction; returns how many. Several sweeps at
+/// once (every edge runs one) never cancel one intent twice: each row is taken by one statement (`SKIP LOCKED`),
+/// and a confirm that got there first has moved it out of `requires_confirmation`.
+pub async fn expire_unconfirmed(
+    tx: &mut PgConnection,
+    expiry_secs: f64,
+    limit: i64,
+    charge_final: &dyn ChargeFinal,
+) -> Result<usize, RecordError> {
+    // `status = 'requires_confirmation'` stays literal in the inner SELECT: the predicate of the partial index
+    // `payment_intents_unconfirmed_idx`, which a generic plan can only use when the value is in the text.
+    let expired: Vec<Intent> = intent_query!(
+        r#"UPDATE payment_intents
+              SET status = $2, canceled_at = now(), cancellation_reason = $3, updated_at = now()
+            WHERE id IN (SELECT id FROM payment_intents
+                          WHERE status = 'requires_confirmation'
+                            AND created_at <= now() - make_interval(secs => $1)
+                          ORDER BY created_at LIMIT $4
+                          FOR UPDATE SKIP LOCKED)
+        RETURNING "#,
+        "",
+        expiry_secs,
+        IntentStatus::Canceled.as_str(),
+        CancellationReason::Expired.as_str(),
+        limit,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let n = expired.len();
+    for intent in expired {
+        let moved = Moved {
+            intent,
+            previous: IntentStatus::RequiresConfirmation,
+            intent_traceparent: None,
+        };
+        announce_if_completed(tx, &moved, charge_final).await?;
+    }
+    Ok(n)
+}
