@@ -1173,7 +1173,8 @@ struct Gatewayed {
     api: Api,
     sandbox: RunningSandbox,
     cancel: CancellationToken,
-    dispatcher: tokio::task::JoinHandle<()>,
+    config: hookline_core::Config,
+    dispatcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Gatewayed {
@@ -1203,9 +1204,35 @@ impl Gatewayed {
         );
         settings.webhook_backoff = Duration::from_millis(100);
         let sandbox = Sandbox::start(settings).await.expect("sandbox");
+        let mut gw = Gatewayed {
+            api: Api::on(db, edge, api_base),
+            sandbox,
+            cancel: CancellationToken::new(),
+            config,
+            dispatcher: None,
+        };
+        gw.start_dispatcher();
+        gw
+    }
+
+    /// The API and the sandbox, the dispatcher stopped ([`Gatewayed::start_dispatcher`] starts it again).
+    async fn start_paused() -> Gatewayed {
+        let mut gw = Gatewayed::start().await;
+        gw.cancel.cancel();
+        if let Some(d) = gw.dispatcher.take() {
+            within(Duration::from_secs(60), "the dispatcher's stop", d)
+                .await
+                .unwrap();
+        }
+        gw.cancel = CancellationToken::new();
+        gw
+    }
+
+    /// Starts the real dispatcher (short idle interval and backoffs) on the test's database.
+    fn start_dispatcher(&mut self) {
         let dispatcher = hookline_billing::dispatcher(
-            db.pool.clone(),
-            &config,
+            self.api.db.pool.clone(),
+            &self.config,
             DispatchSettings {
                 idle_interval: Duration::from_millis(50),
                 min_backoff: Duration::from_millis(100),
@@ -1214,16 +1241,10 @@ impl Gatewayed {
                 ..DispatchSettings::default()
             },
         );
-        let cancel = CancellationToken::new();
-        let token = cancel.clone();
-        let dispatcher =
-            tokio::spawn(async move { dispatcher.run(token).await.expect("dispatcher") });
-        Gatewayed {
-            api: Api::on(db, edge, api_base),
-            sandbox,
-            cancel,
-            dispatcher,
-        }
+        let token = self.cancel.clone();
+        self.dispatcher = Some(tokio::spawn(async move {
+            dispatcher.run(token).await.expect("dispatcher")
+        }));
     }
 
     /// Charges made at the gateway (the sandbox's own count).
@@ -1238,13 +1259,11 @@ impl Gatewayed {
 
     async fn stop(self) {
         self.cancel.cancel();
-        within(
-            Duration::from_secs(60),
-            "the dispatcher's stop",
-            self.dispatcher,
-        )
-        .await
-        .unwrap();
+        if let Some(dispatcher) = self.dispatcher {
+            within(Duration::from_secs(60), "the dispatcher's stop", dispatcher)
+                .await
+                .unwrap();
+        }
         self.sandbox.stop().await;
     }
 }
@@ -1733,4 +1752,325 @@ async fn the_list_refuses_hostile_parameters_by_name() {
     }
     let anonymous = api.get("/v1/payment_intents", None).await;
     assert_eq!(anonymous.status, 401, "{anonymous:?}");
+}
+
+/// Counts rows of `sql` (a `SELECT count(*) …`).
+async fn count_of(api: &Api, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Issue 46, cancel: an abandoned checkout (`confirm: false`) held its order for ever — the customer's second
+/// attempt was 409 `order_reference_in_use`. Now the merchant cancels it: `canceled` with its reason, one
+/// `payment_intent.canceled`, the order free for a new intent; the cancel is idempotent per key, a second one is
+/// 409 with the state, a confirm after it changes nothing, another client's cancel is 404, hostile input is 4xx.
+#[tokio::test]
+async fn an_abandoned_checkout_is_canceled_once_and_frees_its_order() {
+    let api = Api::spawn().await;
+    let checkout = json!({"provider": "st", "amount": 4200, "currency": "brl", "order_reference": "pedido-9",
+                          "confirm": false});
+    let created = api.create("checkout-9", &checkout).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let cancel_path = format!("/v1/payment_intents/{id}/cancel");
+
+    // Another client cannot cancel it, nor learn that it exists.
+    let stranger = post_as(&api, KEY_TWO, &cancel_path, "steal", &json!({})).await;
+    assert_eq!(
+        (stranger.status, stranger.code().as_str()),
+        (404, "intent_not_found"),
+        "{stranger:?}"
+    );
+    // Hostile bodies and ids: 4xx naming the field, nothing canceled.
+    for (body, status, code) in [
+        (
+            r#"{"cancellation_reason": 5}"#,
+            422,
+            "cancellation_reason_invalid",
+        ),
+        (
+            r#"{"cancellation_reason": "expired"}"#,
+            422,
+            "cancellation_reason_invalid",
+        ),
+        (
+            r#"{"cancellation_reason": "abandoned", "amount": 1}"#,
+            422,
+            "unknown_field",
+        ),
+        (
+            r#"{"cancellation_reason": "aband\u0000oned"}"#,
+            400,
+            "invalid_text",
+        ),
+        ("[]", 400, "invalid_json"),
+        ("{", 400, "invalid_json"),
+    ] {
+        let got = api.post(&cancel_path, Some(KEY_ONE), None, body).await;
+        assert_eq!(
+            (got.status, got.code().as_str()),
+            (status, code),
+            "{body}: {got:?}"
+        );
+    }
+    let huge = format!("/v1/payment_intents/pi_{}/cancel", "9".repeat(5000));
+    let got = api.post(&huge, Some(KEY_ONE), None, "").await;
+    assert_eq!(got.status, 404, "{got:?}");
+    let got = api
+        .post("/v1/payment_intents/pi%00x/cancel", Some(KEY_ONE), None, "")
+        .await;
+    assert_eq!(got.status, 400, "{got:?}");
+    assert_eq!(
+        count_of(
+            &api,
+            "SELECT count(*) FROM payment_intents WHERE status = 'canceled'"
+        )
+        .await,
+        0
+    );
+
+    // The cancel, clicked twice with one key: one cancel, the second answer replayed.
+    let body = json!({"cancellation_reason": "abandoned"});
+    let first = post_as(&api, KEY_ONE, &cancel_path, "cancel-9", &body).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let json = first.json();
+    assert_eq!(json["status"], "canceled");
+    assert_eq!(json["cancellation_reason"], "abandoned");
+    assert!(json["canceled_at"].is_string(), "{json}");
+    let again = post_as(&api, KEY_ONE, &cancel_path, "cancel-9", &body).await;
+    assert_eq!((again.status, again.replayed), (200, true), "{again:?}");
+    // Another key (or none): the state it is in.
+    let other = api.post(&cancel_path, Some(KEY_ONE), None, "").await;
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (409, "payment_intent_unexpected_state"),
+        "{other:?}"
+    );
+    assert_eq!(other.json()["error"]["status"], "canceled");
+    assert_eq!(
+        count_of(
+            &api,
+            "SELECT count(*) FROM domain_events WHERE type = 'payment_intent.canceled'"
+        )
+        .await,
+        1
+    );
+    // A late confirm changes nothing and queues nothing.
+    let late = api
+        .post(
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some(KEY_ONE),
+            None,
+            &json!({"stripe": card()}).to_string(),
+        )
+        .await;
+    assert_eq!(late.status, 200, "{late:?}");
+    assert_eq!(late.json()["status"], "canceled");
+    assert_eq!(api.count("outbound_requests").await, 0);
+    // The order is free: the customer's next attempt is a new intent.
+    let retry = api.create("checkout-9-again", &checkout).await;
+    assert_eq!(retry.status, 201, "{retry:?}");
+    assert_ne!(retry.json()["id"], id.as_str());
+    // Final intents are answered with their state; one whose charge was sent is in flight.
+    let paid = api.create("paid", &order(100)).await;
+    let paid_id = paid.json()["id"].as_str().unwrap().to_string();
+    capture(&api, &paid_id).await;
+    let got = api
+        .post(
+            &format!("/v1/payment_intents/{paid_id}/cancel"),
+            Some(KEY_ONE),
+            None,
+            "",
+        )
+        .await;
+    assert_eq!(
+        (got.status, got.code().as_str()),
+        (409, "payment_intent_unexpected_state"),
+        "{got:?}"
+    );
+    assert_eq!(got.json()["error"]["status"], "succeeded");
+    for status in ["requires_action", "processing"] {
+        let sent = api.create(&format!("sent-{status}"), &order(100)).await;
+        let sent_id = sent.json()["id"].as_str().unwrap().to_string();
+        sqlx::query("UPDATE payment_intents SET status = $2 WHERE public_id = $1")
+            .bind(&sent_id)
+            .bind(status)
+            .execute(&api.db.pool)
+            .await
+            .unwrap();
+        let got = api
+            .post(
+                &format!("/v1/payment_intents/{sent_id}/cancel"),
+                Some(KEY_ONE),
+                None,
+                "",
+            )
+            .await;
+        assert_eq!(
+            (got.status, got.code().as_str()),
+            (409, "intent_in_flight"),
+            "{got:?}"
+        );
+        assert_eq!(got.json()["error"]["status"], status);
+    }
+}
+
+/// Issue 46: a cancel racing the dispatcher, many times in parallel against the real dispatcher and the provider
+/// sandbox. Each intent ends either `canceled` with nothing sent, or charged once and `succeeded` after a 409
+/// `intent_in_flight` — never canceled while the gateway holds money, never charged after the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_racing_the_dispatcher_never_cancels_a_charge_nor_charges_a_cancel() {
+    const N: usize = 40;
+    const WAIT: Duration = Duration::from_secs(120);
+    // Every charge is queued before the dispatcher starts; then the dispatcher and the cancels start together.
+    let mut gw = Gatewayed::start_paused().await;
+    let mut ids = Vec::new();
+    for n in 0..N {
+        let mut body = order(1000 + n as i64);
+        body["order_reference"] = json!(format!("race-{n}"));
+        let created = gw.api.create(&format!("race-{n}"), &body).await;
+        assert_eq!(created.status, 201, "{created:?}");
+        ids.push(created.json()["id"].as_str().unwrap().to_string());
+    }
+    gw.start_dispatcher();
+    let api = &gw.api;
+    let answers = join_all(ids.iter().enumerate().map(|(n, id)| async move {
+        // Spread over the dispatcher's first claims.
+        tokio::time::sleep(Duration::from_millis(2 * n as u64)).await;
+        api.post(
+            &format!("/v1/payment_intents/{id}/cancel"),
+            Some(KEY_ONE),
+            None,
+            "",
+        )
+        .await
+    }))
+    .await;
+    let mut canceled = 0;
+    let mut in_flight = 0;
+    for a in &answers {
+        match (a.status, a.code().as_str()) {
+            (200, _) => {
+                assert_eq!(a.json()["status"], "canceled", "{a:?}");
+                canceled += 1
+            }
+            // The dispatcher claimed it first: still at the gateway, or already charged.
+            (409, "intent_in_flight") => in_flight += 1,
+            (409, "payment_intent_unexpected_state")
+                if a.json()["error"]["status"] == "succeeded" =>
+            {
+                in_flight += 1
+            }
+            _ => panic!("a cancel answered {a:?}"),
+        }
+    }
+    // Every intent the cancel did not take is charged and succeeds; nothing is left to send.
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "every intent canceled or succeeded",
+        "SELECT count(*) FROM payment_intents WHERE status IN ('canceled', 'succeeded')",
+        N as i64,
+    )
+    .await;
+    wait_for_count(
+        &api.db.pool,
+        WAIT,
+        "no charge request left to send",
+        "SELECT count(*) FROM outbound_requests WHERE status IN ('pending', 'unknown')",
+        0,
+    )
+    .await;
+    let succeeded = count_of(
+        api,
+        "SELECT count(*) FROM payment_intents WHERE status = 'succeeded'",
+    )
+    .await;
+    assert_eq!(
+        count_of(
+            api,
+            "SELECT count(*) FROM payment_intents WHERE status = 'canceled'"
+        )
+        .await,
+        canceled
+    );
+    assert_eq!(succeeded, in_flight);
+    // The gateway charged exactly the intents that succeeded: none of the canceled ones.
+    assert_eq!(gw.charges() as i64, succeeded);
+    assert_eq!(
+        count_of(
+            api,
+            "SELECT count(*) FROM outbound_requests WHERE status = 'canceled' AND key_first_sent_at IS NULL"
+        )
+        .await,
+        canceled
+    );
+    assert_eq!(
+        count_of(
+            api,
+            "SELECT count(*) FROM domain_events WHERE type = 'payment_intent.canceled'"
+        )
+        .await,
+        canceled
+    );
+    eprintln!("race: {canceled} canceled before the claim, {in_flight} claimed first");
+    assert!(
+        canceled > 0 && in_flight > 0,
+        "the race was not exercised ({canceled} canceled, {in_flight} in flight): the test proves nothing"
+    );
+    gw.stop().await;
+}
+
+/// Issue 46, expiry: an intent nobody confirms is canceled as `expired` after `api.intent_expiry_secs`, once,
+/// releasing its order; a confirmed one (its charge queued) is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_intent_expires_once_and_frees_its_order() {
+    let section = format!(
+        "[api]\nlisten = \"127.0.0.1:0\"\nintent_expiry_secs = 1\n\
+         [[api.clients]]\nname = \"shop\"\nkeys = [\"{KEY_ONE}\", \"{KEY_ONE_NEXT}\"]\n"
+    );
+    let api = Api::spawn_with(&section).await;
+    let checkout = json!({"provider": "st", "amount": 700, "currency": "brl", "order_reference": "pedido-e",
+                          "confirm": false});
+    let created = api.create("expiring", &checkout).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let queued = api.create("queued", &order(800)).await;
+    assert_eq!(queued.status, 201, "{queued:?}");
+    wait_for_count(
+        &api.db.pool,
+        Duration::from_secs(30),
+        "the unconfirmed intent expired",
+        "SELECT count(*) FROM payment_intents WHERE status = 'canceled' AND cancellation_reason = 'expired'",
+        1,
+    )
+    .await;
+    let got = api
+        .get(&format!("/v1/payment_intents/{id}"), Some(KEY_ONE))
+        .await;
+    assert_eq!(got.json()["status"], "canceled", "{got:?}");
+    assert_eq!(got.json()["cancellation_reason"], "expired");
+    assert_eq!(
+        count_of(
+            &api,
+            "SELECT count(*) FROM payment_intents WHERE status = 'requires_dispatch'"
+        )
+        .await,
+        1,
+        "a confirmed intent does not expire"
+    );
+    let again = api.create("expiring-again", &checkout).await;
+    assert_eq!(again.status, 201, "{again:?}");
+    // One fact for the expired intent (the new one may expire in turn meanwhile: counted by its id).
+    let facts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM domain_events WHERE type = 'payment_intent.canceled'
+            AND convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = $1",
+    )
+    .bind(&id)
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(facts, 1);
 }

@@ -9,11 +9,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hookline_core::config::{positive, resolve_env, Env};
+use hookline_core::config::{between, positive, resolve_env, Env};
 use hookline_core::{Config, ConfigError};
 use hookline_web::EdgeConfig;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+
+/// `api.intent_expiry_secs` when absent: a day.
+pub const DEFAULT_INTENT_EXPIRY_SECS: u64 = 86_400;
+/// The largest `api.intent_expiry_secs`: 30 days.
+pub const MAX_INTENT_EXPIRY_SECS: u64 = 30 * 86_400;
 
 /// `[api]`: the merchant-facing API (payment intents, refunds), served on its own listener.
 #[derive(Clone)]
@@ -26,6 +31,9 @@ pub struct ApiConfig {
     pub clients: Vec<ApiClient>,
     /// How long an `Idempotency-Key` and its stored response are kept (default 24 h).
     pub idempotency_window: Duration,
+    /// How long an intent may wait for its confirm (`requires_confirmation`) before hookline cancels it as
+    /// `expired`, releasing its order (`intent_expiry_secs`, default 24 h, at most 30 days).
+    pub intent_expiry: Duration,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -35,6 +43,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("listen", &self.listen)
             .field("clients", &self.clients)
             .field("idempotency_window", &self.idempotency_window)
+            .field("intent_expiry", &self.intent_expiry)
             .finish()
     }
 }
@@ -81,6 +90,7 @@ struct RawApi {
     keys: Option<Vec<String>>,
     clients: Option<Vec<RawApiClient>>,
     idempotency_window_secs: Option<u64>,
+    intent_expiry_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -192,6 +202,12 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
             a.idempotency_window_secs,
             86_400,
             "api.idempotency_window_secs",
+        )?),
+        intent_expiry: Duration::from_secs(between(
+            a.intent_expiry_secs,
+            DEFAULT_INTENT_EXPIRY_SECS,
+            MAX_INTENT_EXPIRY_SECS,
+            "api.intent_expiry_secs",
         )?),
     })
 }

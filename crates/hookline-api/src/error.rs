@@ -68,7 +68,7 @@ pub enum ApiError {
         /// The object the provider takes.
         expected: &'static str,
     },
-    /// The client's `order_reference` already has a live (not failed) payment intent: 409 with its id (the
+    /// The client's `order_reference` already has a live (neither failed nor canceled) payment intent: 409 with its id (the
     /// defence for a front end that makes a new Idempotency-Key per click).
     #[error("this order_reference already has a live payment intent: {intent}")]
     OrderReferenceInUse {
@@ -101,6 +101,21 @@ pub enum ApiError {
         amount: i64,
         /// Still refundable.
         left: i64,
+    },
+    /// A cancel of an intent whose charge was sent (or is being sent): the gateway decides its outcome.
+    #[error(
+        "the payment intent is {status}: its charge was sent to the gateway, which decides its outcome; wait for \
+         payment_intent.succeeded or payment_intent.failed (or read the intent)"
+    )]
+    IntentInFlight {
+        /// The intent's status.
+        status: &'static str,
+    },
+    /// A cancel of an intent that is already `succeeded`, `failed` or `canceled`.
+    #[error("the payment intent is {status}: it can no longer be canceled")]
+    IntentUnexpectedState {
+        /// The intent's status.
+        status: &'static str,
     },
     /// Unknown route.
     #[error("no such endpoint")]
@@ -159,6 +174,8 @@ impl ApiError {
             ApiError::IntentNotFound => "intent_not_found",
             ApiError::IntentNotCaptured => "intent_not_captured",
             ApiError::RefundAboveCaptured { .. } => "refund_above_captured",
+            ApiError::IntentInFlight { .. } => "intent_in_flight",
+            ApiError::IntentUnexpectedState { .. } => "payment_intent_unexpected_state",
             ApiError::NotFound => "not_found",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Unexpected(_) => "internal_error",
@@ -199,6 +216,8 @@ impl ResponseError for ApiError {
             | ApiError::RefundAboveCaptured { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::IdempotencyKeyInFlight
             | ApiError::IntentNotCaptured
+            | ApiError::IntentInFlight { .. }
+            | ApiError::IntentUnexpectedState { .. }
             | ApiError::OrderReferenceInUse { .. }
             | ApiError::BillingCycleInUse { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -250,6 +269,9 @@ impl ResponseError for ApiError {
             }
             ApiError::InvalidInput(e) => {
                 error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));
+            }
+            ApiError::IntentInFlight { status } | ApiError::IntentUnexpectedState { status } => {
+                error["status"] = serde_json::Value::from(*status);
             }
             _ => {}
         }

@@ -1,5 +1,5 @@
-//! `POST /v1/payment_intents`, `POST /v1/payment_intents/{id}/confirm`, `GET /v1/payment_intents/{id}`,
-//! `POST /v1/payment_intents/{id}/refunds`.
+//! `POST /v1/payment_intents`, `POST /v1/payment_intents/{id}/confirm`, `POST /v1/payment_intents/{id}/cancel`,
+//! `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
 //!
 //! Input is checked field by field before anything touches the database (each mistake has its own stable code
 //! and names its `param`): the path id through [`input::line`], every string of the body through
@@ -13,7 +13,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
-use hookline_payments::intents;
+use hookline_payments::intents::{self, CancellationReason};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -69,6 +69,39 @@ pub async fn confirm(
         let body = read_body(&req, payload, &state).await?;
         let supplied = parse_confirm(&body)?;
         let op = Operation::Confirm { intent, supplied };
+        match key {
+            Some(key) => {
+                let hash = idempotency::request_hash("POST", req.path(), &body);
+                state
+                    .within_budget(idempotency::run(&state, client, &key, &hash, op))
+                    .await
+            }
+            None => {
+                state
+                    .within_budget(idempotency::run_unkeyed(&state, client, op))
+                    .await
+            }
+        }
+    })
+    .await
+}
+
+/// `POST /v1/payment_intents/{id}/cancel`, optional body `{"cancellation_reason": …}`; `Idempotency-Key` optional
+/// (the intent's status makes a second cancel answer 409 with the state it is in). Only an intent whose charge was
+/// not sent is canceled ([`intents::cancel`]: the dispatcher's claim and the cancel are decided on one row).
+pub async fn cancel(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::CancelIntent, async {
+        let client = state.keys.authenticate(&req)?;
+        let key = idempotency::optional_key_of(&req)?;
+        let intent = path_id(path.into_inner())?;
+        let body = read_body(&req, payload, &state).await?;
+        let reason = parse_cancel(&body)?;
+        let op = Operation::Cancel { intent, reason };
         match key {
             Some(key) => {
                 let hash = idempotency::request_hash("POST", req.path(), &body);
@@ -386,6 +419,33 @@ fn parse_confirm(body: &[u8]) -> Result<Option<ProviderObject>, ApiError> {
     let m = parse_object(body)?;
     refuse_unknown(&m, &["stripe", "mercadopago", "pagarme"])?;
     params::from_body(&m, None)
+}
+
+/// A cancel's body: empty, or `{"cancellation_reason": "duplicate" | "fraudulent" | "requested_by_customer" |
+/// "abandoned"}` (`requested_by_customer` when absent).
+fn parse_cancel(body: &[u8]) -> Result<CancellationReason, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(CancellationReason::RequestedByCustomer);
+    }
+    let m = parse_object(body)?;
+    refuse_unknown(&m, &["cancellation_reason"])?;
+    match m.get("cancellation_reason") {
+        None | Some(Value::Null) => Ok(CancellationReason::RequestedByCustomer),
+        Some(v) => v
+            .as_str()
+            .and_then(CancellationReason::merchant)
+            .ok_or_else(|| {
+                let accepted: Vec<&str> = CancellationReason::MERCHANT
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect();
+                ApiError::field(
+                    "cancellation_reason_invalid",
+                    "cancellation_reason",
+                    format!("cancellation_reason must be one of {}", accepted.join(", ")),
+                )
+            }),
+    }
 }
 
 fn parse_refund(body: &[u8]) -> Result<(i64, String), ApiError> {

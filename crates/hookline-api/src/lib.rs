@@ -55,6 +55,8 @@ pub mod metric {
     pub const SECONDS: &str = "hookline_api_seconds";
     /// Counter: expired idempotency keys deleted.
     pub const KEYS_PRUNED: &str = "hookline_api_idempotency_keys_pruned_total";
+    /// Counter: intents canceled as `expired` (nobody confirmed them within `api.intent_expiry_secs`).
+    pub const INTENTS_EXPIRED: &str = "hookline_api_intents_expired_total";
 }
 
 /// Largest accepted request body.
@@ -62,6 +64,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Name of the supervised loop that prunes expired idempotency keys.
 pub const PRUNE_TASK: &str = "api_idempotency_prune";
+/// Name of the supervised loop that cancels the intents nobody confirmed in time.
+pub const EXPIRY_TASK: &str = "api_intent_expiry";
 
 /// Shared, read-only state of the API handlers.
 pub struct ApiState {
@@ -118,6 +122,7 @@ impl Reply {
 enum Route {
     CreateIntent,
     ConfirmIntent,
+    CancelIntent,
     GetIntent,
     ListIntents,
     CreateRefund,
@@ -129,6 +134,7 @@ impl Route {
         match self {
             Route::CreateIntent => "create_payment_intent",
             Route::ConfirmIntent => "confirm_payment_intent",
+            Route::CancelIntent => "cancel_payment_intent",
             Route::GetIntent => "get_payment_intent",
             Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
@@ -246,6 +252,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(intents::confirm),
         )
         .route(
+            "/v1/payment_intents/{id}/cancel",
+            web::post().to(intents::cancel),
+        )
+        .route(
             "/v1/payment_intents/{id}/refunds",
             web::post().to(intents::refund),
         )
@@ -303,7 +313,8 @@ pub fn start(
     )?;
     let handle = server.handle();
     let prune = CancellationToken::new();
-    spawn_pruning(pool, api.idempotency_window, supervisor, &prune);
+    spawn_pruning(pool.clone(), api.idempotency_window, supervisor, &prune);
+    spawn_expiry(pool, api.intent_expiry, supervisor, &prune);
     tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
     Ok(ApiServer {
         port,
@@ -311,6 +322,48 @@ pub fn start(
         handle,
         prune,
     })
+}
+
+/// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, every tenth of
+/// `expiry` (between 1 second and 1 minute), a bounded batch at a time. Every edge runs it: each intent is taken by
+/// one statement ([`hookline_payments::intents::expire_unconfirmed`]), so it is canceled, and announced, once. A
+/// failed run is logged and retried next time.
+fn spawn_expiry(
+    pool: PgPool,
+    expiry: Duration,
+    supervisor: &Supervisor,
+    cancel: &CancellationToken,
+) {
+    let every = (expiry / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    drop(supervisor.spawn(EXPIRY_TASK, cancel, pool, move |pool, _| async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let swept = async {
+                let mut tx = pool.begin().await?;
+                let n = hookline_payments::intents::expire_unconfirmed(
+                    &mut tx,
+                    expiry.as_secs_f64(),
+                    500,
+                    &hookline_billing::Dunning,
+                )
+                .await?;
+                tx.commit().await?;
+                anyhow::Ok(n)
+            }
+            .await;
+            match swept {
+                Ok(n) => {
+                    metrics::counter!(metric::INTENTS_EXPIRED).increment(n as u64);
+                    if n > 0 {
+                        tracing::info!(canceled = n, "canceled payment intents nobody confirmed in time");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error.message = %e, "expiring unconfirmed payment intents failed; retrying later")
+                }
+            }
+        }
+    }));
 }
 
 /// Deletes keys older than the window, every `window / 4` (between 1 minute and 1 hour). A failed run (the

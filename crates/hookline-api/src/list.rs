@@ -179,7 +179,7 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
                         "status_invalid",
                         "status",
                         "status must be one of requires_confirmation, requires_dispatch, requires_action, \
-                         processing, succeeded, failed, needs_attention",
+                         processing, succeeded, failed, canceled, needs_attention",
                     )
                 })?)
             }

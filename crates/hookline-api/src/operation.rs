@@ -5,7 +5,10 @@ use std::collections::HashMap;
 
 use actix_web::http::StatusCode;
 use hookline_core::config::ProviderConfig;
-use hookline_payments::intents::{self, CreateError, CycleRef, NewIntent, RefundError};
+use hookline_core::domain_events::RecordError;
+use hookline_payments::intents::{
+    self, CancelOutcome, CancellationReason, CreateError, CycleRef, NewIntent, RefundError,
+};
 use hookline_payments::model::IntentStatus;
 use hookline_payments::params::PaymentParams;
 use sqlx::PgConnection;
@@ -24,6 +27,13 @@ pub enum Operation {
         intent: String,
         /// The provider object sent with the confirm, laid over the stored one.
         supplied: Option<ProviderObject>,
+    },
+    /// Cancel an intent whose charge was not sent.
+    Cancel {
+        /// The intent's public id.
+        intent: String,
+        /// The merchant's reason (`requested_by_customer` when none was given).
+        reason: CancellationReason,
     },
     /// Request a refund on an intent.
     Refund {
@@ -101,6 +111,31 @@ impl Operation {
             }
             Operation::Confirm { intent, supplied } => {
                 confirm(tx, client, providers, &intent, supplied).await
+            }
+            Operation::Cancel { intent, reason } => {
+                let intent = intents::lock_for_client(tx, client, &intent)
+                    .await
+                    .map_err(|e| ApiError::database(e, "lock the payment intent"))?
+                    .ok_or(ApiError::IntentNotFound)?;
+                // Billing's dunning is the composition's seam; a canceled charge never reaches it (it moved no
+                // money), but the intent module takes the one seam every final move goes through.
+                let outcome = intents::cancel(tx, intent, reason, &hookline_billing::Dunning)
+                    .await
+                    .map_err(|e| match e {
+                        RecordError::Database(e) => {
+                            ApiError::database(e, "cancel the payment intent")
+                        }
+                        other => ApiError::Unexpected(anyhow::Error::new(other)),
+                    })?;
+                match outcome {
+                    CancelOutcome::Canceled(intent) => Reply::json(StatusCode::OK, &intent),
+                    CancelOutcome::InFlight(intent) => Err(ApiError::IntentInFlight {
+                        status: intent.status.as_str(),
+                    }),
+                    CancelOutcome::Final(intent) => Err(ApiError::IntentUnexpectedState {
+                        status: intent.status.as_str(),
+                    }),
+                }
             }
             Operation::Refund {
                 intent,
