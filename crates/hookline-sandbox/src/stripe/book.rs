@@ -25,6 +25,8 @@ pub(crate) struct PaymentIntent {
     pub(crate) next_action: Option<Value>,
     /// The `return_url` given at creation or confirmation (3-D Secure redirects back to it).
     pub(crate) return_url: Option<String>,
+    /// When it was canceled (Unix seconds), with the reason given.
+    pub(crate) canceled: Option<(i64, Option<String>)>,
 }
 
 impl PaymentIntent {
@@ -39,8 +41,8 @@ impl PaymentIntent {
             "application": null,
             "application_fee_amount": null,
             "automatic_payment_methods": null,
-            "canceled_at": null,
-            "cancellation_reason": null,
+            "canceled_at": self.canceled.as_ref().map(|(at, _)| *at),
+            "cancellation_reason": self.canceled.as_ref().and_then(|(_, r)| r.clone()),
             "capture_method": "automatic",
             "client_secret": self.client_secret,
             "confirmation_method": "automatic",

@@ -41,6 +41,10 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         "/v1/payment_intents/{id}/confirm",
         post_on(ops::validate_confirm),
     )
+    .route(
+        "/v1/payment_intents/{id}/cancel",
+        post_on(ops::validate_cancel),
+    )
     .service(
         web::resource("/v1/refunds")
             .route(post_route(ops::validate_refund))

@@ -36,6 +36,7 @@ pub(crate) fn execute(
         Request::ConfirmIntent { id, confirmation } => {
             confirmable(state, p, &id).and_then(|()| confirm(state, at, &id, confirmation))
         }
+        Request::CancelIntent { id, reason } => cancel_intent(state, at, &id, reason),
         Request::CreateRefund(new) => create_refund(state, at, new),
         Request::CreateCustomer(new) => create_customer(state, at, new),
         Request::AttachPaymentMethod { id, customer } => {
@@ -87,6 +88,7 @@ fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply,
         last_payment_error: None,
         next_action: None,
         return_url: new.return_url.clone(),
+        canceled: None,
     };
     let snapshot = intent.json();
     let book = &mut state.providers[p];
@@ -129,7 +131,57 @@ fn confirmable(state: &State, p: usize, id: &str) -> Result<(), StripeError> {
             None,
         ));
     }
+    if intent.status == "canceled" {
+        return Err(errors::invalid(
+            "payment_intent_unexpected_state",
+            "You cannot confirm this PaymentIntent because it has a status of canceled.",
+            None,
+        ));
+    }
     Ok(())
+}
+
+/// The statuses Stripe cancels a PaymentIntent from (<https://docs.stripe.com/api/payment_intents/cancel>).
+const CANCELABLE: [&str; 5] = [
+    "requires_payment_method",
+    "requires_capture",
+    "requires_confirmation",
+    "requires_action",
+    "processing",
+];
+
+/// `POST /v1/payment_intents/{id}/cancel`: `canceled` with `canceled_at` and the reason, and a
+/// `payment_intent.canceled` event; a succeeded or already canceled intent is refused as Stripe refuses it (400
+/// `payment_intent_unexpected_state`), nothing changed.
+fn cancel_intent(
+    state: &mut State,
+    at: At<'_>,
+    id: &str,
+    reason: Option<String>,
+) -> Result<Reply, StripeError> {
+    let intent = state.providers[at.p]
+        .stripe
+        .intents
+        .get_mut(id)
+        .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
+    if !CANCELABLE.contains(&intent.status) {
+        return Err(errors::invalid(
+            "payment_intent_unexpected_state",
+            format!(
+                "You cannot cancel this PaymentIntent because it has a status of {}. Only a PaymentIntent with one \
+                 of the following statuses may be canceled: {}.",
+                intent.status,
+                CANCELABLE.join(", ")
+            ),
+            None,
+        ));
+    }
+    intent.status = "canceled";
+    intent.next_action = None;
+    intent.canceled = Some((now_unix(), reason));
+    let snapshot = intent.json();
+    emit(state, at, "payment_intent.canceled", snapshot.clone(), id);
+    Ok(Reply::json(200, &snapshot))
 }
 
 fn create_customer(state: &mut State, at: At<'_>, new: NewCustomer) -> Result<Reply, StripeError> {

@@ -74,6 +74,10 @@ pub(crate) enum Request {
         id: String,
         confirmation: Confirmation,
     },
+    CancelIntent {
+        id: String,
+        reason: Option<String>,
+    },
     CreateRefund(NewRefund),
     CreateCustomer(NewCustomer),
     AttachPaymentMethod {

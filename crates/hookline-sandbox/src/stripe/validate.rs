@@ -192,6 +192,31 @@ pub(crate) fn validate_confirm(id: &str, form: &Form) -> Result<Request, StripeE
     })
 }
 
+/// `POST /v1/payment_intents/{id}/cancel` (<https://docs.stripe.com/api/payment_intents/cancel>): an optional
+/// `cancellation_reason` among the four a caller may give.
+pub(crate) fn validate_cancel(id: &str, form: &Form) -> Result<Request, StripeError> {
+    form.check_known(&["cancellation_reason", "expand"])?;
+    let reason = text(form, "cancellation_reason");
+    if let Some(r) = &reason {
+        if !matches!(
+            r.as_str(),
+            "duplicate" | "fraudulent" | "requested_by_customer" | "abandoned"
+        ) {
+            return Err(errors::invalid_uncoded(
+                format!(
+                    "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer, or \
+                     abandoned (it is '{r}')"
+                ),
+                Some("cancellation_reason"),
+            ));
+        }
+    }
+    Ok(Request::CancelIntent {
+        id: id.to_owned(),
+        reason,
+    })
+}
+
 /// `POST /v1/customers` (<https://docs.stripe.com/api/customers/create>): every parameter optional.
 pub(crate) fn validate_customer(form: &Form) -> Result<Request, StripeError> {
     form.check_known(&[
