@@ -69,19 +69,7 @@ pub async fn confirm(
         let body = read_body(&req, payload, &state).await?;
         let supplied = parse_confirm(&body)?;
         let op = Operation::Confirm { intent, supplied };
-        match key {
-            Some(key) => {
-                let hash = idempotency::request_hash("POST", req.path(), &body);
-                state
-                    .within_budget(idempotency::run(&state, client, &key, &hash, op))
-                    .await
-            }
-            None => {
-                state
-                    .within_budget(idempotency::run_unkeyed(&state, client, op))
-                    .await
-            }
-        }
+        run_optionally_keyed(&req, &state, client, key, &body, op).await
     })
     .await
 }
@@ -102,19 +90,7 @@ pub async fn cancel(
         let body = read_body(&req, payload, &state).await?;
         let reason = parse_cancel(&body)?;
         let op = Operation::Cancel { intent, reason };
-        match key {
-            Some(key) => {
-                let hash = idempotency::request_hash("POST", req.path(), &body);
-                state
-                    .within_budget(idempotency::run(&state, client, &key, &hash, op))
-                    .await
-            }
-            None => {
-                state
-                    .within_budget(idempotency::run_unkeyed(&state, client, op))
-                    .await
-            }
-        }
+        run_optionally_keyed(&req, &state, client, key, &body, op).await
     })
     .await
 }
@@ -166,6 +142,32 @@ pub async fn refund(
             .await
     })
     .await
+}
+
+/// Runs `op` under the request's `Idempotency-Key` when it has one (replayed like every keyed write), else once
+/// in its own transaction — for the writes whose outcome the intent's status already makes safe to repeat
+/// (confirm, cancel).
+async fn run_optionally_keyed(
+    req: &HttpRequest,
+    state: &ApiState,
+    client: &str,
+    key: Option<String>,
+    body: &[u8],
+    op: Operation,
+) -> Result<Reply, ApiError> {
+    match key {
+        Some(key) => {
+            let hash = idempotency::request_hash("POST", req.path(), body);
+            state
+                .within_budget(idempotency::run(state, client, &key, &hash, op))
+                .await
+        }
+        None => {
+            state
+                .within_budget(idempotency::run_unkeyed(state, client, op))
+                .await
+        }
+    }
 }
 
 /// An intent id from the path: an id no intent can have (empty, too long) is 404; one PostgreSQL cannot

@@ -6,23 +6,11 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-
-async fn post(
-    sandbox: &hookline_sandbox::RunningSandbox,
-    path: &str,
-    form: &[(&str, &str)],
-    key: Option<&str>,
-) -> (u16, Value) {
-    let response = stripe_post(sandbox, path, form, key).await;
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
-}
 
 #[tokio::test]
 async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
     let sandbox = start(settings(None)).await;
-    let (status, created) = post(
+    let (status, created) = stripe_post_json(
         &sandbox,
         "/v1/payment_intents",
         &[("amount", "2500"), ("currency", "brl")],
@@ -34,7 +22,7 @@ async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
     let id = created["id"].as_str().unwrap().to_owned();
     let cancel = format!("/v1/payment_intents/{id}/cancel");
 
-    let (status, refused) = post(
+    let (status, refused) = stripe_post_json(
         &sandbox,
         &cancel,
         &[("cancellation_reason", "expired")],
@@ -43,21 +31,21 @@ async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
     .await;
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["param"], "cancellation_reason");
-    let (status, refused) = post(&sandbox, &cancel, &[("amount", "1")], None).await;
+    let (status, refused) = stripe_post_json(&sandbox, &cancel, &[("amount", "1")], None).await;
     assert_eq!(status, 400, "{refused}");
     assert_eq!(refused["error"]["param"], "amount");
 
     let form = [("cancellation_reason", "abandoned")];
-    let (status, canceled) = post(&sandbox, &cancel, &form, Some("cancel-1")).await;
+    let (status, canceled) = stripe_post_json(&sandbox, &cancel, &form, Some("cancel-1")).await;
     assert_eq!(status, 200, "{canceled}");
     assert_eq!(canceled["status"], "canceled");
     assert_eq!(canceled["cancellation_reason"], "abandoned");
     assert!(canceled["canceled_at"].as_i64().is_some(), "{canceled}");
     // The same key: the same answer, nothing done again.
-    let (status, replayed) = post(&sandbox, &cancel, &form, Some("cancel-1")).await;
+    let (status, replayed) = stripe_post_json(&sandbox, &cancel, &form, Some("cancel-1")).await;
     assert_eq!((status, &replayed), (200, &canceled));
     // Another attempt: refused with the state it is in; a confirm too.
-    let (status, again) = post(&sandbox, &cancel, &[], None).await;
+    let (status, again) = stripe_post_json(&sandbox, &cancel, &[], None).await;
     assert_eq!(status, 400, "{again}");
     assert_eq!(again["error"]["code"], "payment_intent_unexpected_state");
     assert!(
@@ -67,7 +55,7 @@ async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
             .contains("status of canceled"),
         "{again}"
     );
-    let (status, confirm) = post(
+    let (status, confirm) = stripe_post_json(
         &sandbox,
         &format!("/v1/payment_intents/{id}/confirm"),
         &[("payment_method", "pm_card_visa")],
@@ -83,7 +71,7 @@ async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
 
     // A payment the customer completed cannot be canceled (refund it instead).
     let paid = succeeded_intent(&sandbox, 1000).await;
-    let (status, refused) = post(
+    let (status, refused) = stripe_post_json(
         &sandbox,
         &format!("/v1/payment_intents/{paid}/cancel"),
         &[],
@@ -99,6 +87,7 @@ async fn an_open_intent_is_canceled_once_and_a_succeeded_one_is_refused() {
             .contains("status of succeeded"),
         "{refused}"
     );
-    let (status, missing) = post(&sandbox, "/v1/payment_intents/pi_nope/cancel", &[], None).await;
+    let (status, missing) =
+        stripe_post_json(&sandbox, "/v1/payment_intents/pi_nope/cancel", &[], None).await;
     assert_eq!(status, 404, "{missing}");
 }

@@ -11,26 +11,15 @@ use futures::future::join_all;
 use hookline_sandbox::RunningSandbox;
 use serde_json::{json, Value};
 
-async fn post_json(
-    sandbox: &RunningSandbox,
-    path: &str,
-    form: &[(&str, &str)],
-    key: Option<&str>,
-) -> (u16, Value) {
-    let response = stripe_post(sandbox, path, form, key).await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 async fn customer(sandbox: &RunningSandbox) -> String {
-    let (status, body) = post_json(sandbox, "/v1/customers", &[("name", "Ana")], None).await;
+    let (status, body) = stripe_post_json(sandbox, "/v1/customers", &[("name", "Ana")], None).await;
     assert_eq!(status, 200, "{body}");
     body["id"].as_str().unwrap().to_owned()
 }
 
 /// Attaches test method `test_id` to `customer`; the saved `pm_…`.
 async fn saved(sandbox: &RunningSandbox, test_id: &str, customer: &str) -> String {
-    let (status, pm) = post_json(
+    let (status, pm) = stripe_post_json(
         sandbox,
         &format!("/v1/payment_methods/{test_id}/attach"),
         &[("customer", customer)],
@@ -48,7 +37,7 @@ async fn charge_off_session(
     pm: &str,
     key: Option<&str>,
 ) -> (u16, Value) {
-    post_json(
+    stripe_post_json(
         sandbox,
         "/v1/payment_intents",
         &[
@@ -85,7 +74,7 @@ async fn off_session_charges_need_a_method_saved_to_the_intents_customer() {
         .as_str()
         .unwrap()
         .contains("must be attached to the customer"));
-    let (status, body) = post_json(
+    let (status, body) = stripe_post_json(
         &sandbox,
         "/v1/payment_intents",
         &[
@@ -124,7 +113,7 @@ async fn off_session_charges_need_a_method_saved_to_the_intents_customer() {
     assert_eq!(response.headers()["idempotent-replayed"], "true");
 
     // Through /confirm: an intent of Alice's confirmed off session with the bare id, then with her method.
-    let (_, open) = post_json(
+    let (_, open) = stripe_post_json(
         &sandbox,
         "/v1/payment_intents",
         &[
@@ -139,7 +128,7 @@ async fn off_session_charges_need_a_method_saved_to_the_intents_customer() {
         "/v1/payment_intents/{}/confirm",
         open["id"].as_str().unwrap()
     );
-    let (status, body) = post_json(
+    let (status, body) = stripe_post_json(
         &sandbox,
         &confirm,
         &[("off_session", "true"), ("payment_method", "pm_card_visa")],
@@ -147,7 +136,7 @@ async fn off_session_charges_need_a_method_saved_to_the_intents_customer() {
     )
     .await;
     assert_refused(status, &body);
-    let (status, body) = post_json(
+    let (status, body) = stripe_post_json(
         &sandbox,
         &confirm,
         &[("off_session", "true"), ("payment_method", &alices)],
@@ -167,7 +156,7 @@ async fn off_session_charges_need_a_method_saved_to_the_intents_customer() {
         if let Some(c) = customer {
             form.push(("customer", c));
         }
-        let (status, body) = post_json(&sandbox, "/v1/payment_intents", &form, None).await;
+        let (status, body) = stripe_post_json(&sandbox, "/v1/payment_intents", &form, None).await;
         assert_eq!((status, body["status"].as_str()), (200, Some("succeeded")));
     }
     let report = sandbox.control().charges();

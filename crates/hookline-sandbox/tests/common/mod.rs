@@ -147,6 +147,18 @@ pub async fn stripe_post(
         .expect("request sent")
 }
 
+/// [`stripe_post`]'s status and JSON body.
+pub async fn stripe_post_json(
+    sandbox: &RunningSandbox,
+    path: &str,
+    form: &[(&str, &str)],
+    key: Option<&str>,
+) -> (u16, Value) {
+    let response = stripe_post(sandbox, path, form, key).await;
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
 /// GETs `path_and_query`, with `token` as the Bearer token when there is one.
 pub async fn get_as(
     sandbox: &RunningSandbox,
