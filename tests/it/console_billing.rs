@@ -82,6 +82,7 @@ async fn declined(pool: &sqlx::PgPool, intent_id: i64, code: &str, message: &str
             next_action: None,
             failure_code: Some(code),
             failure_message: Some(message),
+            ends_operation: false,
         },
         &hookline_billing::Dunning,
     )

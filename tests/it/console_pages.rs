@@ -110,6 +110,7 @@ async fn new_intent(pool: &sqlx::PgPool, customer: &str, status: &str) -> String
             payment_params: Some(&params),
             confirm: true,
             cycle: None,
+            capture_method: Default::default(),
         },
     )
     .await

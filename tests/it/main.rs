@@ -38,6 +38,7 @@ mod faults_replay;
 mod faults_worker;
 mod hostile;
 mod hostile_props;
+mod intent_lifecycle;
 mod key_lifetime;
 mod merchant_api;
 mod operator;

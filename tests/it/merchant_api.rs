@@ -16,14 +16,14 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 /// The client `shop`'s key.
-const KEY_ONE: &str = "sk_hl_test_key_one";
+pub(crate) const KEY_ONE: &str = "sk_hl_test_key_one";
 /// The client `shop`'s second key (rotation: both valid).
-const KEY_ONE_NEXT: &str = "sk_hl_test_key_one_next";
+pub(crate) const KEY_ONE_NEXT: &str = "sk_hl_test_key_one_next";
 /// The client `other`'s key.
-const KEY_TWO: &str = "sk_hl_test_key_two";
+pub(crate) const KEY_TWO: &str = "sk_hl_test_key_two";
 
 /// Two named clients: `shop` (two keys) and `other`.
-fn clients_section() -> String {
+pub(crate) fn clients_section() -> String {
     format!(
         "[api]\nlisten = \"127.0.0.1:0\"\n\
          [[api.clients]]\nname = \"shop\"\nkeys = [\"{KEY_ONE}\", \"{KEY_ONE_NEXT}\"]\n\
@@ -51,12 +51,12 @@ const PROVIDERS: &str = "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec
      [providers.mp]\nscheme = \"mercadopago\"\nsecrets = [\"mp_api_test\"]\napi_base = \"http://127.0.0.1:9\"\n";
 
 /// An edge with `[api]` on its own port and an `st` provider that can be charged (it has an `api_base`).
-struct Api {
+pub(crate) struct Api {
     /// The providers' listener.
     edge: String,
     /// The API listener.
     api: String,
-    db: TestDb,
+    pub(crate) db: TestDb,
     client: reqwest::Client,
 }
 
@@ -89,7 +89,13 @@ impl Api {
         Api { edge, api, ..self }
     }
 
-    async fn post(&self, path: &str, auth: Option<&str>, key: Option<&str>, body: &str) -> Answer {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        auth: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> Answer {
         let mut req = self
             .client
             .post(format!("{}{path}", self.api))
@@ -104,7 +110,7 @@ impl Api {
         Answer::of(req.send().await.expect("request reaches the API")).await
     }
 
-    async fn create(&self, key: &str, body: &Value) -> Answer {
+    pub(crate) async fn create(&self, key: &str, body: &Value) -> Answer {
         self.post(
             "/v1/payment_intents",
             Some(KEY_ONE),
@@ -124,7 +130,7 @@ impl Api {
         .await
     }
 
-    async fn get(&self, path: &str, auth: Option<&str>) -> Answer {
+    pub(crate) async fn get(&self, path: &str, auth: Option<&str>) -> Answer {
         let mut req = self.client.get(format!("{}{path}", self.api));
         if let Some(auth) = auth {
             req = req.header("authorization", format!("Bearer {auth}"));
@@ -141,9 +147,9 @@ impl Api {
 }
 
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    replayed: bool,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) replayed: bool,
     text: String,
 }
 
@@ -162,11 +168,11 @@ impl Answer {
         }
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
     }
 
-    fn code(&self) -> String {
+    pub(crate) fn code(&self) -> String {
         self.json()["error"]["code"]
             .as_str()
             .unwrap_or_default()
@@ -185,7 +191,7 @@ fn mp_card() -> Value {
            "payer": {"email": "comprador@example.com.br"}})
 }
 
-fn order(amount: i64) -> Value {
+pub(crate) fn order(amount: i64) -> Value {
     json!({"provider": "st", "amount": amount, "currency": "BRL", "customer": "cus_1", "description": "order 1",
            "stripe": card()})
 }
@@ -881,6 +887,7 @@ async fn own_intent(api: &Api) -> hookline_payments::intents::Intent {
             payment_params: None,
             confirm: true,
             cycle: None,
+            capture_method: Default::default(),
         },
     )
     .await
@@ -1169,23 +1176,28 @@ async fn currencies_are_the_providers_iso_4217_codes() {
 
 /// The API in front of the real dispatcher and the provider sandbox (the `st` Stripe provider): the merchant's
 /// requests end as charges counted at the gateway.
-struct Gatewayed {
-    api: Api,
-    sandbox: RunningSandbox,
+pub(crate) struct Gatewayed {
+    pub(crate) api: Api,
+    pub(crate) sandbox: RunningSandbox,
     cancel: CancellationToken,
     config: hookline_core::Config,
     dispatcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Gatewayed {
-    async fn start() -> Gatewayed {
+    pub(crate) async fn start() -> Gatewayed {
+        Gatewayed::start_with(&clients_section()).await
+    }
+
+    /// [`Gatewayed::start`] with another `[api]` section.
+    pub(crate) async fn start_with(api_section: &str) -> Gatewayed {
         let sandbox_port = free_port();
         let providers = format!(
             "[providers.st]\nscheme = \"stripe\"\nsecrets = [\"whsec_refused\"]\n\
              api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"sk_test_refused\"\n"
         );
         let db = TestDb::new().await;
-        let (edge, api_base) = start_edge(&db.url, &clients_section(), &providers).await;
+        let (edge, api_base) = start_edge(&db.url, api_section, &providers).await;
         let config = parse_config(&test_config_toml(
             &db.url,
             "",
@@ -1216,7 +1228,7 @@ impl Gatewayed {
     }
 
     /// The API and the sandbox, the dispatcher stopped ([`Gatewayed::start_dispatcher`] starts it again).
-    async fn start_paused() -> Gatewayed {
+    pub(crate) async fn start_paused() -> Gatewayed {
         let mut gw = Gatewayed::start().await;
         gw.cancel.cancel();
         if let Some(d) = gw.dispatcher.take() {
@@ -1229,7 +1241,7 @@ impl Gatewayed {
     }
 
     /// Starts the real dispatcher (short idle interval and backoffs) on the test's database.
-    fn start_dispatcher(&mut self) {
+    pub(crate) fn start_dispatcher(&mut self) {
         let dispatcher = hookline_billing::dispatcher(
             self.api.db.pool.clone(),
             &self.config,
@@ -1248,7 +1260,7 @@ impl Gatewayed {
     }
 
     /// Charges made at the gateway (the sandbox's own count).
-    fn charges(&self) -> usize {
+    pub(crate) fn charges(&self) -> usize {
         self.sandbox
             .control()
             .charges()
@@ -1257,7 +1269,7 @@ impl Gatewayed {
             .charges
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.cancel.cancel();
         if let Some(dispatcher) = self.dispatcher {
             within(Duration::from_secs(60), "the dispatcher's stop", dispatcher)
@@ -1755,7 +1767,7 @@ async fn the_list_refuses_hostile_parameters_by_name() {
 }
 
 /// Counts rows of `sql` (a `SELECT count(*) …`).
-async fn count_of(api: &Api, sql: &str) -> i64 {
+pub(crate) async fn count_of(api: &Api, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(&api.db.pool)
         .await

@@ -192,6 +192,7 @@ async fn the_same_refund_command_run_twice_refunds_once() {
                 payment_params: Some(&params),
                 confirm: true,
                 cycle: None,
+                capture_method: Default::default(),
             },
         )
         .await

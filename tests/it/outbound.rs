@@ -162,6 +162,7 @@ pub(crate) async fn create_intent_with(
             payment_params,
             confirm: true,
             cycle: None,
+            capture_method: Default::default(),
         },
     )
     .await

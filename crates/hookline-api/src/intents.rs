@@ -1,5 +1,5 @@
 //! `POST /v1/payment_intents`, `POST /v1/payment_intents/{id}/confirm`, `POST /v1/payment_intents/{id}/cancel`,
-//! `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
+//! `POST /v1/payment_intents/{id}/capture`, `GET /v1/payment_intents/{id}`, `POST /v1/payment_intents/{id}/refunds`.
 //!
 //! Input is checked field by field before anything touches the database (each mistake has its own stable code
 //! and names its `param`): the path id through [`input::line`], every string of the body through
@@ -13,7 +13,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
-use hookline_payments::intents::{self, CancellationReason};
+use hookline_payments::intents::{self, CancellationReason, CaptureMethod};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -91,6 +91,31 @@ pub async fn cancel(
         let reason = parse_cancel(&body)?;
         let op = Operation::Cancel { intent, reason };
         run_optionally_keyed(&req, &state, client, key, &body, op).await
+    })
+    .await
+}
+
+/// `POST /v1/payment_intents/{id}/capture`, optional body `{"amount_to_capture": N}` (≤ the authorized amount;
+/// all of it when absent); `Idempotency-Key` required, as on create. A `requires_capture` intent's capture is asked
+/// of the gateway once ([`intents::capture`]: one statement decides between two captures, or a capture and a
+/// cancel): 202 with the intent, `succeeded` when the gateway confirms. Anything else is 409 with its state.
+pub async fn capture(
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<ApiState>,
+) -> HttpResponse {
+    serve(Route::CaptureIntent, async {
+        let client = state.keys.authenticate(&req)?;
+        let key = idempotency::key_of(&req)?;
+        let intent = path_id(path.into_inner())?;
+        let body = read_body(&req, payload, &state).await?;
+        let amount = parse_capture(&body)?;
+        let hash = idempotency::request_hash("POST", req.path(), &body);
+        let op = Operation::Capture { intent, amount };
+        state
+            .within_budget(idempotency::run(&state, client, &key, &hash, op))
+            .await
     })
     .await
 }
@@ -271,6 +296,7 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             "description",
             "order_reference",
             "confirm",
+            "capture_method",
             "subscription_id",
             "billing_cycle",
             "stripe",
@@ -350,8 +376,30 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
             ))
         }
     };
+    let capture_method = match m.get("capture_method") {
+        None | Some(Value::Null) => CaptureMethod::Automatic,
+        Some(v) => v
+            .as_str()
+            .and_then(|s| CaptureMethod::parse(s).ok())
+            .ok_or_else(|| {
+                ApiError::field(
+                    "capture_method_invalid",
+                    "capture_method",
+                    "capture_method must be \"automatic\" or \"manual\"",
+                )
+            })?,
+    };
     let object = params::from_body(&m, Some(configured.scheme))?;
     let params = object.as_ref().map(ProviderObject::to_params).transpose()?;
+    if capture_method == CaptureMethod::Manual {
+        if let Some(param) = params.as_ref().and_then(|p| p.not_a_card()) {
+            return Err(ApiError::field(
+                "capture_method_unsupported",
+                param,
+                "capture_method manual authorizes a card only; this payment method is captured as it is paid",
+            ));
+        }
+    }
     if confirm {
         // The dispatcher's own rule: what it would refuse to send is refused here, naming the field.
         let effective = params.clone().or_else(|| params::empty(configured.scheme));
@@ -371,6 +419,7 @@ fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError>
         params,
         confirm,
         cycle,
+        capture_method,
     })
 }
 
@@ -445,6 +494,29 @@ fn parse_cancel(body: &[u8]) -> Result<CancellationReason, ApiError> {
                     "cancellation_reason_invalid",
                     "cancellation_reason",
                     format!("cancellation_reason must be one of {}", accepted.join(", ")),
+                )
+            }),
+    }
+}
+
+/// A capture's body: empty, or `{"amount_to_capture": N}` (a positive integer of minor units; `None`: all).
+fn parse_capture(body: &[u8]) -> Result<Option<i64>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let m = parse_object(body)?;
+    refuse_unknown(&m, &["amount_to_capture"])?;
+    match m.get("amount_to_capture") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .filter(|a| (1..=MAX_AMOUNT).contains(a))
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::field(
+                    "amount_to_capture_invalid",
+                    "amount_to_capture",
+                    format!("amount_to_capture must be an integer number of minor units from 1 to {MAX_AMOUNT}"),
                 )
             }),
     }

@@ -55,7 +55,8 @@ pub mod metric {
     pub const SECONDS: &str = "hookline_api_seconds";
     /// Counter: expired idempotency keys deleted.
     pub const KEYS_PRUNED: &str = "hookline_api_idempotency_keys_pruned_total";
-    /// Counter: intents canceled as `expired` (nobody confirmed them within `api.intent_expiry_secs`).
+    /// Counter: intents expired (nobody confirmed or completed them within `api.intent_expiry_secs`): canceled, or their
+    /// cancel asked of the gateway.
     pub const INTENTS_EXPIRED: &str = "hookline_api_intents_expired_total";
 }
 
@@ -123,6 +124,8 @@ enum Route {
     CreateIntent,
     ConfirmIntent,
     CancelIntent,
+    /// `POST /v1/payment_intents/{id}/capture`.
+    CaptureIntent,
     GetIntent,
     ListIntents,
     CreateRefund,
@@ -135,6 +138,7 @@ impl Route {
             Route::CreateIntent => "create_payment_intent",
             Route::ConfirmIntent => "confirm_payment_intent",
             Route::CancelIntent => "cancel_payment_intent",
+            Route::CaptureIntent => "capture_payment_intent",
             Route::GetIntent => "get_payment_intent",
             Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
@@ -256,6 +260,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(intents::cancel),
         )
         .route(
+            "/v1/payment_intents/{id}/capture",
+            web::post().to(intents::capture),
+        )
+        .route(
             "/v1/payment_intents/{id}/refunds",
             web::post().to(intents::refund),
         )
@@ -324,9 +332,11 @@ pub fn start(
     })
 }
 
-/// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, every tenth of
-/// `expiry` (between 1 second and 1 minute), a bounded batch at a time. Every edge runs it: each intent is taken by
-/// one statement ([`hookline_payments::intents::expire_unconfirmed`]), so it is canceled, and announced, once. A
+/// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, and asks the
+/// gateway to cancel those still waiting on their customer (`requires_action`: 3-D Secure, a Pix or boleto), every
+/// tenth of `expiry` (between 1 second and 1 minute), a bounded batch at a time. Every edge runs it: each intent is
+/// taken by one statement ([`hookline_payments::intents::expire_unconfirmed`],
+/// [`hookline_payments::intents::expire_awaiting_customer`]), so it is canceled, and announced, once. A
 /// failed run is logged and retried next time.
 fn spawn_expiry(
     pool: PgPool,
@@ -340,11 +350,18 @@ fn spawn_expiry(
             tokio::time::sleep(every).await;
             let swept = async {
                 let mut tx = pool.begin().await?;
-                let n = hookline_payments::intents::expire_unconfirmed(
+                let mut n = hookline_payments::intents::expire_unconfirmed(
                     &mut tx,
                     expiry.as_secs_f64(),
                     500,
                     &hookline_billing::Dunning,
+                )
+                .await?;
+                // Those waiting on their customer are canceled at the gateway: their cancel is queued here.
+                n += hookline_payments::intents::expire_awaiting_customer(
+                    &mut tx,
+                    expiry.as_secs_f64(),
+                    500,
                 )
                 .await?;
                 tx.commit().await?;

@@ -7,7 +7,8 @@ use actix_web::http::StatusCode;
 use hookline_core::config::ProviderConfig;
 use hookline_core::domain_events::RecordError;
 use hookline_payments::intents::{
-    self, CancelOutcome, CancellationReason, CreateError, CycleRef, NewIntent, RefundError,
+    self, CancelOutcome, CancellationReason, CaptureMethod, CaptureOutcome, CreateError, CycleRef,
+    NewIntent, RefundError,
 };
 use hookline_payments::model::IntentStatus;
 use hookline_payments::params::PaymentParams;
@@ -28,12 +29,19 @@ pub enum Operation {
         /// The provider object sent with the confirm, laid over the stored one.
         supplied: Option<ProviderObject>,
     },
-    /// Cancel an intent whose charge was not sent.
+    /// Cancel an intent: at once while its charge was not sent, at the gateway while it is open there.
     Cancel {
         /// The intent's public id.
         intent: String,
         /// The merchant's reason (`requested_by_customer` when none was given).
         reason: CancellationReason,
+    },
+    /// Capture (all or part of) an intent's authorization.
+    Capture {
+        /// The intent's public id.
+        intent: String,
+        /// Minor units (`None`: all that was authorized).
+        amount: Option<i64>,
     },
     /// Request a refund on an intent.
     Refund {
@@ -60,6 +68,8 @@ pub struct CreateIntent {
     /// The subscription cycle it pays (`subscription_id`, `billing_cycle`), checked against the subscription
     /// in the request's transaction.
     pub(crate) cycle: Option<(i64, String)>,
+    /// `automatic` (default) or `manual`.
+    pub(crate) capture_method: CaptureMethod,
 }
 
 impl Operation {
@@ -92,6 +102,7 @@ impl Operation {
                             subscription_id: *id,
                             billing_cycle: cycle,
                         }),
+                        capture_method: c.capture_method,
                     },
                 )
                 .await
@@ -117,8 +128,8 @@ impl Operation {
                     .await
                     .map_err(|e| ApiError::database(e, "lock the payment intent"))?
                     .ok_or(ApiError::IntentNotFound)?;
-                // Billing's dunning is the composition's seam; a canceled charge never reaches it (it moved no
-                // money), but the intent module takes the one seam every final move goes through.
+                // Billing's dunning is the composition's seam every final move goes through (a merchant's
+                // cancel concerns no billing claim: dunning leaves it alone).
                 let outcome = intents::cancel(tx, intent, reason, &hookline_billing::Dunning)
                     .await
                     .map_err(|e| match e {
@@ -129,10 +140,46 @@ impl Operation {
                     })?;
                 match outcome {
                     CancelOutcome::Canceled(intent) => Reply::json(StatusCode::OK, &intent),
+                    // Asked of the gateway: `canceled` when it confirms (or `succeeded` if the payment completed
+                    // first), told by the intent's fact and its GET.
+                    CancelOutcome::Requested(intent) => Reply::json(StatusCode::ACCEPTED, &intent),
                     CancelOutcome::InFlight(intent) => Err(ApiError::IntentInFlight {
                         status: intent.status.as_str(),
                     }),
                     CancelOutcome::Final(intent) => Err(ApiError::IntentUnexpectedState {
+                        status: intent.status.as_str(),
+                    }),
+                }
+            }
+            Operation::Capture { intent, amount } => {
+                let intent = intents::lock_for_client(tx, client, &intent)
+                    .await
+                    .map_err(|e| ApiError::database(e, "lock the payment intent"))?
+                    .ok_or(ApiError::IntentNotFound)?;
+                if let Some(amount) = amount.filter(|a| *a > intent.amount_capturable) {
+                    if intent.status == IntentStatus::RequiresCapture {
+                        return Err(ApiError::field(
+                            "amount_too_large",
+                            "amount_to_capture",
+                            format!(
+                                "amount_to_capture {amount} is more than the {} authorized",
+                                intent.amount_capturable
+                            ),
+                        ));
+                    }
+                }
+                let outcome = intents::capture(tx, intent, amount)
+                    .await
+                    .map_err(|e| match e {
+                        RecordError::Database(e) => {
+                            ApiError::database(e, "capture the payment intent")
+                        }
+                        other => ApiError::Unexpected(anyhow::Error::new(other)),
+                    })?;
+                match outcome {
+                    // Asked of the gateway: `succeeded` when it confirms, told by the fact and the GET.
+                    CaptureOutcome::Requested(intent) => Reply::json(StatusCode::ACCEPTED, &intent),
+                    CaptureOutcome::Refused(intent) => Err(ApiError::IntentUnexpectedState {
                         status: intent.status.as_str(),
                     }),
                 }

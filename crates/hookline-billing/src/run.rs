@@ -197,6 +197,7 @@ pub async fn bill(
         payment_params: params.as_ref(),
         confirm: true,
         cycle: Some(cycle_ref),
+        capture_method: Default::default(),
     };
     let Some(intent) = intents::create_cycle_intent(&mut tx, &new).await? else {
         // Another channel's charge of the cycle committed between the read above and the insert: the index

@@ -55,13 +55,16 @@ pub enum EventType {
     PaymentIntentSucceeded,
     /// A payment intent created through hookline's API failed.
     PaymentIntentFailed,
-    /// A payment intent was canceled before its charge was sent (by the merchant, or expired unconfirmed).
+    /// A payment intent was canceled: before its charge was sent, or at the gateway (by the merchant, expired,
+    /// or by the gateway itself: `cancellation_reason`).
     PaymentIntentCanceled,
+    /// A `capture_method: manual` intent was authorized: `amount_capturable` can be captured (once per intent).
+    PaymentIntentAmountCapturableUpdated,
 }
 
 impl EventType {
     /// Every type, for validation of subscriptions and for documentation.
-    pub const ALL: [EventType; 13] = [
+    pub const ALL: [EventType; 14] = [
         EventType::PaymentSucceeded,
         EventType::PaymentFailed,
         EventType::PaymentCanceled,
@@ -75,6 +78,7 @@ impl EventType {
         EventType::PaymentIntentSucceeded,
         EventType::PaymentIntentFailed,
         EventType::PaymentIntentCanceled,
+        EventType::PaymentIntentAmountCapturableUpdated,
     ];
 
     /// The wire name (`payment.succeeded`, …).
@@ -93,6 +97,9 @@ impl EventType {
             EventType::PaymentIntentSucceeded => "payment_intent.succeeded",
             EventType::PaymentIntentFailed => "payment_intent.failed",
             EventType::PaymentIntentCanceled => "payment_intent.canceled",
+            EventType::PaymentIntentAmountCapturableUpdated => {
+                "payment_intent.amount_capturable_updated"
+            }
         }
     }
 

@@ -24,8 +24,11 @@ pub struct Money {
 pub enum PaymentStatus {
     /// Created, nothing attempted.
     Created,
-    /// Being processed (includes authorised, waiting for payment).
+    /// Being processed (waiting for payment, for the customer, for the bank).
     Processing,
+    /// Authorized, not captured (a manual capture): no money moved yet — the capture makes it `Succeeded`, a void or
+    /// the authorization's expiry `Canceled`.
+    Authorized,
     /// The last attempt failed (may still be retried).
     Failed,
     /// Canceled; terminal unless it had succeeded.
@@ -40,6 +43,7 @@ impl PaymentStatus {
         match self {
             PaymentStatus::Created => "created",
             PaymentStatus::Processing => "processing",
+            PaymentStatus::Authorized => "authorized",
             PaymentStatus::Failed => "failed",
             PaymentStatus::Canceled => "canceled",
             PaymentStatus::Succeeded => "succeeded",
@@ -52,6 +56,7 @@ impl PaymentStatus {
         Ok(match s {
             "created" => PaymentStatus::Created,
             "processing" => PaymentStatus::Processing,
+            "authorized" => PaymentStatus::Authorized,
             "failed" => PaymentStatus::Failed,
             "canceled" => PaymentStatus::Canceled,
             "succeeded" => PaymentStatus::Succeeded,
@@ -66,16 +71,19 @@ impl PaymentStatus {
             PaymentStatus::Succeeded => Some(EventType::PaymentSucceeded),
             PaymentStatus::Failed => Some(EventType::PaymentFailed),
             PaymentStatus::Canceled => Some(EventType::PaymentCanceled),
-            PaymentStatus::Created | PaymentStatus::Processing => None,
+            PaymentStatus::Created | PaymentStatus::Processing | PaymentStatus::Authorized => None,
         }
     }
 
-    /// The status a payment intent linked to this payment follows to, when this status completes it: success
-    /// succeeds the intent; a failure or a cancellation fails it (the intent has no `canceled`).
+    /// The status a payment intent linked to this payment follows to: success succeeds the intent, a failure
+    /// fails it, a cancellation (a void, an expired authorization or Pix) cancels it, an authorization waits for
+    /// its capture (`requires_capture`, the customer's part done).
     pub fn intent_status(self) -> Option<IntentStatus> {
         match self {
             PaymentStatus::Succeeded => Some(IntentStatus::Succeeded),
-            PaymentStatus::Failed | PaymentStatus::Canceled => Some(IntentStatus::Failed),
+            PaymentStatus::Failed => Some(IntentStatus::Failed),
+            PaymentStatus::Canceled => Some(IntentStatus::Canceled),
+            PaymentStatus::Authorized => Some(IntentStatus::RequiresCapture),
             PaymentStatus::Created | PaymentStatus::Processing => None,
         }
     }
@@ -132,13 +140,17 @@ pub enum IntentStatus {
     /// The gateway wants the customer first (3-D Secure, a Pix QR code to pay): `next_action` says what; the
     /// provider's webhook completes it.
     RequiresAction,
+    /// `capture_method: manual`: the gateway authorized the amount and holds it; `POST …/capture` takes it (all or
+    /// less), `POST …/cancel` releases it (the void). No money moved yet.
+    RequiresCapture,
     /// The gateway accepted the charge; its outcome is not known yet.
     Processing,
     /// Captured; final.
     Succeeded,
     /// Declined or failed at the gateway (`failure_code`, `failure_message`); final.
     Failed,
-    /// Canceled before its charge was sent — by the merchant, or by hookline when nobody confirmed it in time
+    /// Canceled — before its charge was sent, or at the gateway (a 3-D Secure or Pix abandoned, an authorization
+    /// voided or expired) — by the merchant, by hookline when nobody completed it in time, or by the gateway
     /// (`cancellation_reason`); final. It holds its order and billing cycle no more.
     Canceled,
     /// hookline's own problem (its configuration, an answer it cannot interpret): an operator must look.
@@ -152,6 +164,7 @@ impl IntentStatus {
             IntentStatus::RequiresConfirmation => "requires_confirmation",
             IntentStatus::RequiresDispatch => "requires_dispatch",
             IntentStatus::RequiresAction => "requires_action",
+            IntentStatus::RequiresCapture => "requires_capture",
             IntentStatus::Processing => "processing",
             IntentStatus::Succeeded => "succeeded",
             IntentStatus::Failed => "failed",
@@ -166,6 +179,7 @@ impl IntentStatus {
             "requires_confirmation" => IntentStatus::RequiresConfirmation,
             "requires_dispatch" => IntentStatus::RequiresDispatch,
             "requires_action" => IntentStatus::RequiresAction,
+            "requires_capture" => IntentStatus::RequiresCapture,
             "processing" => IntentStatus::Processing,
             "succeeded" => IntentStatus::Succeeded,
             "failed" => IntentStatus::Failed,
@@ -385,7 +399,7 @@ mod tests {
     #[test]
     fn every_status_parses_back_from_its_database_spelling() {
         use PaymentStatus::*;
-        for s in [Created, Processing, Failed, Canceled, Succeeded] {
+        for s in [Created, Processing, Authorized, Failed, Canceled, Succeeded] {
             assert_eq!(PaymentStatus::parse(s.as_str()), Ok(s));
         }
         for s in [DisputeStatus::Open, DisputeStatus::Won, DisputeStatus::Lost] {
@@ -396,6 +410,7 @@ mod tests {
             I::RequiresConfirmation,
             I::RequiresDispatch,
             I::RequiresAction,
+            I::RequiresCapture,
             I::Processing,
             I::Succeeded,
             I::Failed,
@@ -433,6 +448,7 @@ mod tests {
         let table = [
             (Created, None, None),
             (Processing, None, None),
+            (Authorized, None, Some(IntentStatus::RequiresCapture)),
             (
                 Failed,
                 Some(EventType::PaymentFailed),
@@ -441,7 +457,7 @@ mod tests {
             (
                 Canceled,
                 Some(EventType::PaymentCanceled),
-                Some(IntentStatus::Failed),
+                Some(IntentStatus::Canceled),
             ),
             (
                 Succeeded,

@@ -1,4 +1,5 @@
-//! `outbound_requests`: the outbox of calls to the gateway (charges and refunds). This module owns the table's
+//! `outbound_requests`: the outbox of calls to the gateway (charges, refunds, and the cancels and captures of
+//! sent charges). This module owns the table's
 //! SQL. Rows are written in the transaction that creates the intent or refund ([`enqueue`]); dispatchers claim
 //! due rows with a lease ([`claim_due`], `FOR UPDATE SKIP LOCKED`: several dispatchers never send one request at
 //! the same time), send, and record the outcome. The idempotency key is stored with the row and sent unchanged
@@ -29,6 +30,10 @@ pub enum Kind {
     Charge,
     /// Refund part of a charged intent.
     Refund,
+    /// Cancel an intent's charge still open at the gateway (3-D Secure, Pix, an authorization: the void).
+    Cancel,
+    /// Capture an intent's authorization.
+    Capture,
 }
 
 impl Kind {
@@ -37,7 +42,16 @@ impl Kind {
         match self {
             Kind::Charge => "charge",
             Kind::Refund => "refund",
+            Kind::Cancel => "cancel",
+            Kind::Capture => "capture",
         }
+    }
+
+    /// By its database spelling.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Charge, Kind::Refund, Kind::Cancel, Kind::Capture]
+            .into_iter()
+            .find(|k| k.as_str() == s)
     }
 }
 

@@ -220,6 +220,24 @@ impl PaymentParams {
         }
     }
 
+    /// The parameter naming a method that cannot be authorized without being captured (Pix, boleto: only
+    /// cards are), as the API names it, or `None` (a card, or a method the merchant supplies at confirm).
+    pub fn not_a_card(&self) -> Option<&'static str> {
+        match self {
+            PaymentParams::Stripe(_) => None,
+            PaymentParams::MercadoPago(m) => m
+                .payment_method_id
+                .as_deref()
+                .filter(|method| MERCADOPAGO_NON_CARD_METHODS.contains(method))
+                .map(|_| "mercadopago.payment_method_id"),
+            PaymentParams::Pagarme(p) => p
+                .payment_method
+                .as_deref()
+                .filter(|method| *method != "credit_card")
+                .map(|_| "pagarme.payment_method"),
+        }
+    }
+
     /// The first parameter the gateway requires to charge that is missing (as the API names it:
     /// `stripe.payment_method`), or `None` when the intent can be sent.
     pub fn missing_for_confirm(&self) -> Option<&'static str> {

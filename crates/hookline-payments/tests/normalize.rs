@@ -311,7 +311,7 @@ fn stripe_payment_intent_statuses() {
         (
             "payment_intent.amount_capturable_updated",
             "requires_capture",
-            PaymentStatus::Processing,
+            PaymentStatus::Authorized,
         ),
         (
             "payment_intent.payment_failed",

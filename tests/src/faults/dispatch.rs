@@ -66,6 +66,7 @@ pub async fn stripe_charge(c: &Cluster, amount: i64, customer: &str) -> Intent {
             payment_params: Some(&params),
             confirm: true,
             cycle: None,
+            capture_method: Default::default(),
         },
     )
     .await

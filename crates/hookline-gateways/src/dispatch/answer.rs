@@ -49,6 +49,19 @@ pub enum Answer {
         /// What happened.
         error: String,
     },
+    /// The gateway would not do the cancel or capture asked (or it was not sent: the intent had ended) because
+    /// the payment had moved on — captured, canceled, paid by the customer a second before: the payment as it is
+    /// now, recorded as the intent's state, the operation ended, the request `declined` with why.
+    Overtaken {
+        /// HTTP status of the refusal, when there was one.
+        status: Option<u16>,
+        /// The payment's id at the gateway.
+        provider_id: String,
+        /// The payment's status now (an intent status).
+        final_status: &'static str,
+        /// Why the operation did not happen.
+        reason: String,
+    },
     /// Final refusal, hookline's own problem (a 3xx or another 4xx, a 2xx still unreadable after
     /// [`MAX_UNREADABLE_ATTEMPTS`], or nothing we can send: no configuration, no payment parameters).
     Refused {
@@ -65,6 +78,7 @@ impl Answer {
         match self {
             Answer::Accepted { .. } => "accepted",
             Answer::Declined { .. } => "declined",
+            Answer::Overtaken { .. } => "overtaken",
             Answer::Retry { .. } => "retry",
             Answer::Refused { .. } => "refused",
         }
@@ -75,6 +89,7 @@ impl Answer {
         match self {
             Answer::Accepted { status, .. } => Some(*status),
             Answer::Declined { status, .. }
+            | Answer::Overtaken { status, .. }
             | Answer::Retry { status, .. }
             | Answer::Refused { status, .. } => *status,
         }
@@ -113,11 +128,17 @@ pub(crate) struct Expected<'a> {
     pub(crate) attempts: i32,
     /// A refund's public id (`re_hl_N`): Pagar.me's refund answer is the charge, recorded under it.
     pub(crate) refund_public_id: Option<&'a str>,
+    /// A cancel or capture of a sent charge: the answer is the payment as the gateway's payment API shows it
+    /// ([`Api::read_payment`]); a 4xx is no decline (the dispatcher reads the payment to learn why).
+    pub(crate) operation: bool,
 }
 
 impl Expected<'_> {
     /// Reads the provider's object of this kind from `json`.
     pub(crate) fn read(&self, json: &Value) -> Result<Object, String> {
+        if self.operation {
+            return self.api.read_payment(json);
+        }
         self.api
             .read_object(json, self.refund, self.refund_public_id.unwrap_or_default())
     }
@@ -179,7 +200,11 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
                 Err(why) => {
                     let error = format!(
                         "{status} but the answer is not {}: {why}: {}",
-                        expected.api.object_name(expected.refund),
+                        if expected.operation {
+                            expected.api.payment_name()
+                        } else {
+                            expected.api.object_name(expected.refund)
+                        },
                         excerpt(&raw.body, 200)
                     );
                     unreadable(expected, status, error)
@@ -197,7 +222,10 @@ pub(crate) fn classify(expected: &Expected<'_>, sent: Result<Raw, String>) -> An
             // payment method the gateway refuses is an outcome, not hookline's problem: no operator can fix the
             // customer's card, and billing must learn that the method is unusable. Each provider's file says
             // which of its 4xx are ([`Api::refusal`]).
-            if let Some(d) = expected.api.refusal(expected.refund, status, &raw.body) {
+            let refusal = (!expected.operation)
+                .then(|| expected.api.refusal(expected.refund, status, &raw.body))
+                .flatten();
+            if let Some(d) = refusal {
                 return Answer::Declined {
                     status: Some(status),
                     provider_id: d.id,
@@ -304,6 +332,7 @@ mod tests {
             provider: "p",
             attempts: 1,
             refund_public_id: None,
+            operation: false,
         }
     }
 

@@ -379,6 +379,8 @@ impl Dispatcher {
                 error = %error, "dispatcher: the request cannot be sent or was refused; needs attention"),
             (Answer::Declined { code, .. }, _) => tracing::info!(request = claimed.id,
                 code = %code, "dispatcher: the gateway declined"),
+            (Answer::Overtaken { final_status, .. }, _) => tracing::info!(request = claimed.id,
+                status = %final_status, "dispatcher: the payment had moved on; the operation did not happen"),
             (Answer::Accepted { .. }, _) => {}
         }
         Ok(outcome)
@@ -424,6 +426,11 @@ impl Dispatcher {
             Ok(s) => s,
             Err(e) => return Ok(refused(e)),
         };
+        if let Some(kind) = operation_kind(claimed) {
+            return Ok(self
+                .send_operation(gateway, claimed, kind, &subject.intent)
+                .await);
+        }
         let minted = match self.saved_card(gateway, claimed, &subject).await? {
             Ok(m) => m,
             Err(answer) => return Ok(answer),
@@ -445,8 +452,143 @@ impl Dispatcher {
             provider: &claimed.provider,
             attempts: claimed.attempts,
             refund_public_id: subject.refund.as_ref().map(|(_, id)| id.as_str()),
+            operation: false,
         };
         Ok(classify(&expected, ApiClient::exchange(request).await))
+    }
+
+    /// Sends the cancel or capture of `intent`'s payment and classifies the answer. Nothing is sent when the
+    /// intent has already ended (its state is the answer); Pagar.me's cancel is sent only while its charge is
+    /// unpaid (on a paid charge the same call refunds). A 4xx is the gateway refusing the operation in the
+    /// payment's current state (captured already, canceled, paid by the customer a second before): the payment is
+    /// read and its state recorded ([`Answer::Overtaken`]) — never a silent loss.
+    async fn send_operation(
+        &self,
+        gateway: &Gateway,
+        claimed: &Claimed,
+        kind: outbound_requests::Kind,
+        intent: &intents::Intent,
+    ) -> Answer {
+        let Some(payment) = intent.provider_payment_id.as_deref() else {
+            return Answer::Refused {
+                status: None,
+                error: format!("intent {} has no gateway payment id", intent.public_id),
+            };
+        };
+        if intent.status.is_final() {
+            return Answer::Overtaken {
+                status: None,
+                provider_id: payment.to_owned(),
+                final_status: intent.status.as_str(),
+                reason: format!("not sent: the intent is already {}", intent.status),
+            };
+        }
+        let expected = Expected {
+            api: gateway.api,
+            refund: false,
+            provider: &claimed.provider,
+            attempts: claimed.attempts,
+            refund_public_id: None,
+            operation: true,
+        };
+        if kind == outbound_requests::Kind::Cancel && gateway.api.cancel_may_refund() {
+            match self.payment_now(gateway, payment, &expected).await {
+                Ok((_, "succeeded")) => {
+                    return Answer::Overtaken {
+                        status: None,
+                        provider_id: payment.to_owned(),
+                        final_status: "succeeded",
+                        reason: "not sent: the payment was already paid (a cancel would refund it)"
+                            .into(),
+                    }
+                }
+                Ok(_) => {}
+                Err(answer) => return answer,
+            }
+        }
+        let send = match kind {
+            outbound_requests::Kind::Capture => Outgoing::Capture {
+                payment,
+                amount: intent.amount_to_capture.filter(|a| *a < intent.amount),
+            },
+            _ => Outgoing::Cancel {
+                payment,
+                reason: intent.cancellation_reason.as_deref(),
+            },
+        };
+        let request = match gateway
+            .api
+            .request(&gateway.client, &claimed.sent_key(), send)
+        {
+            Ok(r) => r,
+            Err(PostError::Refused(error)) => {
+                return Answer::Refused {
+                    status: None,
+                    error,
+                }
+            }
+            Err(PostError::NoClient(error)) => {
+                return Answer::Retry {
+                    status: None,
+                    retry_after: None,
+                    error,
+                }
+            }
+        };
+        let answer = classify(&expected, ApiClient::exchange(request).await);
+        let refused_status = match &answer {
+            Answer::Refused {
+                status: Some(status @ (400 | 402 | 404 | 412 | 422)),
+                ..
+            } => *status,
+            _ => return answer,
+        };
+        let why = match &answer {
+            Answer::Refused { error, .. } => error.clone(),
+            _ => String::new(),
+        };
+        match self.payment_now(gateway, payment, &expected).await {
+            Ok((provider_id, final_status)) => Answer::Overtaken {
+                status: Some(refused_status),
+                provider_id,
+                final_status,
+                reason: format!(
+                    "the gateway refused the {} (the payment is {final_status}): {why}",
+                    claimed.kind
+                ),
+            },
+            Err(answer) => answer,
+        }
+    }
+
+    /// The payment as the gateway shows it now: its id and status (an intent status); `Err`: the answer to record
+    /// instead (the read failed: retried with the same key, nothing was done).
+    async fn payment_now(
+        &self,
+        gateway: &Gateway,
+        payment: &str,
+        expected: &Expected<'_>,
+    ) -> Result<(String, &'static str), Answer> {
+        let retry = |error: String| Answer::Retry {
+            status: None,
+            retry_after: None,
+            error: format!("reading the payment: {error}"),
+        };
+        let json = gateway
+            .api
+            .get_charge(&gateway.client, payment)
+            .await
+            .map_err(retry)?;
+        match expected.read(&json).map_err(retry)? {
+            gateway::Object {
+                id,
+                verdict: gateway::Verdict::Status { status, .. },
+            } => Ok((id, status)),
+            gateway::Object {
+                id,
+                verdict: gateway::Verdict::Declined { .. },
+            } => Ok((id, "failed")),
+        }
     }
 
     /// Resolves an `unknown` request (its key expired without a readable answer) by asking the gateway for the
@@ -490,8 +632,27 @@ impl Dispatcher {
             provider: &claimed.provider,
             attempts: claimed.attempts,
             refund_public_id: subject.refund.as_ref().map(|(_, id)| id.as_str()),
+            operation: operation_kind(claimed).is_some(),
         };
         match expected.read(&json) {
+            Ok(gateway::Object {
+                verdict: gateway::Verdict::Status { status, .. },
+                ..
+            }) if expected.operation
+                && !IntentStatus::parse(status).is_ok_and(IntentStatus::is_final) =>
+            {
+                // The payment is still where the operation found it: the cancel or capture did not happen under
+                // the expired key — the next generation asks again.
+                let moved = outbound_requests::next_generation(
+                    &self.pool,
+                    claimed.id,
+                    claimed.key_generation,
+                )
+                .await?;
+                tracing::warn!(request = claimed.id, generation = claimed.key_generation + 1, moved,
+                    "dispatcher: the operation did not happen at the gateway; asking again under a new key");
+                Ok(Outcome::NewGeneration)
+            }
             Ok(object) => {
                 tracing::info!(request = claimed.id, provider_id = %object.id,
                     "dispatcher: the lookup found the lost answer's object");
@@ -510,6 +671,20 @@ impl Dispatcher {
         subject: &Subject,
     ) -> Result<Result<Option<serde_json::Value>, String>, sqlx::Error> {
         let intent = &subject.intent;
+        if operation_kind(claimed).is_some() {
+            // A cancel or capture is found on the payment itself: what state it is in now.
+            let Some(payment) = intent.provider_payment_id.as_deref() else {
+                return Ok(Err(format!(
+                    "intent {} has no gateway payment id",
+                    intent.public_id
+                )));
+            };
+            return Ok(gateway
+                .api
+                .get_charge(&gateway.client, payment)
+                .await
+                .map(Some));
+        }
         let Some((amount, refund_public_id)) = &subject.refund else {
             return Ok(gateway
                 .api
@@ -572,6 +747,16 @@ impl Dispatcher {
                         )
                         .await?;
                     }
+                    None if operation_kind(claimed).is_some() => {
+                        record_operation(
+                            &mut tx,
+                            claimed,
+                            final_status,
+                            next_action.as_ref(),
+                            &*self.charge_final,
+                        )
+                        .await?
+                    }
                     None => {
                         record_accepted_charge(
                             &mut tx,
@@ -612,6 +797,7 @@ impl Dispatcher {
                             next_action: None,
                             failure_code: Some(code),
                             failure_message: Some(message),
+                            ends_operation: false,
                         };
                         intents::record_charge_answer(
                             &mut tx,
@@ -624,6 +810,18 @@ impl Dispatcher {
                 }
                 let reason = format!("declined: {code}: {message}");
                 outbound_requests::decline(&mut tx, claimed.id, *status, &reason).await?;
+                tx.commit().await?;
+                Ok(Outcome::Declined)
+            }
+            Answer::Overtaken {
+                status,
+                final_status,
+                reason,
+                ..
+            } => {
+                let mut tx = self.pool.begin().await?;
+                record_operation(&mut tx, claimed, final_status, None, &*self.charge_final).await?;
+                outbound_requests::decline(&mut tx, claimed.id, *status, reason).await?;
                 tx.commit().await?;
                 Ok(Outcome::Declined)
             }
@@ -649,6 +847,11 @@ impl Dispatcher {
             Answer::Refused { status, error } => {
                 let mut tx = self.pool.begin().await?;
                 match claimed.refund_id {
+                    // The payment is as it was at the gateway (open, or authorized): the operation ends, the
+                    // intent keeps its state, the reason is the request's for an operator.
+                    None if operation_kind(claimed).is_some() => {
+                        intents::end_operation(&mut tx, claimed.intent_id).await?
+                    }
                     Some(refund) => {
                         intents::record_refund_answer(&mut tx, refund, None, "needs_attention")
                             .await?
@@ -724,6 +927,38 @@ fn build(
     )
 }
 
+/// The cancel or capture a request is, if it is one.
+fn operation_kind(claimed: &Claimed) -> Option<outbound_requests::Kind> {
+    outbound_requests::Kind::parse(&claimed.kind).filter(|k| {
+        matches!(
+            k,
+            outbound_requests::Kind::Cancel | outbound_requests::Kind::Capture
+        )
+    })
+}
+
+/// Records the gateway's word on an intent's cancel or capture (the payment as it is now), ending the operation,
+/// in the caller's transaction: forward only, like a charge's answer ([`intents::record_charge_answer`]).
+async fn record_operation(
+    conn: &mut sqlx::PgConnection,
+    claimed: &Claimed,
+    final_status: &str,
+    next_action: Option<&serde_json::Value>,
+    charge_final: &dyn ChargeFinal,
+) -> Result<(), sqlx::Error> {
+    let status = IntentStatus::parse(final_status).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let recorded = ChargeAnswer {
+        provider_payment_id: None,
+        status,
+        next_action,
+        failure_code: None,
+        failure_message: None,
+        ends_operation: true,
+    };
+    intents::record_charge_answer(conn, claimed.intent_id, &recorded, charge_final).await?;
+    Ok(())
+}
+
 /// Records the gateway's accepted charge on its intent (in the caller's transaction) and, when the provider's
 /// webhook was applied before this answer linked the intent, follows the payment's final status now.
 async fn record_accepted_charge(
@@ -741,6 +976,7 @@ async fn record_accepted_charge(
         next_action,
         failure_code: None,
         failure_message: None,
+        ends_operation: false,
     };
     intents::record_charge_answer(conn, claimed.intent_id, &recorded, charge_final).await?;
     if matches!(

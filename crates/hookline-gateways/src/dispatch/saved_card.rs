@@ -48,6 +48,7 @@ impl Dispatcher {
             provider: &claimed.provider,
             attempts: claimed.attempts,
             refund_public_id: None,
+            operation: false,
         };
         let minted = match mint(
             &gateway.client,

@@ -17,7 +17,7 @@ use hookline_core::handler::HandleError;
 use serde_json::{json, Value};
 
 use super::{bounded, valid_id, ApiClient, Object, PostError, Verdict};
-use hookline_payments::intents::Intent;
+use hookline_payments::intents::{CaptureMethod, Intent};
 pub use hookline_payments::params::MintedCard;
 use hookline_payments::params::{
     is_mercadopago_card_id, is_mercadopago_customer_id, MercadoPagoParams,
@@ -134,10 +134,71 @@ pub(crate) fn charge_request(
         saved,
     )
     .map_err(PostError::Refused)?;
+    let mut body = body;
+    if intent.capture_method == CaptureMethod::Manual {
+        // Authorize only: `authorized` / `pending_capture` until `PUT /v1/payments/{id}` captures it.
+        body["capture"] = json!(false);
+    }
     Ok(api
         .post("v1/payments")?
         .header("X-Idempotency-Key", key)
         .json(&body))
+}
+
+/// A Mercado Pago payment id safe to put in a path (digits and letters).
+fn checked(payment: &str) -> Result<&str, PostError> {
+    if !payment.is_empty()
+        && payment.len() <= super::MAX_PROVIDER_ID_CHARS
+        && payment.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        Ok(payment)
+    } else {
+        Err(PostError::Refused(format!(
+            "{:?} is not a Mercado Pago payment id",
+            payment.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+/// The cancel of a payment still open (`pending` Pix or boleto, `in_process`, an `authorized` one: the void):
+/// `PUT /v1/payments/{id}` with `{"status": "cancelled"}`, under `key`.
+pub(crate) fn cancel_request(
+    api: &ApiClient,
+    key: &str,
+    payment: &str,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let payment = checked(payment)?;
+    Ok(api
+        .put(&format!("v1/payments/{payment}"))?
+        .header("X-Idempotency-Key", key)
+        .json(&json!({ "status": "cancelled" })))
+}
+
+/// The capture of an `authorized` payment: `PUT /v1/payments/{id}` with `{"capture": true}` and the
+/// `transaction_amount` when less than all is taken, under `key`.
+pub(crate) fn capture_request(
+    api: &ApiClient,
+    key: &str,
+    payment: &str,
+    amount: Option<i64>,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let payment = checked(payment)?;
+    let mut body = json!({ "capture": true });
+    if let Some(amount) = amount {
+        body["transaction_amount"] = json!(major_units(amount));
+    }
+    Ok(api
+        .put(&format!("v1/payments/{payment}"))?
+        .header("X-Idempotency-Key", key)
+        .json(&body))
+}
+
+/// The payment `payment` as it is now: `GET /v1/payments/{id}`.
+pub async fn get_charge(api: &ApiClient, payment: &str) -> Result<Value, String> {
+    let payment = checked(payment).map_err(|_| format!("{payment:?} is not a Mercado Pago id"))?;
+    api.get_json(&format!("v1/payments/{payment}"), &[])
+        .await
+        .map_err(|e| format!("{e}"))
 }
 
 /// What a saved card's payment is sent with besides the intent's parameters.
@@ -326,8 +387,9 @@ fn id_text(value: &Value) -> Option<String> {
 }
 
 /// A payment: `approved` → succeeded; `rejected` → declined (`status_detail` is the code);
-/// `cancelled` → failed; `pending`/`in_process` with `point_of_interaction.transaction_data` (Pix: the QR code
-/// to pay) → requires_action; anything else (pending, in_process, authorized) → processing.
+/// `cancelled` → canceled; `authorized` (`capture: false`) → requires_capture; `pending`/`in_process` with
+/// `point_of_interaction.transaction_data` (Pix: the QR code to pay) → requires_action; anything else (pending,
+/// in_process) → processing.
 pub fn read_payment(json: &Value) -> Result<Object, String> {
     if !json.is_object() {
         return Err("not a JSON object".into());
@@ -354,7 +416,12 @@ pub fn read_payment(json: &Value) -> Result<Object, String> {
             }
         }
         "cancelled" => Verdict::Status {
-            status: "failed",
+            status: "canceled",
+            next_action: None,
+        },
+        // `capture: false`: authorized, `pending_capture` until captured or cancelled.
+        "authorized" => Verdict::Status {
+            status: "requires_capture",
             next_action: None,
         },
         "pending" | "in_process" if data.is_object() => Verdict::Status {

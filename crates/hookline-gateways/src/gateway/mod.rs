@@ -89,6 +89,20 @@ pub(crate) enum Outgoing<'a> {
         /// The refund's public id (`re_hl_N`), hookline's reference at the gateway where it keeps one.
         refund_public_id: &'a str,
     },
+    /// The cancel of the intent's payment still open at the gateway (the void of an authorization).
+    Cancel {
+        /// The gateway's payment (charge) id.
+        payment: &'a str,
+        /// hookline's cancellation reason, passed on where the gateway takes one (Stripe).
+        reason: Option<&'a str>,
+    },
+    /// The capture of the intent's authorization.
+    Capture {
+        /// The gateway's payment (charge) id.
+        payment: &'a str,
+        /// Minor units, when less than all is captured.
+        amount: Option<i64>,
+    },
 }
 
 /// Which of hookline's own records a provider's refund lookup needs ([`Api::refunds_needed`]): the caller reads
@@ -231,6 +245,44 @@ impl Api {
         }
     }
 
+    /// What the answer to a cancel or capture must be, in the reasons.
+    pub fn payment_name(self) -> &'static str {
+        match self {
+            Api::Stripe => "a Stripe payment_intent",
+            Api::MercadoPago => "a Mercado Pago payment",
+            Api::PagarmeV5 => "a Pagar.me charge",
+        }
+    }
+
+    /// Reads the payment as the gateway's payment API shows it (the answer to a cancel or capture, and
+    /// [`Api::get_charge`]): Stripe's PaymentIntent, Mercado Pago's payment, Pagar.me's charge.
+    pub fn read_payment(self, json: &serde_json::Value) -> Result<Object, String> {
+        match self {
+            Api::Stripe => stripe::read_charge(json),
+            Api::MercadoPago => mercadopago::read_payment(json),
+            Api::PagarmeV5 => pagarme_v5::read_charge(json),
+        }
+    }
+
+    /// The payment `payment` as it is now at the gateway (`Err`: the read failed).
+    pub async fn get_charge(
+        self,
+        client: &ApiClient,
+        payment: &str,
+    ) -> Result<serde_json::Value, String> {
+        match self {
+            Api::Stripe => stripe::get_charge(client, payment).await,
+            Api::MercadoPago => mercadopago::get_charge(client, payment).await,
+            Api::PagarmeV5 => pagarme_v5::get_charge(client, payment).await,
+        }
+    }
+
+    /// Whether the gateway's cancel of a PAID payment is a refund rather than a refusal (Pagar.me's `DELETE
+    /// /charges/{id}`): the dispatcher then reads the payment first and sends the cancel only while it is unpaid.
+    pub fn cancel_may_refund(self) -> bool {
+        self == Api::PagarmeV5
+    }
+
     /// Reads the provider's charge or refund object from `json` (a refund's public id names Pagar.me's refund,
     /// whose answer is the charge).
     pub fn read_object(
@@ -273,6 +325,16 @@ impl Api {
         send: Outgoing<'_>,
     ) -> Result<reqwest::RequestBuilder, PostError> {
         match send {
+            Outgoing::Cancel { payment, reason } => match self {
+                Api::Stripe => stripe::cancel_request(client, key, payment, reason),
+                Api::MercadoPago => mercadopago::cancel_request(client, key, payment),
+                Api::PagarmeV5 => pagarme_v5::cancel_request(client, key, payment),
+            },
+            Outgoing::Capture { payment, amount } => match self {
+                Api::Stripe => stripe::capture_request(client, key, payment, amount),
+                Api::MercadoPago => mercadopago::capture_request(client, key, payment, amount),
+                Api::PagarmeV5 => pagarme_v5::capture_request(client, key, payment, amount),
+            },
             Outgoing::Refund {
                 payment,
                 amount,
@@ -308,6 +370,8 @@ impl Api {
                         amount: intent.amount,
                         description: intent.description.as_deref(),
                         subscription_id: intent.subscription_id,
+                        authorize_only: intent.capture_method
+                            == hookline_payments::intents::CaptureMethod::Manual,
                     };
                     pagarme_v5::order_request(client, key, &order, p)
                 }
@@ -483,9 +547,22 @@ impl ApiClient {
     /// A POST to `path` under the API base, with the token. `Err` only when the URL cannot be built or there is
     /// no HTTP client.
     pub(crate) fn post(&self, path: &str) -> Result<reqwest::RequestBuilder, PostError> {
+        self.bearer(reqwest::Method::POST, path)
+    }
+
+    /// A PUT to `path` under the API base, with the token (Mercado Pago's payment updates), as [`ApiClient::post`].
+    pub(crate) fn put(&self, path: &str) -> Result<reqwest::RequestBuilder, PostError> {
+        self.bearer(reqwest::Method::PUT, path)
+    }
+
+    fn bearer(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, PostError> {
         let url = self.url(path).map_err(PostError::Refused)?;
         let http = self.http().map_err(PostError::NoClient)?;
-        let mut req = http.post(url);
+        let mut req = http.request(method, url);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token.expose_secret());
         }

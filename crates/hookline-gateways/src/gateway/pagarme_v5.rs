@@ -73,6 +73,8 @@ pub struct OrderFor<'a> {
     pub description: Option<&'a str>,
     /// The hookline subscription a billing charge pays (`metadata.hookline_subscription`).
     pub subscription_id: Option<i64>,
+    /// Authorize only (`operation_type: auth_only`; a card's): captured later by `POST /charges/{id}/capture`.
+    pub authorize_only: bool,
 }
 
 /// The order's body: `code` = the intent's public id, one item of the whole amount, one payment of the method
@@ -96,7 +98,7 @@ pub fn order_body(order: &OrderFor<'_>, params: &PagarmeParams) -> Result<Value,
         "credit_card" => {
             let mut card = json!({
                 "installments": params.installments.unwrap_or(1),
-                "operation_type": "auth_and_capture",
+                "operation_type": if order.authorize_only { "auth_only" } else { "auth_and_capture" },
             });
             match (&params.card_id, &params.card_token) {
                 (Some(id), None) if is_pagarme_id(id, "card_") => card["card_id"] = json!(id),
@@ -192,6 +194,66 @@ pub(crate) fn refund_request(
     .json(&json!({ "amount": amount })))
 }
 
+/// A Pagar.me charge id, checked before it goes in a path.
+fn checked_charge(charge: &str) -> Result<&str, PostError> {
+    if is_pagarme_id(charge, "ch_") {
+        Ok(charge)
+    } else {
+        Err(PostError::Refused(format!(
+            "{:?} is not a Pagar.me charge id",
+            charge.chars().take(80).collect::<String>()
+        )))
+    }
+}
+
+/// The cancel of a charge not paid (an authorization: the void; a Pix or boleto waiting): `DELETE
+/// /core/v5/charges/{id}` without an amount, under `key`. On a PAID charge the same call is a refund: the
+/// dispatcher reads the charge first and never sends this for one ([`Api::cancel_may_refund`]).
+///
+/// [`Api::cancel_may_refund`]: super::Api::cancel_may_refund
+pub(crate) fn cancel_request(
+    api: &ApiClient,
+    key: &str,
+    charge: &str,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let charge = checked_charge(charge)?;
+    Ok(request(
+        api,
+        reqwest::Method::DELETE,
+        &format!("core/v5/charges/{charge}"),
+    )?
+    .header("Idempotency-Key", key))
+}
+
+/// The capture of an authorized charge: `POST /core/v5/charges/{id}/capture` with `amount` when less than all
+/// is taken, under `key`.
+pub(crate) fn capture_request(
+    api: &ApiClient,
+    key: &str,
+    charge: &str,
+    amount: Option<i64>,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let charge = checked_charge(charge)?;
+    let body = match amount {
+        Some(a) => json!({ "amount": a }),
+        None => json!({}),
+    };
+    Ok(request(
+        api,
+        reqwest::Method::POST,
+        &format!("core/v5/charges/{charge}/capture"),
+    )?
+    .header("Idempotency-Key", key)
+    .json(&body))
+}
+
+/// The charge `charge` as it is now: `GET /core/v5/charges/{id}`.
+pub async fn get_charge(api: &ApiClient, charge: &str) -> Result<Value, String> {
+    let charge =
+        checked_charge(charge).map_err(|_| format!("{charge:?} is not a Pagar.me charge id"))?;
+    get_json(api, &format!("core/v5/charges/{charge}"), &[]).await
+}
+
 /// The order's one charge (`charges[0]`), if it has one.
 fn first_charge(order: &Value) -> Option<&Value> {
     order["charges"].as_array().and_then(|c| c.first())
@@ -244,7 +306,11 @@ pub fn read_charge(charge: &Value) -> Result<Object, String> {
                 .unwrap_or_else(|| "Pagar.me declined the charge".to_owned());
             Verdict::Declined { code, message }
         }
-        "canceled" => plain("failed"),
+        "canceled" => plain("canceled"),
+        // `auth_only`: authorized, waiting for its capture.
+        _ if t["status"].as_str() == Some("authorized_pending_capture") => {
+            plain("requires_capture")
+        }
         "pending" if t["qr_code"].is_string() => Verdict::Status {
             status: "requires_action",
             next_action: Some(json!({
@@ -552,6 +618,7 @@ mod tests {
             amount: 2550,
             description: Some("Plano"),
             subscription_id: Some(7),
+            authorize_only: false,
         }
     }
 
@@ -749,7 +816,19 @@ mod tests {
                 .expect("c")
                 .verdict,
             Verdict::Status {
-                status: "failed",
+                status: "canceled",
+                next_action: None
+            }
+        );
+        assert_eq!(
+            read_order(&order(
+                "pending",
+                json!({"status": "authorized_pending_capture"})
+            ))
+            .expect("a")
+            .verdict,
+            Verdict::Status {
+                status: "requires_capture",
                 next_action: None
             }
         );

@@ -8,7 +8,7 @@ use super::{
     bounded, next_action, valid_id, ApiClient, Decline, Object, PostError, Verdict,
     PAYMENT_METHOD_UNUSABLE,
 };
-use hookline_payments::intents::Intent;
+use hookline_payments::intents::{CaptureMethod, Intent};
 use hookline_payments::params::StripeParams;
 
 /// The charge: `POST /v1/payment_intents` with `confirm=true`, the intent's payment method (and customer,
@@ -39,6 +39,9 @@ pub(crate) fn charge_request(
     if let Some(url) = &params.return_url {
         form.push(("return_url", url.clone()));
     }
+    if intent.capture_method == CaptureMethod::Manual {
+        form.push(("capture_method", "manual".to_owned()));
+    }
     if let Some(d) = &intent.description {
         form.push(("description", d.clone()));
     }
@@ -68,6 +71,68 @@ pub(crate) fn refund_request(
             ("amount", amount.to_string()),
             ("metadata[hookline_refund]", refund_public_id.to_owned()),
         ]))
+}
+
+/// The cancel of an open PaymentIntent (`requires_action`, `requires_capture`: the void):
+/// `POST /v1/payment_intents/{id}/cancel` with Stripe's `cancellation_reason` where hookline's has one (`expired`
+/// is Stripe's `abandoned`), under `key`.
+pub(crate) fn cancel_request(
+    api: &ApiClient,
+    key: &str,
+    payment: &str,
+    reason: Option<&str>,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let payment = checked(payment)?;
+    let reason = match reason {
+        Some(r @ ("duplicate" | "fraudulent" | "requested_by_customer" | "abandoned")) => Some(r),
+        Some("expired") => Some("abandoned"),
+        _ => None,
+    };
+    let form: Vec<(&str, &str)> = reason
+        .map(|r| vec![("cancellation_reason", r)])
+        .unwrap_or_default();
+    Ok(api
+        .post(&format!("v1/payment_intents/{payment}/cancel"))?
+        .header("Idempotency-Key", key)
+        .form(&form))
+}
+
+/// The capture of a `requires_capture` PaymentIntent: `POST /v1/payment_intents/{id}/capture` with
+/// `amount_to_capture` when less than all is taken, under `key`.
+pub(crate) fn capture_request(
+    api: &ApiClient,
+    key: &str,
+    payment: &str,
+    amount: Option<i64>,
+) -> Result<reqwest::RequestBuilder, PostError> {
+    let payment = checked(payment)?;
+    let form: Vec<(&str, String)> = amount
+        .map(|a| vec![("amount_to_capture", a.to_string())])
+        .unwrap_or_default();
+    Ok(api
+        .post(&format!("v1/payment_intents/{payment}/capture"))?
+        .header("Idempotency-Key", key)
+        .form(&form))
+}
+
+/// The PaymentIntent `payment` as it is now: `GET /v1/payment_intents/{id}`.
+pub async fn get_charge(api: &ApiClient, payment: &str) -> Result<Value, String> {
+    let payment = checked(payment).map_err(|_| format!("{payment:?} is not a Stripe id"))?;
+    api.get_json(&format!("v1/payment_intents/{payment}"), &[])
+        .await
+        .map_err(|e| format!("{e}"))
+}
+
+/// A gateway id safe to put in a path.
+fn checked(payment: &str) -> Result<&str, PostError> {
+    if valid_id(payment) {
+        Ok(payment)
+    } else {
+        Err(PostError::Refused(format!(
+            "{:?} is not a Stripe id",
+            payment.chars().take(80).collect::<String>()
+        )))
+    }
 }
 
 /// Whether `public_id` can be put in a search query as is (hookline's ids: `pi_hl_` and hex).
@@ -162,7 +227,8 @@ fn id_of(json: &Value, want: &str) -> Result<String, String> {
 
 /// A PaymentIntent: `succeeded` → succeeded; `requires_action` (3-D Secure) → requires_action with its
 /// `next_action`; `requires_payment_method` with a `last_payment_error` → declined (the card was refused, the
-/// intent waits for another method); `canceled` → failed; `processing`/`requires_capture` → processing.
+/// intent waits for another method); `canceled` → canceled; `requires_capture` (a manual capture's
+/// authorization) → requires_capture; `processing` → processing.
 /// `requires_payment_method` without an error, or `requires_confirmation`, cannot follow a confirmed create: an
 /// answer hookline cannot interpret.
 pub fn read_charge(json: &Value) -> Result<Object, String> {
@@ -175,12 +241,16 @@ pub fn read_charge(json: &Value) -> Result<Object, String> {
             status: "succeeded",
             next_action: None,
         },
-        "processing" | "requires_capture" => Verdict::Status {
+        "processing" => Verdict::Status {
             status: "processing",
             next_action: None,
         },
+        "requires_capture" => Verdict::Status {
+            status: "requires_capture",
+            next_action: None,
+        },
         "canceled" => Verdict::Status {
-            status: "failed",
+            status: "canceled",
             next_action: None,
         },
         "requires_action" => Verdict::Status {
@@ -334,7 +404,14 @@ mod tests {
         assert_eq!(
             pi("canceled", json!({})).unwrap().verdict,
             Verdict::Status {
-                status: "failed",
+                status: "canceled",
+                next_action: None
+            }
+        );
+        assert_eq!(
+            pi("requires_capture", json!({})).unwrap().verdict,
+            Verdict::Status {
+                status: "requires_capture",
                 next_action: None
             }
         );

@@ -9,6 +9,15 @@
 //! answers "in flight"), or the cancel did (the claim never sees the row again). Never `canceled` while the gateway
 //! may hold money, never a charge sent after `canceled`.
 //!
+//! **A charge already sent and still open at the gateway** (`requires_action`: 3-D Secure, a Pix or boleto waiting;
+//! `requires_capture`: an authorization, whose cancel is the void) is canceled AT the gateway: one statement marks
+//! the intent's `pending_operation = 'cancel'` (only from none: a capture asked first wins, and a second cancel
+//! finds the first) and the cancel is queued as an outbound request of its own ([`Kind::Cancel`], key
+//! [`super::cancel_key`]), sent by the dispatcher under the key-lifetime rules of every request. The intent is
+//! `canceled` when the gateway confirms — or `succeeded` when the gateway says the payment completed first (the
+//! customer finished 3-D Secure a second before): its fact says so, never a silent loss. `processing` (the outcome
+//! is the gateway's, unknown yet) and a charge the dispatcher has claimed are answered "in flight".
+//!
 //! `canceled` is final and releases the intent's order and billing cycle (the partial UNIQUE indexes leave canceled
 //! intents out); `payment_intent.canceled` is written once, in the same transaction.
 
@@ -34,8 +43,11 @@ pub enum CancellationReason {
     RequestedByCustomer,
     /// The customer left the checkout.
     Abandoned,
-    /// Nobody confirmed it within `[api] intent_expiry_secs` (hookline's own; a merchant cannot give it).
+    /// Nobody confirmed it, or the customer did not complete it, within `[api] intent_expiry_secs` (hookline's own;
+    /// a merchant cannot give it).
     Expired,
+    /// The gateway canceled it by itself (an authorization it let expire, a Pix that expired, its dashboard).
+    Automatic,
 }
 
 impl CancellationReason {
@@ -55,6 +67,7 @@ impl CancellationReason {
             CancellationReason::RequestedByCustomer => "requested_by_customer",
             CancellationReason::Abandoned => "abandoned",
             CancellationReason::Expired => "expired",
+            CancellationReason::Automatic => "automatic",
         }
     }
 
@@ -71,6 +84,8 @@ impl CancellationReason {
 pub enum CancelOutcome {
     /// Canceled now; its fact is written in the caller's transaction.
     Canceled(Intent),
+    /// Its charge is open at the gateway: the cancel is asked of the gateway (queued now, or asked before).
+    Requested(Intent),
     /// Its charge was sent, or is being sent: its outcome comes from the gateway (the intent as it is).
     InFlight(Intent),
     /// Already `succeeded`, `failed` or `canceled` (the intent as it is).
@@ -91,7 +106,10 @@ pub async fn cancel(
         IntentStatus::Succeeded | IntentStatus::Failed | IntentStatus::Canceled => {
             return Ok(CancelOutcome::Final(intent))
         }
-        IntentStatus::RequiresAction | IntentStatus::Processing | IntentStatus::NeedsAttention => {
+        IntentStatus::RequiresAction | IntentStatus::RequiresCapture => {
+            return request_at_gateway(tx, intent, reason).await
+        }
+        IntentStatus::Processing | IntentStatus::NeedsAttention => {
             return Ok(CancelOutcome::InFlight(intent))
         }
         IntentStatus::RequiresConfirmation => {
@@ -152,6 +170,116 @@ pub async fn cancel(
     Ok(CancelOutcome::Canceled(moved.intent))
 }
 
+/// Asks the gateway to cancel `intent` (open there: `requires_action` or `requires_capture`), in the caller's
+/// transaction: one statement sets `pending_operation` from none, and the cancel request is queued with it. A
+/// cancel already asked is answered as such; a capture asked first, as in flight.
+async fn request_at_gateway(
+    tx: &mut PgConnection,
+    intent: Intent,
+    reason: CancellationReason,
+) -> Result<CancelOutcome, RecordError> {
+    match intent.pending_operation.as_deref() {
+        Some("cancel") => return Ok(CancelOutcome::Requested(intent)),
+        Some(_) => return Ok(CancelOutcome::InFlight(intent)),
+        None => {}
+    }
+    let asked: Option<Intent> = intent_query!(
+        r#"UPDATE payment_intents
+              SET pending_operation = $2, cancellation_reason = $3, updated_at = now()
+            WHERE id = $1 AND status IN ($4, $5) AND pending_operation IS NULL
+              AND provider_payment_id IS NOT NULL
+        RETURNING "#,
+        "",
+        intent.id,
+        Operation::Cancel.as_str(),
+        reason.as_str(),
+        IntentStatus::RequiresAction.as_str(),
+        IntentStatus::RequiresCapture.as_str(),
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(asked) = asked else {
+        return Ok(CancelOutcome::InFlight(intent));
+    };
+    crate::outbound_requests::enqueue(
+        &mut *tx,
+        Kind::Cancel,
+        asked.id,
+        None,
+        &asked.provider,
+        &super::cancel_key(asked.id),
+    )
+    .await?;
+    Ok(CancelOutcome::Requested(asked))
+}
+
+/// An operation asked of the gateway on a sent charge (`payment_intents.pending_operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Cancel it (a void for an authorization).
+    Cancel,
+    /// Capture an authorization.
+    Capture,
+}
+
+impl Operation {
+    /// Database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Cancel => "cancel",
+            Operation::Capture => "capture",
+        }
+    }
+}
+
+/// What a capture found.
+#[derive(Debug)]
+pub enum CaptureOutcome {
+    /// The capture is asked of the gateway (queued now).
+    Requested(Intent),
+    /// Not `requires_capture`, or another operation (a capture with another key, a cancel) was asked first: the
+    /// intent as it is.
+    Refused(Intent),
+}
+
+/// Asks the gateway to capture `amount` (≤ the authorized amount, checked by the caller; `None`: all) of `intent`
+/// (read under `FOR UPDATE` in the caller's transaction), in that transaction: one statement moves
+/// `pending_operation` from none to `capture` — two captures, or a capture and a cancel, never both — and the
+/// capture request is queued under [`super::capture_key`] (one per intent).
+pub async fn capture(
+    tx: &mut PgConnection,
+    intent: Intent,
+    amount: Option<i64>,
+) -> Result<CaptureOutcome, RecordError> {
+    let asked: Option<Intent> = intent_query!(
+        r#"UPDATE payment_intents
+              SET pending_operation = $2, amount_to_capture = $3, updated_at = now()
+            WHERE id = $1 AND status = $4 AND pending_operation IS NULL AND provider_payment_id IS NOT NULL
+              AND ($3::bigint IS NULL OR $3 <= amount)
+        RETURNING "#,
+        "",
+        intent.id,
+        Operation::Capture.as_str(),
+        amount,
+        IntentStatus::RequiresCapture.as_str(),
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(asked) = asked else {
+        return Ok(CaptureOutcome::Refused(intent));
+    };
+    crate::outbound_requests::enqueue(
+        &mut *tx,
+        Kind::Capture,
+        asked.id,
+        None,
+        &asked.provider,
+        &super::capture_key(asked.id),
+    )
+    .await?;
+    Ok(CaptureOutcome::Requested(asked))
+}
+
 /// Cancels, as `expired`, up to `limit` intents still `requires_confirmation` that were created `expiry_secs` ago
 /// or earlier, oldest first, each with its fact, in the caller's transaction; returns how many. Several sweeps at
 /// once (every edge runs one) never cancel one intent twice: each row is taken by one statement (`SKIP LOCKED`),
@@ -191,4 +319,65 @@ pub async fn expire_unconfirmed(
         announce_if_completed(tx, &moved, charge_final).await?;
     }
     Ok(n)
+}
+
+/// Asks the gateway to cancel, as `expired`, up to `limit` intents still waiting on their customer
+/// (`requires_action`: a 3-D Secure challenge, a Pix or boleto not paid) that were created `expiry_secs` ago or
+/// earlier, oldest first, in the caller's transaction; returns how many. Each is taken by one statement (`SKIP
+/// LOCKED`, `pending_operation` from none) and its cancel queued as the merchant's would be: `canceled` when the
+/// gateway confirms, `succeeded` if the customer paid first.
+pub async fn expire_awaiting_customer(
+    tx: &mut PgConnection,
+    expiry_secs: f64,
+    limit: i64,
+) -> Result<usize, RecordError> {
+    // The inner SELECT's conditions stay literal: the predicate of the partial index
+    // `payment_intents_awaiting_customer_idx`.
+    let asked = sqlx::query!(
+        r#"UPDATE payment_intents
+              SET pending_operation = $2, cancellation_reason = $3, updated_at = now()
+            WHERE id IN (SELECT id FROM payment_intents
+                          WHERE status = 'requires_action' AND pending_operation IS NULL
+                            AND provider_payment_id IS NOT NULL
+                            AND created_at <= now() - make_interval(secs => $1)
+                          ORDER BY created_at LIMIT $4
+                          FOR UPDATE SKIP LOCKED)
+        RETURNING id, provider"#,
+        expiry_secs,
+        Operation::Cancel.as_str(),
+        CancellationReason::Expired.as_str(),
+        limit,
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for row in &asked {
+        crate::outbound_requests::enqueue(
+            &mut *tx,
+            Kind::Cancel,
+            row.id,
+            None,
+            &row.provider,
+            &super::cancel_key(row.id),
+        )
+        .await?;
+    }
+    Ok(asked.len())
+}
+
+/// Ends intent `intent_id`'s pending cancel or capture without a change of state, in the caller's transaction:
+/// the request could not be sent or was refused for hookline's own reason (its `last_error` says why; the
+/// payment is as it was at the gateway). A cancel's reason goes with it unless the intent is canceled.
+pub async fn end_operation(conn: &mut PgConnection, intent_id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE payment_intents
+            SET pending_operation = NULL,
+                cancellation_reason = CASE WHEN status = $2 THEN cancellation_reason END,
+                updated_at = now()
+          WHERE id = $1 AND pending_operation IS NOT NULL",
+        intent_id,
+        IntentStatus::Canceled.as_str(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }

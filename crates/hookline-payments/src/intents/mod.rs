@@ -44,7 +44,34 @@ macro_rules! intent_query {
                 payment_params AS "payment_params: Json<PaymentParams>",
                 next_action AS "next_action: Json<serde_json::Value>", failure_code, failure_message,
                 provider_payment_id, refunded, subscription_id, billing_cycle, created_at, canceled_at,
-                cancellation_reason"#
+                cancellation_reason, capture_method AS "capture_method: crate::intents::CaptureMethod", pending_operation,
+                amount_to_capture, amount_captured,
+                CASE WHEN status = 'requires_capture' THEN amount ELSE 0 END AS "amount_capturable!",
+                CASE WHEN status = 'succeeded' THEN coalesce(amount_captured, amount) ELSE 0 END
+                    AS "amount_received!""#
+                + $after
+            $(, $arg)*
+        )
+    };
+}
+
+/// `sqlx::query_as!` of a [`MovedRow`]: `$before`, the intent's columns as `p.…` (the updated row), then `$after`
+/// (which adds `previous` and `intent_traceparent`).
+macro_rules! moved_query {
+    ($before:tt, $after:tt $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            MovedRow,
+            $before
+                + r#"p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client,
+                p.status AS "status: IntentStatus", p.order_reference,
+                p.payment_params AS "payment_params: Json<PaymentParams>",
+                p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
+                p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
+                p.canceled_at, p.cancellation_reason, p.capture_method AS "capture_method: crate::intents::CaptureMethod",
+                p.pending_operation, p.amount_to_capture, p.amount_captured,
+                CASE WHEN p.status = 'requires_capture' THEN p.amount ELSE 0 END AS "amount_capturable!",
+                CASE WHEN p.status = 'succeeded' THEN coalesce(p.amount_captured, p.amount) ELSE 0 END
+                    AS "amount_received!", "#
                 + $after
             $(, $arg)*
         )
@@ -113,10 +140,56 @@ pub struct Intent {
     /// When it was canceled (`canceled` only).
     #[serde(with = "time::serde::rfc3339::option")]
     pub canceled_at: Option<OffsetDateTime>,
-    /// Why (`canceled` only): the merchant's `duplicate`, `fraudulent`, `requested_by_customer`, `abandoned`, or
-    /// hookline's `expired`.
+    /// Why (`canceled`, or while its cancel is asked of the gateway): the merchant's `duplicate`, `fraudulent`,
+    /// `requested_by_customer`, `abandoned`, hookline's `expired`, or the gateway's own `automatic`.
     pub cancellation_reason: Option<String>,
+    /// `automatic` (the gateway captures at once) or `manual` (it authorizes; `POST …/capture` takes the money).
+    pub capture_method: CaptureMethod,
+    /// The cancel or capture asked of the gateway and not answered yet (`cancel`, `capture`): one at a time.
+    pub pending_operation: Option<String>,
+    /// What the pending or last capture asked for (minor units; `None`: the whole amount).
+    #[serde(skip)]
+    pub amount_to_capture: Option<i64>,
+    /// What was captured, once `succeeded` (the amount, or less after a partial capture); refunds are bounded by
+    /// it. Shown as `amount_received`.
+    #[serde(skip)]
+    pub amount_captured: Option<i64>,
+    /// What a capture can take now: the amount while `requires_capture`, else 0.
+    pub amount_capturable: i64,
+    /// What the gateway captured: the captured amount once `succeeded`, else 0.
+    pub amount_received: i64,
 }
+
+/// How an intent's charge is captured (`payment_intents.capture_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CaptureMethod {
+    /// The gateway captures as it authorizes (the default).
+    #[default]
+    Automatic,
+    /// The gateway only authorizes; the capture is an operation of its own (`POST …/capture`).
+    Manual,
+}
+
+impl CaptureMethod {
+    /// Database and API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaptureMethod::Automatic => "automatic",
+            CaptureMethod::Manual => "manual",
+        }
+    }
+
+    /// By its spelling; anything else is refused.
+    pub fn parse(s: &str) -> Result<CaptureMethod, crate::model::UnknownStatus> {
+        match s {
+            "automatic" => Ok(CaptureMethod::Automatic),
+            "manual" => Ok(CaptureMethod::Manual),
+            other => Err(crate::model::UnknownStatus::new("capture method", other)),
+        }
+    }
+}
+
+crate::model::text_status!(CaptureMethod);
 
 /// The subscription cycle a charge pays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +221,8 @@ pub struct NewIntent<'a> {
     pub confirm: bool,
     /// The subscription cycle it pays, if any (one live charge per cycle).
     pub cycle: Option<CycleRef<'a>>,
+    /// Captured at once, or authorized only.
+    pub capture_method: CaptureMethod,
 }
 
 // The column list of an intent is written out in each statement (the checked macros take literal SQL only):
@@ -157,6 +232,16 @@ pub struct NewIntent<'a> {
 /// The gateway idempotency key of an intent's charge: derived, never generated per attempt.
 pub fn charge_key(intent_id: i64) -> String {
     format!("hookline-intent-{intent_id}")
+}
+
+/// The gateway idempotency key of an intent's cancel at the gateway (one per intent: a cancel is asked once).
+pub fn cancel_key(intent_id: i64) -> String {
+    format!("hookline-cancel-{intent_id}")
+}
+
+/// The gateway idempotency key of an intent's capture (one per intent: an authorization is captured once).
+pub fn capture_key(intent_id: i64) -> String {
+    format!("hookline-capture-{intent_id}")
 }
 
 /// The gateway idempotency key of a refund.
@@ -300,9 +385,10 @@ async fn insert_intent(
     };
     let intent: Option<Intent> = intent_query!(
         r#"INSERT INTO payment_intents (public_id, provider, amount, currency, customer, description, client,
-                                      order_reference, payment_params, status, subscription_id, billing_cycle)
+                                      order_reference, payment_params, status, subscription_id, billing_cycle,
+                                      capture_method)
          VALUES ('pi_hl_' || replace(gen_random_uuid()::text, '-', ''), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-                 $11)
+                 $11, $12)
          ON CONFLICT DO NOTHING
          RETURNING "#,
         r#""#,
@@ -319,6 +405,7 @@ async fn insert_intent(
         status.as_str(),
         new.cycle.map(|c| c.subscription_id),
         new.cycle.map(|c| c.billing_cycle),
+        new.capture_method.as_str(),
     )
     .fetch_optional(&mut *tx)
     .await?;
@@ -452,6 +539,7 @@ pub async fn record_gateway_answer(
             next_action: None,
             failure_code: None,
             failure_message: None,
+            ends_operation: false,
         },
         charge_final,
     )
@@ -468,8 +556,8 @@ pub const MAX_FAILURE_MESSAGE_CHARS: usize = 1000;
 pub struct ChargeAnswer<'a> {
     /// The gateway's payment id, when the answer carried one (kept once known).
     pub provider_payment_id: Option<&'a str>,
-    /// `processing`, `requires_action`, `succeeded`, `failed` (a decline) or `needs_attention` (hookline's
-    /// own problem).
+    /// `processing`, `requires_action`, `requires_capture`, `succeeded`, `failed` (a decline), `canceled` or
+    /// `needs_attention` (hookline's own problem).
     pub status: IntentStatus,
     /// While `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
     pub next_action: Option<&'a serde_json::Value>,
@@ -477,15 +565,23 @@ pub struct ChargeAnswer<'a> {
     pub failure_code: Option<&'a str>,
     /// The decline's message (`failed`); cut to [`MAX_FAILURE_MESSAGE_CHARS`].
     pub failure_message: Option<&'a str>,
+    /// The answer is the gateway's word on the intent's pending cancel or capture: that operation ends.
+    pub ends_operation: bool,
 }
 
-/// Records the gateway's answer to a charge (or the object a lookup found), forward only, in the caller's
-/// transaction:
-/// * a final intent (`succeeded`/`failed`, e.g. completed by the webhook first) keeps its status; a decline
-///   answer still fills its missing `failure_code`/`failure_message`;
-/// * a `processing` intent is not moved back to `requires_action`/`requires_dispatch` by a late answer;
+/// Records the gateway's answer to a charge, a cancel or a capture (or the object a lookup found), forward only,
+/// in the caller's transaction:
+/// * a final intent (`succeeded`/`failed`/`canceled`, e.g. completed by the webhook first) keeps its status; a
+///   decline answer still fills its missing `failure_code`/`failure_message`;
+/// * a `processing` intent is not moved back to `requires_action`/`requires_dispatch`, nor a `requires_capture`
+///   one (the customer's part is done) to those or `processing`, by a late answer;
 /// * `next_action` is set while the intent `requires_action` and cleared when it moves on;
-/// * moving into `failed` or `succeeded` writes the intent's fact once (`payment_intent.failed` for a decline).
+/// * the pending operation (`pending_operation`) ends when `answer.ends_operation` (the gateway answered the cancel
+///   or capture) or the intent is final; a cancel's reason stays only if it canceled;
+/// * moving into `succeeded` fixes `amount_captured` (what the capture asked for, else the amount); into
+///   `canceled` stamps `canceled_at` (reason `automatic` when nobody asked: the gateway canceled it);
+/// * moving into a final status writes the intent's fact once (`payment_intent.failed` for a decline), into
+///   `requires_capture` its `payment_intent.amount_capturable_updated`.
 pub async fn record_charge_answer(
     conn: &mut PgConnection,
     intent_id: i64,
@@ -493,32 +589,46 @@ pub async fn record_charge_answer(
     charge_final: &dyn ChargeFinal,
 ) -> Result<(), RecordError> {
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
-    let moved: Option<MovedRow> = sqlx::query_as!(
-        MovedRow,
-        r#"UPDATE payment_intents p
+    let moved: Option<MovedRow> = moved_query!(
+        r#"WITH st AS (SELECT $7::text AS succeeded, $8::text AS failed, $9::text AS processing,
+                              $10::text AS requires_action, $11::text AS requires_dispatch, $12::text AS canceled,
+                              $13::text AS requires_capture),
+                old AS (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE),
+                n AS (SELECT old.id, old.previous,
+                             CASE WHEN old.previous IN (st.succeeded, st.failed, st.canceled) THEN old.previous
+                                  WHEN old.previous = st.processing
+                                       AND $3 IN (st.requires_action, st.requires_dispatch) THEN old.previous
+                                  WHEN old.previous = st.requires_capture
+                                       AND $3 IN (st.requires_action, st.requires_dispatch, st.processing)
+                                       THEN old.previous
+                                  ELSE $3 END AS status
+                        FROM old, st),
+                e AS (SELECT n.*, $14::bool OR n.status IN (st.succeeded, st.failed, st.canceled) AS ends
+                        FROM n, st)
+         UPDATE payment_intents p
             SET provider_payment_id = coalesce(p.provider_payment_id, $2),
-                status = CASE WHEN old.previous IN (st.succeeded, st.failed) THEN old.previous
-                              WHEN old.previous = st.processing AND $3 IN (st.requires_action, st.requires_dispatch)
-                                   THEN old.previous
-                              ELSE $3 END,
-                next_action = CASE WHEN old.previous IN (st.succeeded, st.failed, st.processing) THEN p.next_action
-                                   WHEN $3 = st.requires_action THEN coalesce($4, p.next_action)
+                status = e.status,
+                next_action = CASE WHEN e.status = st.requires_action THEN coalesce($4, p.next_action)
+                                   WHEN e.status = e.previous THEN p.next_action
                                    ELSE NULL END,
-                failure_code = CASE WHEN old.previous = st.failed OR (old.previous <> st.succeeded AND $3 = st.failed)
-                                    THEN coalesce(p.failure_code, $5) ELSE p.failure_code END,
-                failure_message = CASE WHEN old.previous = st.failed OR (old.previous <> st.succeeded AND $3 = st.failed)
-                                       THEN coalesce(p.failure_message, $6) ELSE p.failure_message END,
+                failure_code = CASE WHEN e.status = st.failed THEN coalesce(p.failure_code, $5)
+                                    ELSE p.failure_code END,
+                failure_message = CASE WHEN e.status = st.failed THEN coalesce(p.failure_message, $6)
+                                       ELSE p.failure_message END,
+                pending_operation = CASE WHEN e.ends THEN NULL ELSE p.pending_operation END,
+                amount_captured = CASE WHEN e.status = st.succeeded
+                                       THEN coalesce(p.amount_captured, p.amount_to_capture, p.amount)
+                                       ELSE p.amount_captured END,
+                canceled_at = CASE WHEN e.status = st.canceled THEN coalesce(p.canceled_at, now())
+                                   ELSE p.canceled_at END,
+                cancellation_reason = CASE WHEN e.status = st.canceled THEN coalesce(p.cancellation_reason, $15)
+                                           WHEN e.ends THEN NULL
+                                           ELSE p.cancellation_reason END,
                 updated_at = now()
-           FROM (SELECT id, status AS previous FROM payment_intents WHERE id = $1 FOR UPDATE) old,
-                (SELECT $7::text AS succeeded, $8::text AS failed, $9::text AS processing,
-                        $10::text AS requires_action, $11::text AS requires_dispatch) st
-          WHERE p.id = old.id
-         RETURNING p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client,
-                   p.status AS "status: IntentStatus", p.order_reference,
-                   p.payment_params AS "payment_params: Json<PaymentParams>",
-                   p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
-                   p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
-                   p.canceled_at, p.cancellation_reason, old.previous AS "previous!: IntentStatus", NULL::text AS "intent_traceparent?""#,
+           FROM e, st
+          WHERE p.id = e.id
+         RETURNING "#,
+        r#"e.previous AS "previous!: IntentStatus", NULL::text AS "intent_traceparent?""#,
         intent_id,
         answer.provider_payment_id,
         answer.status.as_str(),
@@ -531,6 +641,10 @@ pub async fn record_charge_answer(
         IntentStatus::Processing.as_str(),
         IntentStatus::RequiresAction.as_str(),
         IntentStatus::RequiresDispatch.as_str(),
+        IntentStatus::Canceled.as_str(),
+        IntentStatus::RequiresCapture.as_str(),
+        answer.ends_operation,
+        CancellationReason::Automatic.as_str(),
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -599,14 +713,23 @@ pub async fn complete_from_payments(
         .iter()
         .map(|c| c.failure.and_then(|f| f.message.as_deref()))
         .collect();
-    let moved: Vec<Moved> = sqlx::query_as!(
-        MovedRow,
+    let moved: Vec<Moved> = moved_query!(
         r#"UPDATE payment_intents p
             SET status = old.new_status, next_action = NULL, updated_at = now(),
                 failure_code = CASE WHEN old.new_status = $7
                                     THEN coalesce(p.failure_code, old.code) ELSE p.failure_code END,
                 failure_message = CASE WHEN old.new_status = $7
-                                       THEN coalesce(p.failure_message, old.message) ELSE p.failure_message END
+                                       THEN coalesce(p.failure_message, old.message) ELSE p.failure_message END,
+                pending_operation = CASE WHEN old.new_status IN ($7, $8, $9) THEN NULL
+                                         ELSE p.pending_operation END,
+                amount_captured = CASE WHEN old.new_status = $8
+                                       THEN coalesce(p.amount_captured, p.amount_to_capture, p.amount)
+                                       ELSE p.amount_captured END,
+                canceled_at = CASE WHEN old.new_status = $9 THEN coalesce(p.canceled_at, now())
+                                   ELSE p.canceled_at END,
+                cancellation_reason = CASE WHEN old.new_status = $9 THEN coalesce(p.cancellation_reason, $11)
+                                           WHEN old.new_status IN ($7, $8) THEN NULL
+                                           ELSE p.cancellation_reason END
            FROM (SELECT i.id, i.status AS previous, u.status AS new_status, u.code, u.message
                    FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
                                  AS u(provider, ref, status, code, message)
@@ -614,15 +737,14 @@ pub async fn complete_from_payments(
                    CROSS JOIN LATERAL (
                         SELECT id, status FROM payment_intents
                          WHERE provider = u.provider AND provider_payment_id = u.ref
-                           AND status NOT IN ($8, $7)
+                           AND status NOT IN ($8, $7, $9)
+                           -- An authorization moves only a manual intent, and only forward (the customer's part
+                           -- is done; a capture already asked stays asked).
+                           AND (u.status <> $10 OR (capture_method = $12 AND status <> $10))
                          FOR UPDATE) i) old
           WHERE p.id = old.id
-         RETURNING p.id, p.public_id, p.provider, p.amount, p.currency, p.customer, p.description, p.client,
-                   p.status AS "status: IntentStatus", p.order_reference,
-                   p.payment_params AS "payment_params: Json<PaymentParams>",
-                   p.next_action AS "next_action: Json<serde_json::Value>", p.failure_code, p.failure_message,
-                   p.provider_payment_id, p.refunded, p.subscription_id, p.billing_cycle, p.created_at,
-                   p.canceled_at, p.cancellation_reason, old.previous AS "previous!: IntentStatus",
+         RETURNING "#,
+        r#"old.previous AS "previous!: IntentStatus",
                    (SELECT r.traceparent FROM outbound_requests r
                      WHERE r.intent_id = p.id AND r.kind = $6 ORDER BY r.id DESC LIMIT 1) AS "intent_traceparent?""#,
         &providers as &[&str],
@@ -633,6 +755,10 @@ pub async fn complete_from_payments(
         crate::outbound_requests::Kind::Charge.as_str(),
         IntentStatus::Failed.as_str(),
         IntentStatus::Succeeded.as_str(),
+        IntentStatus::Canceled.as_str(),
+        IntentStatus::RequiresCapture.as_str(),
+        CancellationReason::Automatic.as_str(),
+        CaptureMethod::Manual.as_str(),
     )
     .fetch_all(&mut *conn)
     .await?
@@ -707,6 +833,12 @@ struct MovedRow {
     created_at: OffsetDateTime,
     canceled_at: Option<OffsetDateTime>,
     cancellation_reason: Option<String>,
+    capture_method: CaptureMethod,
+    pending_operation: Option<String>,
+    amount_to_capture: Option<i64>,
+    amount_captured: Option<i64>,
+    amount_capturable: i64,
+    amount_received: i64,
     previous: IntentStatus,
     intent_traceparent: Option<String>,
 }
@@ -736,6 +868,12 @@ impl From<MovedRow> for Moved {
                 created_at: r.created_at,
                 canceled_at: r.canceled_at,
                 cancellation_reason: r.cancellation_reason,
+                capture_method: r.capture_method,
+                pending_operation: r.pending_operation,
+                amount_to_capture: r.amount_to_capture,
+                amount_captured: r.amount_captured,
+                amount_capturable: r.amount_capturable,
+                amount_received: r.amount_received,
             },
             previous: r.previous,
             intent_traceparent: r.intent_traceparent,
@@ -749,6 +887,12 @@ struct IntentFact<'a> {
     /// Why it was canceled (`payment_intent.canceled` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     cancellation_reason: Option<&'a str>,
+    /// `automatic` or `manual`.
+    capture_method: &'a str,
+    /// What a capture can take (`payment_intent.amount_capturable_updated`: the authorized amount).
+    amount_capturable: i64,
+    /// What was captured (`payment_intent.succeeded`: the amount, or less after a partial capture).
+    amount_received: i64,
     intent_id: &'a str,
     provider: &'a str,
     provider_payment_id: Option<&'a str>,
@@ -817,9 +961,13 @@ async fn announce_if_completed(
         IntentStatus::Succeeded => EventType::PaymentIntentSucceeded,
         IntentStatus::Failed => EventType::PaymentIntentFailed,
         IntentStatus::Canceled => EventType::PaymentIntentCanceled,
+        IntentStatus::RequiresCapture if m.previous != IntentStatus::RequiresCapture => {
+            EventType::PaymentIntentAmountCapturableUpdated
+        }
         IntentStatus::RequiresConfirmation
         | IntentStatus::RequiresDispatch
         | IntentStatus::RequiresAction
+        | IntentStatus::RequiresCapture
         | IntentStatus::Processing
         | IntentStatus::NeedsAttention => return Ok(()),
     };
@@ -830,6 +978,9 @@ async fn announce_if_completed(
         &i.public_id,
         &IntentFact {
             cancellation_reason: i.cancellation_reason.as_deref(),
+            capture_method: i.capture_method.as_str(),
+            amount_capturable: i.amount_capturable,
+            amount_received: i.amount_received,
             intent_id: &i.public_id,
             provider: &i.provider,
             provider_payment_id: i.provider_payment_id.as_deref(),
@@ -842,13 +993,18 @@ async fn announce_if_completed(
         },
     )
     .await?;
-    // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due). A
-    // canceled one moved no money and is no decline: the cycle is simply free again (the live-cycle index leaves it
-    // out). Only merchant intents are canceled (billing's own are created confirmed and never unconfirmed), so a
-    // claim's own charge never ends canceled.
-    if now == IntentStatus::Canceled {
+    if !now.is_final() {
         return Ok(());
     }
+    // A subscription cycle's charge: its dunning decides, in this same transaction (paid, retry, past due). A
+    // canceled one moved no money: for a billing claim's own charge (a Pix that expired, an authorization the
+    // gateway let go) it is an attempt that did not pay, which dunning schedules again, the reason as its code; a
+    // merchant's checkout of the cycle that was canceled concerns no claim (dunning leaves it alone) and the cycle
+    // is free again (the live-cycle index leaves it out).
+    let failure_code = match now {
+        IntentStatus::Canceled => i.cancellation_reason.as_deref().or(Some("canceled")),
+        _ => i.failure_code.as_deref(),
+    };
     if let (Some(subscription_id), Some(cycle)) = (i.subscription_id, i.billing_cycle.as_deref()) {
         charge_final
             .on_charge_final(
@@ -863,7 +1019,7 @@ async fn announce_if_completed(
                     subscription_id,
                     billing_cycle: cycle,
                     succeeded: now == IntentStatus::Succeeded,
-                    failure_code: i.failure_code.as_deref(),
+                    failure_code,
                     failure_message: i.failure_message.as_deref(),
                 },
             )

@@ -187,7 +187,7 @@ async fn reserve(
 ) -> Result<(i64, String), RefundError> {
     let row = sqlx::query!(
         "UPDATE payment_intents SET refunded = refunded + $2, updated_at = now()
-          WHERE public_id = $1 AND status = $4 AND refunded + $2 <= amount
+          WHERE public_id = $1 AND status = $4 AND refunded + $2 <= coalesce(amount_captured, amount)
             AND ($3::text IS NULL OR client = $3)
           RETURNING id, provider",
         public_id,
@@ -201,7 +201,8 @@ async fn reserve(
         return Ok((reserved.id, reserved.provider));
     }
     let intent = sqlx::query!(
-        r#"SELECT status AS "status: IntentStatus", amount, refunded FROM payment_intents
+        r#"SELECT status AS "status: IntentStatus", coalesce(amount_captured, amount) AS "amount!", refunded
+             FROM payment_intents
           WHERE public_id = $1 AND ($2::text IS NULL OR client = $2)"#,
         public_id,
         client,

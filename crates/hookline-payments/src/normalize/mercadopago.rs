@@ -78,7 +78,7 @@ fn check_token(
 /// effects come from: the resource fetched by the signed `data.id`, never the unsigned notification body.
 ///
 /// `expected_id` is the signed `data.id` the resource was fetched for; a resource with another id is refused.
-/// Status mapping (forward-only, as every fact): `pending`/`in_process`/`authorized` → processing, `approved`
+/// Status mapping (forward-only, as every fact): `pending`/`in_process` → processing, `authorized` → authorized, `approved`
 /// → succeeded with `transaction_amount`, `rejected` → failed, `cancelled` → canceled; `refunded`,
 /// `charged_back` and `in_mediation` are succeeded payments (their money was captured first) plus, for
 /// `charged_back`, a lost dispute `cb_{id}` and, for `in_mediation`, an open one. Every entry of `refunds` is
@@ -125,9 +125,9 @@ pub fn payment_resource(
         },
     };
     match status {
-        "pending" | "in_process" | "authorized" => {
-            facts.push(payment(PaymentStatus::Processing, true))
-        }
+        "pending" | "in_process" => facts.push(payment(PaymentStatus::Processing, true)),
+        // `capture: false`: authorized (`pending_capture`), no money moved until the capture approves it.
+        "authorized" => facts.push(payment(PaymentStatus::Authorized, true)),
         "approved" | "refunded" | "charged_back" | "in_mediation" => {
             facts.push(payment(PaymentStatus::Succeeded, true))
         }

@@ -117,6 +117,10 @@ fn charge_facts(charge: &Obj<'_>) -> Result<Vec<PaymentFact>, PermanentError> {
     let received = if paid > 0 { paid } else { asked.amount };
     let mut facts = Vec::new();
     match status {
+        // `auth_only`: authorized, not captured — no money moved until the capture makes it `paid`.
+        "pending" | "processing" if transaction_status == Some("authorized_pending_capture") => {
+            facts.push(payment(PaymentStatus::Authorized, asked.clone(), None))
+        }
         "pending" | "processing" => {
             facts.push(payment(PaymentStatus::Processing, asked.clone(), None))
         }

@@ -22,10 +22,12 @@ pub(super) fn normalize(
     let object = || data_object(&root);
     match ty {
         "payment_intent.created" => payment_intent(ty, &object()?, PaymentStatus::Created),
-        "payment_intent.processing"
-        | "payment_intent.requires_action"
-        | "payment_intent.amount_capturable_updated" => {
+        "payment_intent.processing" | "payment_intent.requires_action" => {
             payment_intent(ty, &object()?, PaymentStatus::Processing)
+        }
+        // A manual capture's authorization: nothing moved until `payment_intent.succeeded` (the capture).
+        "payment_intent.amount_capturable_updated" => {
+            payment_intent(ty, &object()?, PaymentStatus::Authorized)
         }
         "payment_intent.succeeded" => payment_intent(ty, &object()?, PaymentStatus::Succeeded),
         "payment_intent.payment_failed" => payment_intent(ty, &object()?, PaymentStatus::Failed),
