@@ -27,8 +27,10 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true`, and a `customer` with the payment method attached to it), `return_url`; `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
-//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; another customer's method, or with `off_session=true` a method not attached to the intent's customer (a bare `pm_card_…` is attached to nobody) or no customer, 400 `invalid_request_error` with `param: payment_method`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`, `pm_card_chargeCustomerFail` — attaches, then always declines), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or the saved method's script, or a forced outcome (declines carry Stripe's code and message: `card_declined`, `expired_card`, `incorrect_cvc`, `processing_error`, …) |
+//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true`, and a `customer` with the payment method attached to it), `return_url`, `capture_method` (`automatic`, `automatic_async` — played as `automatic` —, `manual`); `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
+//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; another customer's method, or with `off_session=true` a method not attached to the intent's customer (a bare `pm_card_…` is attached to nobody) or no customer, 400 `invalid_request_error` with `param: payment_method`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`, `pm_card_chargeCustomerFail` — attaches, then always declines), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or the saved method's script, or a forced outcome (declines carry Stripe's code and message: `card_declined`, `expired_card`, `incorrect_cvc`, `processing_error`, …); a `capture_method=manual` intent whose card authorizes (at once, or once its 3-D Secure is passed) is `requires_capture` instead of `succeeded`: `amount_capturable` = `amount`, `amount_received` 0, its charge `succeeded` with `captured: false`, `amount_captured` 0, no balance transaction; events `charge.succeeded` and `payment_intent.amount_capturable_updated`. A `succeeded`, `requires_capture` or `canceled` intent is not confirmable (400 `payment_intent_unexpected_state`) |
+//! | `POST /v1/payment_intents/{id}/capture` | a `requires_capture` intent, optional `amount_to_capture` (positive integer, ≤ `amount_capturable`: more is 400 `amount_too_large` with `param: amount_to_capture`), `metadata[…]` (merged): `succeeded`, `amount_received` = captured, `amount_capturable` 0; its charge `captured`, `amount_captured` = captured, the uncaptured rest released and shown in `amount_refunded` (as Stripe shows it; refunds are bounded by what was captured); events `charge.captured`, `payment_intent.succeeded`. Any other status: 400 `payment_intent_unexpected_state` ("This PaymentIntent could not be captured because it has a status of …") |
+//! | `POST /v1/payment_intents/{id}/cancel` | optional `cancellation_reason` (`duplicate`, `fraudulent`, `requested_by_customer`, `abandoned`): from `requires_payment_method`, `requires_confirmation`, `requires_action`, `requires_capture` (the void: the authorization released, `amount_capturable` 0, the charge's `amount_refunded` its amount, nothing captured), `processing` → `canceled` with `canceled_at`, `payment_intent.canceled`; `succeeded`/`canceled`: 400 `payment_intent_unexpected_state` |
 //! | `GET /v1/payment_intents` | list: `limit` (≤ 100), `starting_after`, `ending_before`, `customer`, `created` |
 //! | `GET /v1/payment_intents/search` | `query` (`metadata['k']:'v'`, `status`, `customer`, `currency`, `amount`, `AND`, `-` negation), `limit`, `page`; `search_result` |
 //! | `POST /v1/customers`, `GET /v1/customers/{id}` | minimal customers |
@@ -38,13 +40,22 @@
 //! | `GET /v1/refunds` | list: `payment_intent`, `charge`, `limit`, `starting_after`, `ending_before` |
 //! | `GET /v1/events` | newest first in Stripe's list envelope; `limit` (10, max 100), `starting_after`, `ending_before`, `type` (`payment_intent.*` wildcards), `types[]`, `created` / `created[gt|gte|lt|lte]`, `delivery_success` |
 //!
+//! Every 400 `payment_intent_unexpected_state` (confirm, capture, cancel) carries the intent as it is in
+//! `error.payment_intent`, as Stripe's does. An authorization left uncaptured 7 days (on the sandbox clock, from
+//! when the card authorized) expires: the intent becomes `canceled` with `cancellation_reason: "automatic"`, the
+//! authorization released, and `payment_intent.canceled` is sent (an event of no request). Expiry happens when
+//! `POST /_sandbox/clock` moves the clock past it, and at the latest before the provider next answers any request
+//! (a read, a list or a write).
+//!
 //! Unknown parameters get 400 `parameter_unknown`, missing ones `parameter_missing`, as Stripe does.
 //! `Stripe-Version` (`YYYY-MM-DD` with an optional `.name`) is answered back as asked, the sandbox's `2024-06-20` when
 //! absent; a malformed one is 400 `Invalid Stripe API version: …` (the payloads do not change with it). Every state
 //! change is an event (`evt_…`, `object: "event"`, `type`, `created`, `data.object` = the full object,
 //! `request.id`/`request.idempotency_key`): `payment_intent.created`, `charge.succeeded` /
-//! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`, `refund.created`,
-//! `charge.refunded`, `charge.dispute.created` / `charge.dispute.closed`.
+//! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`,
+//! `payment_intent.requires_action`, `payment_intent.amount_capturable_updated`, `charge.captured`,
+//! `payment_intent.canceled`, `refund.created`, `charge.refunded`, `charge.dispute.created` /
+//! `charge.dispute.closed`.
 //!
 //! Stripe idempotency as documented: the first response for an `Idempotency-Key` (per API key) — errors such as a
 //! 402 decline or a 400 `amount_too_large` included — is saved and replayed for retries with the same status and
@@ -129,7 +140,7 @@
 //! | `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` | Stripe: `{"outcome":"succeed"\|"fail"}` ends a `requires_action` intent's 3-D Secure ([`SandboxControl::complete_authentication`]) |
 //! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago, Pagar.me: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
 //! | `POST`/`GET /_sandbox/payment_methods/{provider}/{id}/script` | `{"outcomes": ["succeed", "insufficient_funds", …]}`: the Nth executed charge (not a replay) of saved method `id` (Stripe `pm_…`, Mercado Pago card id, Pagar.me `card_…`) gets `outcomes[N-1]` — `succeed`, a Stripe decline code, a Mercado Pago `cc_rejected_…` detail or a Pagar.me decline (`not_authorized`, `insufficient_funds`, `expired_card`, `invalid_card`, `invalid_cvv`, `restricted_card`, `suspected_fraud`, `with_error`) (400 for another) — then the card's own behaviour; `GET` shows [`PaymentMethodScript`] `{uses, outcomes}` ([`SandboxControl::script_payment_method`]) |
-//! | `GET`/`POST /_sandbox/clock` | `{"advance_secs": N}` moves the sandbox clock ahead (≤ 400 days in all): idempotency keys of every provider expire on it, Pagar.me dates by it; `{"offset_secs", "now"}` ([`SandboxControl::advance_clock`]) |
+//! | `GET`/`POST /_sandbox/clock` | `{"advance_secs": N}` moves the sandbox clock ahead (≤ 400 days in all): idempotency keys of every provider expire on it, uncaptured authorizations expire on it (canceled by the move, with their webhooks), Pagar.me dates by it; `{"offset_secs", "now"}` ([`SandboxControl::advance_clock`]) |
 //! | `POST /_sandbox/reset` | forget everything, the clock back to real time (ids never repeat: the generator is not re-seeded) |
 //!
 //! # Reproducibility
@@ -142,9 +153,13 @@
 //!
 //! # What is not faithful
 //!
-//! - Only the subset above; no captures, cancellations, setup intents, webhook endpoint objects, or Mercado Pago
-//!   orders/preferences, customer or card updates and deletions. Only automatic capture. Customers and payment
-//!   methods send no events. Attaching a Stripe decline test card succeeds (Stripe declines attaching most of
+//! - Only the subset above; no setup intents, webhook endpoint objects, or Mercado Pago orders/preferences,
+//!   customer or card updates and deletions. Customers and payment methods send no events.
+//! - Stripe's manual capture: one capture per authorization (no `final_capture=false` multicapture, no
+//!   incremental authorization, no `amount_details`/application fees); the capture's `amount_too_large` message
+//!   is the sandbox's wording; a void or an expiry sends `payment_intent.canceled` only (whether Stripe also sends
+//!   `charge.refunded` for the released authorization is not verified); a refund of an uncaptured charge is
+//!   refused (400 naming `charge`: cancel the PaymentIntent instead), where Stripe may release it. Attaching a Stripe decline test card succeeds (Stripe declines attaching most of
 //!   them; `pm_card_chargeCustomerFail` is the one meant to attach and then fail).
 //! - Some error messages are the sandbox's wording where Stripe's exact text is not documented: `off_session`
 //!   without `confirm`/`customer`, a payment method of another customer (or, off session, of none), re-attaching;
