@@ -357,7 +357,7 @@ fn expire_authorizations(state: &mut State, edge_url: &url::Url) {
     for p in 0..state.providers.len() {
         match state.providers[p].config.scheme {
             Scheme::Stripe => stripe::ops::expire_authorizations(state, edge_url, p),
-            Scheme::MercadoPago => {}
+            Scheme::MercadoPago => mercadopago::ops::expire_authorizations(state, edge_url, p),
             Scheme::PagarmeV5 => {}
         }
     }
