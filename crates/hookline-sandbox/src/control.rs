@@ -358,7 +358,7 @@ fn expire_authorizations(state: &mut State, edge_url: &url::Url) {
         match state.providers[p].config.scheme {
             Scheme::Stripe => stripe::ops::expire_authorizations(state, edge_url, p),
             Scheme::MercadoPago => mercadopago::ops::expire_authorizations(state, edge_url, p),
-            Scheme::PagarmeV5 => {}
+            Scheme::PagarmeV5 => pagarme_v5::settle::expire_authorizations(state, edge_url, p),
         }
     }
 }

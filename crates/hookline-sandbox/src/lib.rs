@@ -89,10 +89,11 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /core/v5/orders` | `code`, `customer` {`name`, `email`, `document`, `document_type`, `type`, `phones`, `metadata`} or `customer_id` (404 `Customer not found.` without either), `items` [{`amount`, `description`, `quantity`, `code`}], one `payments` entry: `credit_card` {`card_id` \| `card_token` \| `card` {`number`, `holder_name`, `exp_month`, `exp_year`, `cvv`}, `installments`, `statement_descriptor`, `operation_type: auth_and_capture`}, `pix` {`expires_in` \| `expires_at`}, `boleto` {`due_at`, `instructions`}; `closed`, `metadata` (strings). 200 `or_…` with its `ch_…` and `last_transaction` `tran_…`: card `paid`/`captured`, or `failed`/`not_authorized` (Pagar.me's test cards `4000000000000010` paid, `4000000000000028` failed, `4000000000000036` `processing`; any other valid number paid), Pix `pending`/`waiting_payment` with `qr_code`, `qr_code_url`, `expires_at`; boleto `pending`/`generated` with `url`, `pdf`, `line`, `barcode`, `due_at`. A token's card is saved to the order's customer |
+//! | `POST /core/v5/orders` | `code`, `customer` {`name`, `email`, `document`, `document_type`, `type`, `phones`, `metadata`} or `customer_id` (404 `Customer not found.` without either), `items` [{`amount`, `description`, `quantity`, `code`}], one `payments` entry: `credit_card` {`card_id` \| `card_token` \| `card` {`number`, `holder_name`, `exp_month`, `exp_year`, `cvv`}, `installments`, `statement_descriptor`, `operation_type`: `auth_and_capture` or `auth_only` (or `capture: false`)}, `pix` {`expires_in` \| `expires_at`}, `boleto` {`due_at`, `instructions`}; `closed`, `metadata` (strings). 200 `or_…` with its `ch_…` and `last_transaction` `tran_…`: card `paid`/`captured`, or `failed`/`not_authorized` (Pagar.me's test cards `4000000000000010` paid, `4000000000000028` failed, `4000000000000036` `processing`; any other valid number paid), Pix `pending`/`waiting_payment` with `qr_code`, `qr_code_url`, `expires_at`; boleto `pending`/`generated` with `url`, `pdf`, `line`, `barcode`, `due_at`. `auth_only` with a card that approves: charge `pending`, transaction `authorized_pending_capture` (acquirer `0000`), order `pending`, webhooks `order.created`, `charge.created`, `charge.pending`; uncaptured for 5 days on the sandbox clock it is cancelled (charge `canceled`, transaction `voided`, order `canceled`; `charge.updated`, `order.canceled`) when the clock moves past it or at the latest before the provider's next answer. A token's card is saved to the order's customer |
+//! | `POST /core/v5/charges/{id}/capture` | an `auth_only` charge pending capture, optional `{"amount"}` (≤ authorized; `code`, `split` taken and ignored): `paid`, `paid_amount` the amount captured, transaction `captured`, order `paid`; `charge.paid`, `order.paid`; 200 with the charge. Any other charge or a larger amount 412; an invalid amount 422; `Idempotency-Key` as on orders |
 //! | `GET /core/v5/orders/{id}`, `GET /core/v5/charges/{id}` | the order (items, customer, charges) or the charge (with its order's summary), or 404 |
 //! | `GET /core/v5/orders`, `GET /core/v5/charges` | `code`, `status`, `customer_id`, `created_since`, `created_until` (charges also `payment_method`, `order_id`), `page` (1…), `size` (10, ≤ 100); newest first; `{"data", "paging": {"total", "previous", "next"}}` |
-//! | `DELETE /core/v5/charges/{id}` | the refund: optional `{"amount"}`; a paid charge refunded in full → `canceled` (`canceled_amount`, transaction `refunded`, order `canceled`), in part → still `paid` with `canceled_amount` (transaction `partial_refunded`); never beyond what is left (412); a pending/processing charge is cancelled whole; 200 with the charge |
+//! | `DELETE /core/v5/charges/{id}` | the refund: optional `{"amount"}`; a paid charge refunded in full → `canceled` (`canceled_amount`, transaction `refunded`, order `canceled`), in part → still `paid` with `canceled_amount` (transaction `partial_refunded`); never beyond what is left (412); a pending/processing charge — an `auth_only` authorization (the void: transaction `voided`), a Pix, a boleto — is cancelled whole (`charge.updated`, order `canceled`); 200 with the charge |
 //! | `POST /core/v5/customers`, `GET …/{id}`, `POST /core/v5/customers/{id}/cards` (`{number…}` or `{token}`), `GET …/cards[/{card_id}]` | `cus_…`, `card_…` |
 //! | `POST /core/v5/tokens?appId=pk_…` | `{"type":"card","card":{…}}` → `token_…`, single use, 60 s; the public key is the secret key with `pk_` for `sk_` |
 //!
@@ -113,7 +114,7 @@
 //!   `?data.id=<payment id>&type=payment`, `x-signature: ts=<ms>,v1=<hex>` and `x-request-id: <uuid>`;
 //! - Pagar.me: `{"id": "hook_…", "account": {"id": "acc_…", "name"}, "type", "created_at", "data": <the order or
 //!   the charge>}`, types `order.created`, `order.paid`, `order.payment_failed`, `order.canceled`,
-//!   `charge.created`, `charge.paid`, `charge.payment_failed`, `charge.refunded`, `charge.partial_canceled`,
+//!   `charge.created`, `charge.pending` (authorized, waiting for its capture), `charge.paid`, `charge.payment_failed`, `charge.refunded`, `charge.partial_canceled`,
 //!   `charge.updated` (cancelled unpaid), `charge.chargedback`, `charge.underpaid`, `charge.overpaid`; no
 //!   signature, `Authorization: Basic base64(user:password)` with [`SandboxProvider::webhook_basic_auth`] when set.
 //!
@@ -168,8 +169,10 @@
 //!   causes (`E301`, `E302`, `325`, `326`, `221`) likewise, and the causes for a saved card's token or payment
 //!   (`140`, `120`, `2034`, `2002`), a customer's card limit (25) and where `point_of_interaction` is strict
 //!   (unknown fields refused) are plausible, not verified.
-//! - Pagar.me: one payment per order; `auth_and_capture` only (pre-authorisation and later capture are refused, 422);
-//!   no `card` events, checkouts, subscriptions, splits, antifraud. Its 401 message, the declines' acquirer codes
+//! - Pagar.me: one payment per order; `auth_and_capture` and `auth_only` (`pre_auth` is refused, 422); one capture
+//!   per authorization; the capture's 412 messages, the void's `charge.updated` (as any unpaid cancellation),
+//!   the authorization's acquirer message and no `status_reason: capture_timeout` on an expired one are the
+//!   sandbox's choices; no `card` events, checkouts, subscriptions, splits, antifraud. Its 401 message, the declines' acquirer codes
 //!   and messages (only `not_authorized` is the test card's), the 409/422 for a key still executing or reused
 //!   elsewhere, the 412 wording, what a total refund does to the order (`canceled`), an expired Pix (`failed`), an
 //!   unpaid charge's cancellation (`charge.updated`) and the chargeback won/lost convention are the sandbox's
