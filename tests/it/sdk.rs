@@ -94,15 +94,18 @@ async fn stripe_python_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_script("stripe_merchant.py", &env(&sandbox, "st27"))
         .await
         .expect("run the script");
-    assert_passed(&run, 25);
+    assert_passed(&run, 32);
     let report = sandbox.control().charges();
     let stripe = report.provider("stripe").expect("stripe");
-    // Charged: the saved card and the 3-D Secure one; declined: two test cards and the off-session 3-D Secure.
+    // Charged: the saved card, the 3-D Secure one and the manual intent captured; declined: two test cards and
+    // the off-session 3-D Secure; authorized and voided: one.
     assert_eq!(
         (stripe.charges, stripe.captured_charges),
-        (5, 2),
+        (7, 3),
         "{stripe:?}"
     );
+    let capture = report.key("stripe", "st27-capture").expect("capture key");
+    assert_eq!((capture.executed, capture.replays), (1, 1));
     assert_eq!((stripe.refunds, stripe.refunded_amount), (1, 500));
     // The retried create and refund replayed: one object each under their key.
     let create = report.key("stripe", "st27-order-1").expect("create key");
@@ -131,24 +134,25 @@ async fn mercadopago_python_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_script("mercadopago_merchant.py", &env(&sandbox, "mp27"))
         .await
         .expect("run the script");
-    assert_passed(&run, 18);
+    assert_passed(&run, 22);
     let report = sandbox.control().charges();
     let mp = report.provider("mercadopago").expect("mercadopago");
-    // Approved card, rejected card, Pix (paid): three payments, two captured; the refused ones created nothing.
-    assert_eq!((mp.charges, mp.captured_charges), (3, 2), "{mp:?}");
+    // Approved card, rejected card, Pix (paid), authorized then captured, authorized then cancelled: five
+    // payments, three captured; the refused ones created nothing.
+    assert_eq!((mp.charges, mp.captured_charges), (5, 3), "{mp:?}");
     assert_eq!((mp.refunds, mp.refunded_amount), (1, 3000));
     let pay = report
         .key("mercadopago", "mp27-pay-1")
         .expect("payment key");
     assert_eq!((pay.charges, pay.replays), (1, 1));
-    // Every payment change was notified (created ×3, Pix paid, refund).
+    // Every payment change was notified (created ×5, Pix paid, refund, capture, cancel).
     let notified = sandbox
         .control()
         .deliveries()
         .iter()
         .filter(|d| d.provider == "mercadopago")
         .count();
-    assert_eq!(notified, 5);
+    assert_eq!(notified, 9);
     sandbox.stop().await;
 }
 
