@@ -168,18 +168,24 @@ async fn pagarme_node_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_node_script("pagarme_merchant.mjs", &env)
         .await
         .expect("run the script");
-    assert_passed(&run, 22);
+    assert_passed(&run, 30);
     // The SDK went through the proxy (it knows no other way to the sandbox).
     assert!(proxy.tunnels() >= 1, "no CONNECT reached the proxy");
     let report = sandbox.control().charges();
     let pagarme = report.provider("pagarme").expect("pagarme");
-    // One order and one charge although the create was sent twice; refunded in two parts, 1500 then 3500.
+    // One paid order although the create was sent twice, refunded in two parts, 1500 then 3500; then two
+    // auth_only orders: one captured (3000 of 5000), one voided (neither captured nor refunded).
     assert_eq!(
         (pagarme.orders, pagarme.charges, pagarme.captured_charges),
-        (1, 1, 1),
+        (3, 3, 2),
         "{pagarme:?}"
     );
     assert_eq!((pagarme.refunds, pagarme.refunded_amount), (2, 5000));
+    // The capture sent twice under one key executed once.
+    let capture = report
+        .key("pagarme", "pg29-capture-1")
+        .expect("capture key");
+    assert_eq!((capture.executed, capture.replays), (1, 1), "{capture:?}");
     // The key made the order and its charge once, the ones the script printed; the second send replayed them.
     let printed = |what: &str| {
         run.output
