@@ -94,15 +94,18 @@ async fn stripe_python_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_script("stripe_merchant.py", &env(&sandbox, "st27"))
         .await
         .expect("run the script");
-    assert_passed(&run, 25);
+    assert_passed(&run, 32);
     let report = sandbox.control().charges();
     let stripe = report.provider("stripe").expect("stripe");
-    // Charged: the saved card and the 3-D Secure one; declined: two test cards and the off-session 3-D Secure.
+    // Charged: the saved card, the 3-D Secure one and the manual intent captured; declined: two test cards and
+    // the off-session 3-D Secure; authorized and voided: one.
     assert_eq!(
         (stripe.charges, stripe.captured_charges),
-        (5, 2),
+        (7, 3),
         "{stripe:?}"
     );
+    let capture = report.key("stripe", "st27-capture").expect("capture key");
+    assert_eq!((capture.executed, capture.replays), (1, 1));
     assert_eq!((stripe.refunds, stripe.refunded_amount), (1, 500));
     // The retried create and refund replayed: one object each under their key.
     let create = report.key("stripe", "st27-order-1").expect("create key");
@@ -131,24 +134,25 @@ async fn mercadopago_python_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_script("mercadopago_merchant.py", &env(&sandbox, "mp27"))
         .await
         .expect("run the script");
-    assert_passed(&run, 18);
+    assert_passed(&run, 22);
     let report = sandbox.control().charges();
     let mp = report.provider("mercadopago").expect("mercadopago");
-    // Approved card, rejected card, Pix (paid): three payments, two captured; the refused ones created nothing.
-    assert_eq!((mp.charges, mp.captured_charges), (3, 2), "{mp:?}");
+    // Approved card, rejected card, Pix (paid), authorized then captured, authorized then cancelled: five
+    // payments, three captured; the refused ones created nothing.
+    assert_eq!((mp.charges, mp.captured_charges), (5, 3), "{mp:?}");
     assert_eq!((mp.refunds, mp.refunded_amount), (1, 3000));
     let pay = report
         .key("mercadopago", "mp27-pay-1")
         .expect("payment key");
     assert_eq!((pay.charges, pay.replays), (1, 1));
-    // Every payment change was notified (created ×3, Pix paid, refund).
+    // Every payment change was notified (created ×5, Pix paid, refund, capture, cancel).
     let notified = sandbox
         .control()
         .deliveries()
         .iter()
         .filter(|d| d.provider == "mercadopago")
         .count();
-    assert_eq!(notified, 5);
+    assert_eq!(notified, 9);
     sandbox.stop().await;
 }
 
@@ -164,18 +168,24 @@ async fn pagarme_node_sdk_drives_the_sandbox_as_a_merchant() {
     let run = run_node_script("pagarme_merchant.mjs", &env)
         .await
         .expect("run the script");
-    assert_passed(&run, 22);
+    assert_passed(&run, 30);
     // The SDK went through the proxy (it knows no other way to the sandbox).
     assert!(proxy.tunnels() >= 1, "no CONNECT reached the proxy");
     let report = sandbox.control().charges();
     let pagarme = report.provider("pagarme").expect("pagarme");
-    // One order and one charge although the create was sent twice; refunded in two parts, 1500 then 3500.
+    // One paid order although the create was sent twice, refunded in two parts, 1500 then 3500; then two
+    // auth_only orders: one captured (3000 of 5000), one voided (neither captured nor refunded).
     assert_eq!(
         (pagarme.orders, pagarme.charges, pagarme.captured_charges),
-        (1, 1, 1),
+        (3, 3, 2),
         "{pagarme:?}"
     );
     assert_eq!((pagarme.refunds, pagarme.refunded_amount), (2, 5000));
+    // The capture sent twice under one key executed once.
+    let capture = report
+        .key("pagarme", "pg29-capture-1")
+        .expect("capture key");
+    assert_eq!((capture.executed, capture.replays), (1, 1), "{capture:?}");
     // The key made the order and its charge once, the ones the script printed; the second send replayed them.
     let printed = |what: &str| {
         run.output

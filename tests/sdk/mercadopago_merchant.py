@@ -1,7 +1,8 @@
 """A merchant's server code with the official mercadopago SDK, against the Mercado Pago API at MP_API_BASE: card
 tokens (test cardholder names decide the outcome), card payments approved and rejected, a payment without a token
 refused, Pix pending with its QR code then paid through the sandbox's control API, refund and refund read-back,
-search by external_reference. One line per check; exit 1 on any failure."""
+search by external_reference, a payment authorized then captured in part (`capture: false`, update with
+`capture: true`), another cancelled (update with `status: cancelled`). One line per check; exit 1 on any failure."""
 import os
 import uuid
 
@@ -79,6 +80,28 @@ def main(c: Checks):
     c.equal("search paging total", found["response"]["paging"]["total"], 1)
     every = list(sdk.payment().search_auto_paging_iter({"external_reference": approved_ref}, limit=1))
     c.equal("auto-paging search", [p["id"] for p in every], [paid["id"]])
+
+    # Authorize now, capture later (in part); a second capture refused; another authorization cancelled.
+    hold = payment(f"order-{RUN}-hold", card_token(sdk, "APRO"))
+    hold["capture"] = False
+    held = sdk.payment().create(hold, mp_options(f"{RUN}-hold"))["response"]
+    c.equal("capture false: authorized, pending capture", (held["status"], held["status_detail"], held["captured"]),
+            ("authorized", "pending_capture", False))
+    captured = sdk.payment().update(held["id"], {"capture": True, "transaction_amount": 80.0},
+                                    mp_options(f"{RUN}-capture"))
+    c.equal("captured 80.00 of 100.00: approved", (captured["status"], captured["response"]["status"],
+                                                   captured["response"]["captured"],
+                                                   captured["response"]["transaction_amount"]),
+            (200, "approved", True, 80.0))
+    again = sdk.payment().update(held["id"], {"capture": True}, mp_options(f"{RUN}-capture-2"))
+    c.equal("a second capture is refused", again["status"], 400)
+    void = payment(f"order-{RUN}-void", card_token(sdk, "APRO"))
+    void["capture"] = False
+    void_id = sdk.payment().create(void, mp_options(f"{RUN}-void"))["response"]["id"]
+    cancelled = sdk.payment().update(void_id, {"status": "cancelled"}, mp_options(f"{RUN}-cancel"))
+    c.equal("cancelled by the collector", (cancelled["status"], cancelled["response"]["status"],
+                                           cancelled["response"]["status_detail"]),
+            (200, "cancelled", "by_collector"))
 
 
 if __name__ == "__main__":

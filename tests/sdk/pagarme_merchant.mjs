@@ -63,10 +63,10 @@ const tokens = new TokensController(client);
 const orders = new OrdersController(client);
 const charges = new ChargesController(client);
 
-function orderRequest(cardToken) {
+function orderRequest(cardToken, code = `${run}-pedido-1`, operationType = undefined) {
   // Every field the SDK's CreateOrderRequest schema requires (it refuses to send the request otherwise).
   return {
-    code: `${run}-pedido-1`,
+    code,
     closed: true,
     items: [
       { amount: 2500, description: 'Camiseta', quantity: 2, category: 'roupas', code: 'sku-1' },
@@ -99,11 +99,21 @@ function orderRequest(cardToken) {
       {
         paymentMethod: 'credit_card',
         amount: 5000,
-        creditCard: { cardToken, installments: 1, statementDescriptor: 'HOOKLINE' },
+        creditCard: { cardToken, installments: 1, statementDescriptor: 'HOOKLINE', ...(operationType ? { operationType } : {}) },
       },
     ],
     metadata: { sdk_run: run },
   };
+}
+
+// A card token of Pagar.me's approving test card, made with the public key.
+async function cardToken() {
+  return (
+    await tokens.createToken(publicKey, {
+      type: 'card',
+      card: { number: '4000000000000010', holderName: 'Tony Stark', expMonth: 12, expYear: 2030, cvv: '123', brand: 'Visa', label: 'sdk' },
+    })
+  ).result.id;
 }
 
 async function main() {
@@ -172,6 +182,30 @@ async function main() {
   } catch (e) {
     check('cancelling a cancelled charge is refused (ApiError 4xx)', e instanceof ApiError && e.statusCode >= 400 && e.statusCode < 500, `${e}`);
   }
+
+  // 7. Authorize now, capture later: an auth_only order waits pending; captureCharge takes 3000 of 5000 (sent
+  //    twice with one idempotency key: one capture); a second capture is an ApiError 4xx; another authorization
+  //    is voided with cancelCharge.
+  const held = (await orders.createOrder(orderRequest(await cardToken(), `${run}-pedido-2`, 'auth_only'), `${run}-order-2`)).result;
+  const heldCharge = held.charges?.[0];
+  equal('auth_only: order pending', held.status, 'pending');
+  equal('auth_only: transaction authorized, pending capture', heldCharge?.lastTransaction?.status, 'authorized_pending_capture');
+  const capture = { code: `${run}-pedido-2`, amount: 3000, operationReference: `${run}-captura-1` };
+  const captured = (await charges.captureCharge(heldCharge.id, capture, `${run}-capture-1`)).result;
+  equal('captured: charge paid', captured.status, 'paid');
+  equal('captured: paid amount', captured.paidAmount, 3000);
+  const recaptured = (await charges.captureCharge(heldCharge.id, capture, `${run}-capture-1`)).result;
+  equal('same key again: the same capture', recaptured.paidAmount, 3000);
+  try {
+    await charges.captureCharge(heldCharge.id, { code: `${run}-pedido-2`, operationReference: `${run}-captura-2` }, `${run}-capture-2`);
+    check('a second capture is refused', false, 'it succeeded');
+  } catch (e) {
+    check('a second capture is refused (ApiError 4xx)', e instanceof ApiError && e.statusCode >= 400 && e.statusCode < 500, `${e}`);
+  }
+  const voidable = (await orders.createOrder(orderRequest(await cardToken(), `${run}-pedido-3`, 'auth_only'), `${run}-order-3`)).result;
+  const voided = (await charges.cancelCharge(voidable.charges?.[0]?.id, undefined, `${run}-void-1`)).result;
+  equal('void: charge canceled', voided.status, 'canceled');
+  equal('void: transaction voided', voided.lastTransaction?.status, 'voided');
 }
 
 try {

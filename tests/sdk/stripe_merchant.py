@@ -1,6 +1,6 @@
 """A merchant's server code with the official stripe-python SDK, against the Stripe API at STRIPE_API_BASE:
 customers and saved cards, charging, a decline, 3-D Secure completed by the sandbox's control API, list and
-search by metadata, refunds, idempotent retries. One line per check; exit 1 on any failure."""
+search by metadata, refunds, idempotent retries, manual capture (partial, retried, refused twice) and a void. One line per check; exit 1 on any failure."""
 import os
 import uuid
 
@@ -107,6 +107,34 @@ def main(c: Checks):
     refunds = v1.refunds.list(params={"payment_intent": intent.id})
     c.equal("refunds listed by payment intent", [r.id for r in refunds.data], [refund.id])
     c.equal("refund metadata echoed", refunds.data[0].metadata["hookline_refund"], f"re_hl_{RUN}")
+
+    # Manual capture: authorized, captured in part once under a key (a retry replays it), a second capture raises
+    # InvalidRequestError carrying the intent; another authorization voided by cancel.
+    held = v1.payment_intents.create(params={"amount": 4000, "currency": "brl", "capture_method": "manual",
+                                             "confirm": True, "payment_method": "pm_card_visa"})
+    c.equal("manual capture: requires_capture, all of it capturable",
+            (held.status, held.amount_capturable, held.amount_received), ("requires_capture", 4000, 0))
+    captured = v1.payment_intents.capture(held.id, params={"amount_to_capture": 2500},
+                                          options={"idempotency_key": f"{RUN}-capture"})
+    c.equal("captured in part: succeeded", (captured.status, captured.amount_received, captured.amount_capturable),
+            ("succeeded", 2500, 0))
+    same = v1.payment_intents.capture(held.id, params={"amount_to_capture": 2500},
+                                      options={"idempotency_key": f"{RUN}-capture"})
+    c.equal("a retried capture with the same key answers the same", (same.status, same.amount_received),
+            ("succeeded", 2500))
+    charge = v1.charges.retrieve(captured.latest_charge)
+    c.equal("the charge captured 2500 and released the rest",
+            (charge.captured, charge.amount_captured, charge.amount_refunded), (True, 2500, 1500))
+    try:
+        v1.payment_intents.capture(held.id)
+        c.check("a second capture is refused", False, "no error")
+    except stripe.InvalidRequestError as e:
+        c.equal("a second capture is refused", e.code, "payment_intent_unexpected_state")
+        c.equal("the refusal carries the intent", e.error.payment_intent.status, "succeeded")
+    hold = v1.payment_intents.create(params={"amount": 1800, "currency": "brl", "capture_method": "manual",
+                                             "confirm": True, "payment_method": "pm_card_visa"})
+    voided = v1.payment_intents.cancel(hold.id)
+    c.equal("void: canceled, nothing capturable", (voided.status, voided.amount_capturable), ("canceled", 0))
 
 
 if __name__ == "__main__":

@@ -322,10 +322,16 @@ impl SandboxControl {
     }
 
     /// Moves the sandbox clock `by` ahead (at most 400 days ahead in total): idempotency keys of every provider
-    /// expire on it (a key first used more than `idempotency_window` ago is forgotten) and Pagar.me's objects and
-    /// tokens are dated by it. Webhook deliveries and retries keep real time.
+    /// expire on it (a key first used more than `idempotency_window` ago is forgotten), Pagar.me's objects and
+    /// tokens are dated by it, and uncaptured authorizations expire on it (canceled at once, with their webhooks,
+    /// when the move takes them past their lifetime). Webhook deliveries and retries keep real time.
     pub fn advance_clock(&self, by: Duration) -> Result<(), String> {
-        self.shared.lock().clock.advance(by)
+        let mut state = self.shared.lock();
+        state.clock.advance(by)?;
+        expire_authorizations(&mut state, &self.shared.edge_url);
+        drop(state);
+        self.shared.wake.notify_one();
+        Ok(())
     }
 
     /// How far ahead of the real clock the sandbox clock is.
@@ -342,6 +348,18 @@ impl SandboxControl {
     /// generator: none repeats an earlier one).
     pub fn reset(&self) {
         self.shared.lock().reset();
+    }
+}
+
+/// Every provider's authorizations left uncaptured past their lifetime on the sandbox clock are canceled (Stripe
+/// `canceled`/`automatic`, Mercado Pago `cancelled`/`expired`, Pagar.me `canceled`), with their webhooks.
+fn expire_authorizations(state: &mut State, edge_url: &url::Url) {
+    for p in 0..state.providers.len() {
+        match state.providers[p].config.scheme {
+            Scheme::Stripe => stripe::ops::expire_authorizations(state, edge_url, p),
+            Scheme::MercadoPago => mercadopago::ops::expire_authorizations(state, edge_url, p),
+            Scheme::PagarmeV5 => pagarme_v5::settle::expire_authorizations(state, edge_url, p),
+        }
     }
 }
 

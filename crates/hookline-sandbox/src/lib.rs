@@ -27,8 +27,10 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true`, and a `customer` with the payment method attached to it), `return_url`; `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
-//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; another customer's method, or with `off_session=true` a method not attached to the intent's customer (a bare `pm_card_…` is attached to nobody) or no customer, 400 `invalid_request_error` with `param: payment_method`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`, `pm_card_chargeCustomerFail` — attaches, then always declines), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or the saved method's script, or a forced outcome (declines carry Stripe's code and message: `card_declined`, `expired_card`, `incorrect_cvc`, `processing_error`, …) |
+//! | `POST /v1/payment_intents` | `amount`, `currency`, `customer` (a `cus_…` that exists), `description`, `metadata[…]`, `payment_method`, `confirm`, `off_session` (needs `confirm=true`, and a `customer` with the payment method attached to it), `return_url`, `capture_method` (`automatic`, `automatic_async` — played as `automatic` —, `manual`); `pi_…`, `requires_payment_method`/`requires_confirmation`, or with `confirm=true` what confirming gives |
+//! | `POST /v1/payment_intents/{id}/confirm` | without a payment method 400 `payment_intent_unexpected_state` (the intent in the error); an unknown `pm_…` 400 `resource_missing`; another customer's method, or with `off_session=true` a method not attached to the intent's customer (a bare `pm_card_…` is attached to nobody) or no customer, 400 `invalid_request_error` with `param: payment_method`; else `succeeded`, 402 `card_error` for Stripe's decline test methods (`pm_card_chargeDeclined`, `…InsufficientFunds`, `…Fraudulent`, `…LostCard`, `…StolenCard`, `pm_card_chargeCustomerFail` — attaches, then always declines), `requires_action` + `next_action` for `pm_card_threeDSecure2Required`/`pm_card_authenticationRequired` (402 `authentication_required` off session), or the saved method's script, or a forced outcome (declines carry Stripe's code and message: `card_declined`, `expired_card`, `incorrect_cvc`, `processing_error`, …); a `capture_method=manual` intent whose card authorizes (at once, or once its 3-D Secure is passed) is `requires_capture` instead of `succeeded`: `amount_capturable` = `amount`, `amount_received` 0, its charge `succeeded` with `captured: false`, `amount_captured` 0, no balance transaction; events `charge.succeeded` and `payment_intent.amount_capturable_updated`. A `succeeded`, `requires_capture` or `canceled` intent is not confirmable (400 `payment_intent_unexpected_state`) |
+//! | `POST /v1/payment_intents/{id}/capture` | a `requires_capture` intent, optional `amount_to_capture` (positive integer, ≤ `amount_capturable`: more is 400 `amount_too_large` with `param: amount_to_capture`), `metadata[…]` (merged): `succeeded`, `amount_received` = captured, `amount_capturable` 0; its charge `captured`, `amount_captured` = captured, the uncaptured rest released and shown in `amount_refunded` (as Stripe shows it; refunds are bounded by what was captured); events `charge.captured`, `payment_intent.succeeded`. Any other status: 400 `payment_intent_unexpected_state` ("This PaymentIntent could not be captured because it has a status of …") |
+//! | `POST /v1/payment_intents/{id}/cancel` | optional `cancellation_reason` (`duplicate`, `fraudulent`, `requested_by_customer`, `abandoned`): from `requires_payment_method`, `requires_confirmation`, `requires_action`, `requires_capture` (the void: the authorization released, `amount_capturable` 0, the charge's `amount_refunded` its amount, nothing captured), `processing` → `canceled` with `canceled_at`, `payment_intent.canceled`; `succeeded`/`canceled`: 400 `payment_intent_unexpected_state` |
 //! | `GET /v1/payment_intents` | list: `limit` (≤ 100), `starting_after`, `ending_before`, `customer`, `created` |
 //! | `GET /v1/payment_intents/search` | `query` (`metadata['k']:'v'`, `status`, `customer`, `currency`, `amount`, `AND`, `-` negation), `limit`, `page`; `search_result` |
 //! | `POST /v1/customers`, `GET /v1/customers/{id}` | minimal customers |
@@ -38,13 +40,22 @@
 //! | `GET /v1/refunds` | list: `payment_intent`, `charge`, `limit`, `starting_after`, `ending_before` |
 //! | `GET /v1/events` | newest first in Stripe's list envelope; `limit` (10, max 100), `starting_after`, `ending_before`, `type` (`payment_intent.*` wildcards), `types[]`, `created` / `created[gt|gte|lt|lte]`, `delivery_success` |
 //!
+//! Every 400 `payment_intent_unexpected_state` (confirm, capture, cancel) carries the intent as it is in
+//! `error.payment_intent`, as Stripe's does. An authorization left uncaptured 7 days (on the sandbox clock, from
+//! when the card authorized) expires: the intent becomes `canceled` with `cancellation_reason: "automatic"`, the
+//! authorization released, and `payment_intent.canceled` is sent (an event of no request). Expiry happens when
+//! `POST /_sandbox/clock` moves the clock past it, and at the latest before the provider next answers any request
+//! (a read, a list or a write).
+//!
 //! Unknown parameters get 400 `parameter_unknown`, missing ones `parameter_missing`, as Stripe does.
 //! `Stripe-Version` (`YYYY-MM-DD` with an optional `.name`) is answered back as asked, the sandbox's `2024-06-20` when
 //! absent; a malformed one is 400 `Invalid Stripe API version: …` (the payloads do not change with it). Every state
 //! change is an event (`evt_…`, `object: "event"`, `type`, `created`, `data.object` = the full object,
 //! `request.id`/`request.idempotency_key`): `payment_intent.created`, `charge.succeeded` /
-//! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`, `refund.created`,
-//! `charge.refunded`, `charge.dispute.created` / `charge.dispute.closed`.
+//! `charge.failed`, `payment_intent.succeeded` / `payment_intent.payment_failed`,
+//! `payment_intent.requires_action`, `payment_intent.amount_capturable_updated`, `charge.captured`,
+//! `payment_intent.canceled`, `refund.created`, `charge.refunded`, `charge.dispute.created` /
+//! `charge.dispute.closed`.
 //!
 //! Stripe idempotency as documented: the first response for an `Idempotency-Key` (per API key) — errors such as a
 //! 402 decline or a 400 `amount_too_large` included — is saved and replayed for retries with the same status and
@@ -61,8 +72,9 @@
 //! | `POST /v1/card_tokens` `{"card_id", "customer_id"?}` | a single-use token of a saved card, no security code needed (automatic payments): 404 for an unknown card, 400 cause 140 when `customer_id` is not the card's |
 //! | `POST /v1/customers`, `GET /v1/customers/{id}`, `GET /v1/customers/search?email=` | `email` required (400 cause 106), one customer per email (400 cause 101); id `{user id}-{15 alphanumerics}` |
 //! | `POST /v1/customers/{id}/cards` `{"token"}`, `GET /v1/customers/{id}/cards[/{card_id}]` | saves the token's card (the token is used up; its holder name keeps deciding the outcome): `id` (digits), `customer_id`, `payment_method.id` (`visa`, `master`, …), `first_six_digits`, `last_four_digits`, … |
-//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `token` (required for a card brand: 400 cause 3003 without it, 2006 for an unknown or used one), `payer.email` (400 cause 4050 without it) or `payer: {"type": "customer", "id"}` (required with a saved card's token: 400 cause 2034 otherwise; 2002 for an unknown customer), `point_of_interaction` (`{"type": "SUBSCRIPTIONS", "transaction_data": {…}}`, checked for shape, echoed), `external_reference`, `installments`, `issuer_id`, `metadata`; 201 with a numeric `id`. A card is `approved` unless its holder name says otherwise; `pix` is `pending`/`pending_waiting_transfer` with `point_of_interaction.transaction_data` (`qr_code`, `qr_code_base64`, `ticket_url`) and `date_of_expiration`; boletos pending; a saved card's script, else a forced outcome, overrides |
-//! | `GET /v1/payments/{id}` | `status` (approved, pending, in_process, rejected, refunded, charged_back, cancelled), `status_detail`, `transaction_amount`, `transaction_amount_refunded`, `currency_id` `BRL`, `date_created`/`date_approved`/`date_last_updated` (`-04:00`, milliseconds), `refunds`, `fee_details` (3.99 %), `external_reference`, … |
+//! | `POST /v1/payments` | requires `X-Idempotency-Key` (400, cause 4292, without it); `transaction_amount` (decimal), `description`, `payment_method_id`, `token` (required for a card brand: 400 cause 3003 without it, 2006 for an unknown or used one), `payer.email` (400 cause 4050 without it) or `payer: {"type": "customer", "id"}` (required with a saved card's token: 400 cause 2034 otherwise; 2002 for an unknown customer), `point_of_interaction` (`{"type": "SUBSCRIPTIONS", "transaction_data": {…}}`, checked for shape, echoed), `external_reference`, `installments`, `issuer_id`, `metadata`, `capture` (boolean; `false`: a card that approves is only authorized — `authorized`/`pending_capture`, `captured: false`, no `date_approved` — until captured; the reservation expires 7 days later on the sandbox clock: `cancelled`/`expired`, notified, when `POST /_sandbox/clock` moves past it or at the latest before the provider's next answer); 201 with a numeric `id`. A card is `approved` unless its holder name says otherwise; `pix` is `pending`/`pending_waiting_transfer` with `point_of_interaction.transaction_data` (`qr_code`, `qr_code_base64`, `ticket_url`) and `date_of_expiration`; boletos pending; a saved card's script, else a forced outcome, overrides |
+//! | `PUT /v1/payments/{id}` | `{"capture": true, "transaction_amount"?}` captures an `authorized` payment (all of it, or less: more than authorized is 400 cause 2017 "Invalid transaction_amount for update") → `approved`/`accredited`, `captured: true`, `transaction_amount` the amount captured; `{"status": "cancelled"}` on `authorized`, `pending` or `in_process` → `cancelled`/`by_collector`; the wrong status for either (captured, approved, refunded, cancelled, rejected…) is 400 cause 2063 "The action requested is not valid for the current payment state"; any other body 400 naming the field; `X-Idempotency-Key` honoured; 200 with the payment and `payment.updated` |
+//! | `GET /v1/payments/{id}` | `status` (approved, authorized, pending, in_process, rejected, refunded, charged_back, cancelled), `captured`, `status_detail`, `transaction_amount`, `transaction_amount_refunded`, `currency_id` `BRL`, `date_created`/`date_approved`/`date_last_updated` (`-04:00`, milliseconds), `refunds`, `fee_details` (3.99 %), `external_reference`, … |
 //! | `POST /v1/payments/{id}/refunds` | optional `{"amount": 10.00}` (partial; never beyond what remains, 400 otherwise); `X-Idempotency-Key` honoured; 201 refund; a full refund makes the payment `refunded` |
 //! | `GET /v1/payments/{id}/refunds` | the payment's refunds |
 //! | `GET /v1/payments/{id}/refunds/{refund_id}` | one refund, or 404 |
@@ -77,10 +89,11 @@
 //!
 //! | endpoint | what |
 //! |---|---|
-//! | `POST /core/v5/orders` | `code`, `customer` {`name`, `email`, `document`, `document_type`, `type`, `phones`, `metadata`} or `customer_id` (404 `Customer not found.` without either), `items` [{`amount`, `description`, `quantity`, `code`}], one `payments` entry: `credit_card` {`card_id` \| `card_token` \| `card` {`number`, `holder_name`, `exp_month`, `exp_year`, `cvv`}, `installments`, `statement_descriptor`, `operation_type: auth_and_capture`}, `pix` {`expires_in` \| `expires_at`}, `boleto` {`due_at`, `instructions`}; `closed`, `metadata` (strings). 200 `or_…` with its `ch_…` and `last_transaction` `tran_…`: card `paid`/`captured`, or `failed`/`not_authorized` (Pagar.me's test cards `4000000000000010` paid, `4000000000000028` failed, `4000000000000036` `processing`; any other valid number paid), Pix `pending`/`waiting_payment` with `qr_code`, `qr_code_url`, `expires_at`; boleto `pending`/`generated` with `url`, `pdf`, `line`, `barcode`, `due_at`. A token's card is saved to the order's customer |
+//! | `POST /core/v5/orders` | `code`, `customer` {`name`, `email`, `document`, `document_type`, `type`, `phones`, `metadata`} or `customer_id` (404 `Customer not found.` without either), `items` [{`amount`, `description`, `quantity`, `code`}], one `payments` entry: `credit_card` {`card_id` \| `card_token` \| `card` {`number`, `holder_name`, `exp_month`, `exp_year`, `cvv`}, `installments`, `statement_descriptor`, `operation_type`: `auth_and_capture` or `auth_only` (or `capture: false`)}, `pix` {`expires_in` \| `expires_at`}, `boleto` {`due_at`, `instructions`}; `closed`, `metadata` (strings). 200 `or_…` with its `ch_…` and `last_transaction` `tran_…`: card `paid`/`captured`, or `failed`/`not_authorized` (Pagar.me's test cards `4000000000000010` paid, `4000000000000028` failed, `4000000000000036` `processing`; any other valid number paid), Pix `pending`/`waiting_payment` with `qr_code`, `qr_code_url`, `expires_at`; boleto `pending`/`generated` with `url`, `pdf`, `line`, `barcode`, `due_at`. `auth_only` with a card that approves: charge `pending`, transaction `authorized_pending_capture` (acquirer `0000`), order `pending`, webhooks `order.created`, `charge.created`, `charge.pending`; uncaptured for 5 days on the sandbox clock it is cancelled (charge `canceled`, transaction `voided`, order `canceled`; `charge.updated`, `order.canceled`) when the clock moves past it or at the latest before the provider's next answer. A token's card is saved to the order's customer |
+//! | `POST /core/v5/charges/{id}/capture` | an `auth_only` charge pending capture, optional `{"amount"}` (≤ authorized; `code`, `split` taken and ignored): `paid`, `paid_amount` the amount captured, transaction `captured`, order `paid`; `charge.paid`, `order.paid`; 200 with the charge. Any other charge or a larger amount 412; an invalid amount 422; `Idempotency-Key` as on orders |
 //! | `GET /core/v5/orders/{id}`, `GET /core/v5/charges/{id}` | the order (items, customer, charges) or the charge (with its order's summary), or 404 |
 //! | `GET /core/v5/orders`, `GET /core/v5/charges` | `code`, `status`, `customer_id`, `created_since`, `created_until` (charges also `payment_method`, `order_id`), `page` (1…), `size` (10, ≤ 100); newest first; `{"data", "paging": {"total", "previous", "next"}}` |
-//! | `DELETE /core/v5/charges/{id}` | the refund: optional `{"amount"}`; a paid charge refunded in full → `canceled` (`canceled_amount`, transaction `refunded`, order `canceled`), in part → still `paid` with `canceled_amount` (transaction `partial_refunded`); never beyond what is left (412); a pending/processing charge is cancelled whole; 200 with the charge |
+//! | `DELETE /core/v5/charges/{id}` | the refund: optional `{"amount"}`; a paid charge refunded in full → `canceled` (`canceled_amount`, transaction `refunded`, order `canceled`), in part → still `paid` with `canceled_amount` (transaction `partial_refunded`); never beyond what is left (412); a pending/processing charge — an `auth_only` authorization (the void: transaction `voided`), a Pix, a boleto — is cancelled whole (`charge.updated`, order `canceled`); 200 with the charge |
 //! | `POST /core/v5/customers`, `GET …/{id}`, `POST /core/v5/customers/{id}/cards` (`{number…}` or `{token}`), `GET …/cards[/{card_id}]` | `cus_…`, `card_…` |
 //! | `POST /core/v5/tokens?appId=pk_…` | `{"type":"card","card":{…}}` → `token_…`, single use, 60 s; the public key is the secret key with `pk_` for `sk_` |
 //!
@@ -101,7 +114,7 @@
 //!   `?data.id=<payment id>&type=payment`, `x-signature: ts=<ms>,v1=<hex>` and `x-request-id: <uuid>`;
 //! - Pagar.me: `{"id": "hook_…", "account": {"id": "acc_…", "name"}, "type", "created_at", "data": <the order or
 //!   the charge>}`, types `order.created`, `order.paid`, `order.payment_failed`, `order.canceled`,
-//!   `charge.created`, `charge.paid`, `charge.payment_failed`, `charge.refunded`, `charge.partial_canceled`,
+//!   `charge.created`, `charge.pending` (authorized, waiting for its capture), `charge.paid`, `charge.payment_failed`, `charge.refunded`, `charge.partial_canceled`,
 //!   `charge.updated` (cancelled unpaid), `charge.chargedback`, `charge.underpaid`, `charge.overpaid`; no
 //!   signature, `Authorization: Basic base64(user:password)` with [`SandboxProvider::webhook_basic_auth`] when set.
 //!
@@ -129,7 +142,7 @@
 //! | `POST /_sandbox/payment_intents/{provider}/{id}/authenticate` | Stripe: `{"outcome":"succeed"\|"fail"}` ends a `requires_action` intent's 3-D Secure ([`SandboxControl::complete_authentication`]) |
 //! | `POST /_sandbox/pix/{provider}/{id}` | Mercado Pago, Pagar.me: `{"outcome":"paid"\|"expired"}` settles a pending Pix ([`SandboxControl::settle_pix`]) |
 //! | `POST`/`GET /_sandbox/payment_methods/{provider}/{id}/script` | `{"outcomes": ["succeed", "insufficient_funds", …]}`: the Nth executed charge (not a replay) of saved method `id` (Stripe `pm_…`, Mercado Pago card id, Pagar.me `card_…`) gets `outcomes[N-1]` — `succeed`, a Stripe decline code, a Mercado Pago `cc_rejected_…` detail or a Pagar.me decline (`not_authorized`, `insufficient_funds`, `expired_card`, `invalid_card`, `invalid_cvv`, `restricted_card`, `suspected_fraud`, `with_error`) (400 for another) — then the card's own behaviour; `GET` shows [`PaymentMethodScript`] `{uses, outcomes}` ([`SandboxControl::script_payment_method`]) |
-//! | `GET`/`POST /_sandbox/clock` | `{"advance_secs": N}` moves the sandbox clock ahead (≤ 400 days in all): idempotency keys of every provider expire on it, Pagar.me dates by it; `{"offset_secs", "now"}` ([`SandboxControl::advance_clock`]) |
+//! | `GET`/`POST /_sandbox/clock` | `{"advance_secs": N}` moves the sandbox clock ahead (≤ 400 days in all): idempotency keys of every provider expire on it, uncaptured authorizations expire on it (canceled by the move, with their webhooks), Pagar.me dates by it; `{"offset_secs", "now"}` ([`SandboxControl::advance_clock`]) |
 //! | `POST /_sandbox/reset` | forget everything, the clock back to real time (ids never repeat: the generator is not re-seeded) |
 //!
 //! # Reproducibility
@@ -142,9 +155,13 @@
 //!
 //! # What is not faithful
 //!
-//! - Only the subset above; no captures, cancellations, setup intents, webhook endpoint objects, or Mercado Pago
-//!   orders/preferences, customer or card updates and deletions. Only automatic capture. Customers and payment
-//!   methods send no events. Attaching a Stripe decline test card succeeds (Stripe declines attaching most of
+//! - Only the subset above; no setup intents, webhook endpoint objects, or Mercado Pago orders/preferences,
+//!   customer or card updates and deletions. Customers and payment methods send no events.
+//! - Stripe's manual capture: one capture per authorization (no `final_capture=false` multicapture, no
+//!   incremental authorization, no `amount_details`/application fees); the capture's `amount_too_large` message
+//!   is the sandbox's wording; a void or an expiry sends `payment_intent.canceled` only (whether Stripe also sends
+//!   `charge.refunded` for the released authorization is not verified); a refund of an uncaptured charge is
+//!   refused (400 naming `charge`: cancel the PaymentIntent instead), where Stripe may release it. Attaching a Stripe decline test card succeeds (Stripe declines attaching most of
 //!   them; `pm_card_chargeCustomerFail` is the one meant to attach and then fail).
 //! - Some error messages are the sandbox's wording where Stripe's exact text is not documented: `off_session`
 //!   without `confirm`/`customer`, a payment method of another customer (or, off session, of none), re-attaching;
@@ -152,8 +169,10 @@
 //!   causes (`E301`, `E302`, `325`, `326`, `221`) likewise, and the causes for a saved card's token or payment
 //!   (`140`, `120`, `2034`, `2002`), a customer's card limit (25) and where `point_of_interaction` is strict
 //!   (unknown fields refused) are plausible, not verified.
-//! - Pagar.me: one payment per order; `auth_and_capture` only (pre-authorisation and later capture are refused, 422);
-//!   no `card` events, checkouts, subscriptions, splits, antifraud. Its 401 message, the declines' acquirer codes
+//! - Pagar.me: one payment per order; `auth_and_capture` and `auth_only` (`pre_auth` is refused, 422); one capture
+//!   per authorization; the capture's 412 messages, the void's `charge.updated` (as any unpaid cancellation),
+//!   the authorization's acquirer message and no `status_reason: capture_timeout` on an expired one are the
+//!   sandbox's choices; no `card` events, checkouts, subscriptions, splits, antifraud. Its 401 message, the declines' acquirer codes
 //!   and messages (only `not_authorized` is the test card's), the 409/422 for a key still executing or reused
 //!   elsewhere, the 412 wording, what a total refund does to the order (`canceled`), an expired Pix (`failed`), an
 //!   unpaid charge's cancellation (`charge.updated`) and the chargeback won/lost convention are the sandbox's
@@ -161,7 +180,9 @@
 //! - Stripe's search is eventually consistent (up to a minute); the sandbox's finds an object at once.
 //! - Retry schedules are compressed (Stripe retries over 3 days, Mercado Pago over hours).
 //! - Mercado Pago's answer to a refund beyond the refundable amount, and to a `X-Idempotency-Key` reused with
-//!   another body (replayed here), are not documented; the sandbox's are plausible, not verified.
+//!   another body (replayed here), are not documented; the sandbox's are plausible, not verified. Likewise its
+//!   capture and cancellation refusals (causes 2063 for the payment's state and 2017 for an amount, as Mercado Pago
+//!   answers refunds), the messages for other `PUT` bodies, and `capture: false` on a non-card payment (ignored).
 //! - Webhooks go to one endpoint per provider (`edge_url`); Mercado Pago's per-payment `notification_url` is
 //!   stored and echoed but not used. Plain HTTP only.
 //!

@@ -18,8 +18,8 @@ pub struct ProviderReport {
     pub scheme: String,
     /// Charges at the gateway: Stripe and Pagar.me `ch_…` objects (failed ones included), Mercado Pago payments.
     pub charges: usize,
-    /// Of those, the ones that captured money (Stripe `succeeded`; Mercado Pago ever approved; Pagar.me ever
-    /// paid, under- or overpaid).
+    /// Of those, the ones that captured money (Stripe `succeeded` and captured — an authorization of a manual
+    /// intent counts once captured; Mercado Pago ever approved; Pagar.me ever paid, under- or overpaid).
     pub captured_charges: usize,
     /// Stripe payment intents (0 for the others).
     pub payment_intents: usize,
@@ -121,7 +121,12 @@ fn provider(state: &State, p: &ProviderBook) -> ProviderReport {
     match p.config.scheme {
         Scheme::Stripe => {
             report.charges = p.stripe.charges.len();
-            report.captured_charges = p.stripe.charges.values().filter(|c| c.succeeded).count();
+            report.captured_charges = p
+                .stripe
+                .charges
+                .values()
+                .filter(|c| c.succeeded && c.captured)
+                .count();
             report.payment_intents = p.stripe.intents.len();
             report.refunds = p.stripe.refunds.len();
             report.refunded_amount = p.stripe.refunds.values().map(|r| r.amount).sum();

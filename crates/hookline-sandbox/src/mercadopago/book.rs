@@ -81,7 +81,17 @@ pub(crate) struct MpPayment {
     /// The saved card charged (a payment with a token of a saved card).
     pub(crate) card_id: Option<String>,
     pub(crate) issuer_id: Option<String>,
+    /// `false` while an authorization (`"capture": false`) waits for its capture.
+    pub(crate) captured: bool,
+    /// When it was authorized without capture, on the sandbox clock: the reservation expires
+    /// [`AUTHORIZATION_LIFETIME`] later.
+    pub(crate) authorized_at: Option<OffsetDateTime>,
 }
+
+/// How long Mercado Pago keeps an authorized payment's reservation before cancelling it (7 days from its creation,
+/// <https://www.mercadopago.com.br/developers/en/docs/checkout-api/payment-management/capture-authorized-payment>;
+/// some of its pages say 5).
+pub(crate) const AUTHORIZATION_LIFETIME: time::Duration = time::Duration::days(7);
 
 impl MpPayment {
     pub(crate) fn remaining(&self) -> i64 {
@@ -136,7 +146,7 @@ impl MpPayment {
                 "installment_amount": decimal(self.amount / self.installments.max(1) as i64),
             },
             "fee_details": fee_details,
-            "captured": true,
+            "captured": self.captured,
             "binary_mode": false,
             "statement_descriptor": self.statement_descriptor,
             "installments": self.installments,

@@ -25,7 +25,11 @@ use book::MpPayment;
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/v1/payments").route(web::post().to(create_payment)))
         .service(web::resource("/v1/payments/search").route(web::get().to(search)))
-        .service(web::resource("/v1/payments/{id}").route(web::get().to(get_payment)))
+        .service(
+            web::resource("/v1/payments/{id}")
+                .route(web::get().to(get_payment))
+                .route(web::put().to(update_payment)),
+        )
         .service(
             web::resource("/v1/payments/{id}/refunds")
                 .route(web::post().to(create_refund))
@@ -138,6 +142,24 @@ async fn create_payment(
     .await
 }
 
+/// `PUT /v1/payments/{id}`: capture an authorized payment or cancel an open one; `X-Idempotency-Key` honoured as
+/// on the other mutating requests (a retry replays the first answer).
+async fn update_payment(
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    mutate(req, shared, |_| {
+        let Ok(payment_id) = id.trim().parse::<u64>() else {
+            return Err(errors::payment_not_found());
+        };
+        let update = ops::validate_update(&body)?;
+        Ok(ops::Request::Update { payment_id, update })
+    })
+    .await
+}
+
 async fn create_refund(
     req: HttpRequest,
     id: web::Path<String>,
@@ -229,12 +251,18 @@ pub(super) fn read(
     shared: &Shared,
     answer: impl FnOnce(&State, usize) -> Reply,
 ) -> HttpResponse {
-    let state = shared.lock();
-    match authenticate(req, &state) {
-        Ok(p) => answer(&state, p),
+    let mut state = shared.lock();
+    let reply = match authenticate(req, &state) {
+        Ok(p) => {
+            // A reservation that expired is cancelled (and notified) before anything is read.
+            ops::expire_authorizations(&mut state, &shared.edge_url, p);
+            answer(&state, p)
+        }
         Err(reply) => reply,
-    }
-    .into_response()
+    };
+    drop(state);
+    shared.wake.notify_one();
+    reply.into_response()
 }
 
 /// A GET of payment `id`: `answer` with the payment and the collector's user id, or 404.

@@ -12,7 +12,7 @@ use url::Url;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
-use super::book::{MpPayment, MpRefund, SavedCardRef};
+use super::book::{MpPayment, MpRefund, SavedCardRef, AUTHORIZATION_LIFETIME};
 use super::customers::{self, NewCustomer};
 use super::errors;
 use super::poi;
@@ -40,6 +40,17 @@ pub(crate) struct NewPayment {
     payer_customer: Option<String>,
     /// A recurring charge's `{"type": "SUBSCRIPTIONS", "transaction_data": {…}}`, echoed in the payment.
     point_of_interaction: Option<Value>,
+    /// `"capture": false`: an approved card payment is only authorized (`authorized`/`pending_capture`).
+    capture: bool,
+}
+
+/// What `PUT /v1/payments/{id}` asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PaymentUpdate {
+    /// `{"capture": true, "transaction_amount"?}`: capture an authorized payment, all of it or less.
+    Capture { amount: Option<i64> },
+    /// `{"status": "cancelled"}`.
+    Cancel,
 }
 
 /// A validated request, ready to execute.
@@ -56,6 +67,10 @@ pub(crate) enum Request {
         customer_id: String,
         token: String,
     },
+    Update {
+        payment_id: u64,
+        update: PaymentUpdate,
+    },
 }
 
 /// Executes a validated request under the idempotency key `key`, if any.
@@ -66,8 +81,13 @@ pub(crate) fn execute(
     request: Request,
     key: Option<&str>,
 ) -> Reply {
+    // A reservation that expired meanwhile is cancelled first.
+    expire_authorizations(state, edge_url, p);
     match request {
         Request::CreatePayment(new) => create_payment(state, edge_url, p, new, key),
+        Request::Update { payment_id, update } => {
+            update_by_merchant(state, edge_url, p, payment_id, update)
+        }
         Request::Refund {
             payment_id,
             amount,
@@ -178,7 +198,13 @@ pub(crate) fn validate_payment(bytes: &[u8]) -> Result<NewPayment, Reply> {
         None | Some(Value::Null) => None,
         Some(p) => Some(poi::validate(p)?),
     };
+    let capture = match body.get("capture") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(errors::bad_request(json!(1), "capture must be a boolean")),
+    };
     Ok(NewPayment {
+        capture,
         token,
         issuer_id,
         payer_customer,
@@ -428,6 +454,14 @@ fn create_payment(
     while state.providers[p].mp.payments.contains_key(&id) {
         id = state.rng.between(10_000_000_000, 99_999_999_999);
     }
+    // `"capture": false`: an approved card is only authorized, its amount reserved on the card
+    // (https://www.mercadopago.com.br/developers/en/docs/checkout-api/payment-management/capture-authorized-payment).
+    let authorize_only = !new.capture && status == "approved" && is_card(&new.payment_method_id);
+    let (status, status_detail) = if authorize_only {
+        ("authorized".to_owned(), "pending_capture".to_owned())
+    } else {
+        (status, status_detail)
+    };
     let pix = new.payment_method_id == "pix" && status == "pending";
     let point_of_interaction = if pix {
         Some(pix_point_of_interaction(
@@ -438,7 +472,10 @@ fn create_payment(
     } else {
         new.point_of_interaction
     };
+    let authorized_at = authorize_only.then(|| state.clock.now());
     let payment = MpPayment {
+        captured: !authorize_only,
+        authorized_at,
         date_of_expiration: pix.then(|| now + time::Duration::hours(24)),
         point_of_interaction,
         card,
@@ -521,6 +558,162 @@ fn refund(
     book.created(key, &refund_id.to_string(), false);
     notify(state, edge_url, p, payment_id, "payment.updated");
     Reply::json(201, &body)
+}
+
+/// The body of `PUT /v1/payments/{id}`
+/// (<https://www.mercadopago.com.br/developers/en/reference/payments/_payments_id/put>): a capture
+/// `{"capture": true, "transaction_amount"?}` or a cancellation `{"status": "cancelled"}`; anything else is 400
+/// naming what is wrong (the sandbox plays no other update).
+pub(crate) fn validate_update(bytes: &[u8]) -> Result<PaymentUpdate, Reply> {
+    let body: Value = serde_json::from_slice(bytes)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| errors::bad_request(json!(1), "Params Error"))?;
+    let fields = body.as_object().map(|o| o.len()).unwrap_or(0);
+    let capture = body.get("capture");
+    let status = body.get("status");
+    match (capture, status) {
+        (Some(_), Some(_)) => Err(errors::bad_request(
+            json!(1),
+            "capture and status cannot be updated together",
+        )),
+        (Some(Value::Bool(true)), None) => {
+            let amount = match body.get("transaction_amount") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(cents(v).ok_or_else(|| {
+                    errors::bad_request(json!(4037), "Invalid transaction_amount")
+                })?),
+            };
+            let known = 1 + usize::from(body.get("transaction_amount").is_some());
+            if fields > known {
+                return Err(unsupported_update(
+                    &body,
+                    &["capture", "transaction_amount"],
+                ));
+            }
+            Ok(PaymentUpdate::Capture { amount })
+        }
+        (Some(Value::Bool(false)), None) => Err(errors::bad_request(
+            json!(1),
+            "capture can only be set to true (to capture an authorized payment)",
+        )),
+        (Some(_), None) => Err(errors::bad_request(json!(1), "capture must be a boolean")),
+        (None, Some(Value::String(s))) if s == "cancelled" => {
+            if fields > 1 {
+                return Err(unsupported_update(&body, &["status"]));
+            }
+            Ok(PaymentUpdate::Cancel)
+        }
+        (None, Some(_)) => Err(errors::bad_request(
+            json!(1),
+            "Invalid status: a payment can only be updated to cancelled",
+        )),
+        (None, None) if body.get("transaction_amount").is_some() => Err(errors::bad_request(
+            json!(1),
+            "transaction_amount can only be updated with capture: true",
+        )),
+        (None, None) => Err(unsupported_update(&body, &[])),
+    }
+}
+
+/// 400 naming the first field of `body` the sandbox's `PUT /v1/payments/{id}` does not take.
+fn unsupported_update(body: &Value, known: &[&str]) -> Reply {
+    let field = body
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !known.contains(&k.as_str())).cloned())
+        .unwrap_or_else(|| "body".to_owned());
+    let field: String = field.chars().take(64).collect();
+    errors::bad_request(
+        json!(1),
+        &format!("Invalid parameter '{field}': a payment update takes capture (with transaction_amount) or status"),
+    )
+}
+
+/// 400 cause 2063, what Mercado Pago answers an action its payment's state does not allow.
+fn invalid_for_state() -> Reply {
+    errors::bad_request(
+        json!(2063),
+        "The action requested is not valid for the current payment state",
+    )
+}
+
+/// `PUT /v1/payments/{id}` by the merchant: the capture of an `authorized` payment (all of it, or
+/// `transaction_amount` ≤ the authorized amount: more is 400 cause 2017 "Invalid transaction_amount for
+/// update") → `approved`/`accredited`, `captured: true`, `transaction_amount` the amount captured; or the
+/// cancellation of an `authorized`, `pending` or `in_process` payment → `cancelled`/`by_collector`. Any other
+/// status: 400 cause 2063. 200 with the payment, and `payment.updated`.
+fn update_by_merchant(
+    state: &mut State,
+    edge_url: &Url,
+    p: usize,
+    payment_id: u64,
+    update: PaymentUpdate,
+) -> Reply {
+    let book = &mut state.providers[p];
+    let collector = book.mp.user_id;
+    let Some(payment) = book.mp.payments.get_mut(&payment_id) else {
+        return errors::payment_not_found();
+    };
+    let now = clock::now();
+    match update {
+        PaymentUpdate::Capture { amount } => {
+            if payment.status != "authorized" {
+                return invalid_for_state();
+            }
+            let amount = amount.unwrap_or(payment.amount);
+            if amount > payment.amount {
+                return errors::bad_request(json!(2017), "Invalid transaction_amount for update");
+            }
+            payment.amount = amount;
+            payment.status = "approved".into();
+            payment.status_detail = "accredited".into();
+            payment.captured = true;
+            payment.authorized_at = None;
+            payment.date_approved = Some(now);
+        }
+        PaymentUpdate::Cancel => {
+            if !matches!(
+                payment.status.as_str(),
+                "authorized" | "pending" | "in_process"
+            ) {
+                return invalid_for_state();
+            }
+            payment.status = "cancelled".into();
+            payment.status_detail = "by_collector".into();
+            payment.authorized_at = None;
+        }
+    }
+    payment.date_last_updated = now;
+    let body = payment.json(collector);
+    notify(state, edge_url, p, payment_id, "payment.updated");
+    Reply::json(200, &body)
+}
+
+/// Cancels every authorized payment of provider `p` left uncaptured for [`AUTHORIZATION_LIFETIME`] on the sandbox
+/// clock: `cancelled`/`expired`, `payment.updated`. Runs when the sandbox clock moves and before each request to
+/// the provider is answered.
+pub(crate) fn expire_authorizations(state: &mut State, edge_url: &Url, p: usize) {
+    let now = state.clock.now();
+    let due: Vec<u64> = state.providers[p]
+        .mp
+        .payments
+        .values()
+        .filter(|m| m.status == "authorized")
+        .filter(|m| {
+            m.authorized_at
+                .is_some_and(|t| t + AUTHORIZATION_LIFETIME <= now)
+        })
+        .map(|m| m.id)
+        .collect();
+    for id in due {
+        if let Some(payment) = state.providers[p].mp.payments.get_mut(&id) {
+            payment.status = "cancelled".into();
+            payment.status_detail = "expired".into();
+            payment.authorized_at = None;
+            payment.date_last_updated = clock::now();
+        }
+        notify(state, edge_url, p, id, "payment.updated");
+    }
 }
 
 /// The control API's end of a pending Pix: paid (`approved`/`accredited`) or expired unpaid

@@ -14,6 +14,15 @@ use crate::state::State;
 
 /// The acquirer's answer to a captured card transaction (what Pagar.me's simulator answers).
 pub(crate) const CAPTURED: (&str, &str) = ("0000", "Transação capturada com sucesso");
+/// The acquirer's answer to an authorization (`auth_only`; the sandbox's wording).
+pub(crate) const AUTHORIZED: (&str, &str) = ("0000", "Transação autorizada com sucesso");
+/// A card transaction authorized and not yet captured (`auth_only`).
+pub(crate) const AUTHORIZED_PENDING_CAPTURE: &str = "authorized_pending_capture";
+/// How long an `auth_only` authorization waits for its capture before Pagar.me cancels it: 5 days
+/// (<https://pagarme.helpjuice.com/pt_BR/p1-transa%C3%A7%C3%B5es-e-estornos/transa%C3%A7%C3%A3o-como-capturar-uma-transa%C3%A7%C3%A3o-manualmente>,
+/// and Stone's reference of `POST /core/v5/charges/{id}/capture`: "nossa API faz automaticamente o cancelamento
+/// … capture_timeout"; Visa merchant-initiated transactions 4 days, not played).
+pub(crate) const AUTHORIZATION_LIFETIME: time::Duration = time::Duration::days(5);
 
 /// A charge becomes paid with `paid_amount` (its amount, or an under/overpayment): status `status` (`paid`,
 /// `underpaid`, `overpaid`), its transaction `captured` (card) or `paid`/`underpaid`/`overpaid`.

@@ -55,6 +55,10 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(get_charge))
             .route(web::delete().to(cancel_charge)),
     )
+    .route(
+        "/core/v5/charges/{id}/capture",
+        web::post().to(capture_charge),
+    )
     .route("/core/v5/customers", web::post().to(create_customer))
     .route("/core/v5/customers/{id}", web::get().to(get_customer))
     .service(
@@ -188,12 +192,18 @@ fn read(
     shared: &Shared,
     answer: impl FnOnce(&State, usize) -> Reply,
 ) -> HttpResponse {
-    let state = shared.lock();
-    match authenticate(req, &state) {
-        Ok(p) => answer(&state, p),
+    let mut state = shared.lock();
+    let reply = match authenticate(req, &state) {
+        Ok(p) => {
+            // An authorization that expired is cancelled (and its webhooks queued) before anything is read.
+            settle::expire_authorizations(&mut state, &shared.edge_url, p);
+            answer(&state, p)
+        }
         Err(reply) => reply,
-    }
-    .into_response()
+    };
+    drop(state);
+    shared.wake.notify_one();
+    reply.into_response()
 }
 
 /// The URL the paging links of a list start with: this request's scheme, host and path.
@@ -223,6 +233,21 @@ async fn cancel_charge(
     mutate(req, shared, Access::Secret, move |_| {
         let amount = validate::validate_cancel(&body)?;
         Ok(Request::CancelCharge { charge_id, amount })
+    })
+    .await
+}
+
+/// `POST /core/v5/charges/{id}/capture` `{amount?}`: the capture of an `auth_only` charge.
+async fn capture_charge(
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+    shared: web::Data<Shared>,
+) -> HttpResponse {
+    let charge_id = id.into_inner();
+    mutate(req, shared, Access::Secret, move |_| {
+        let amount = validate::validate_capture(&body)?;
+        Ok(Request::CaptureCharge { charge_id, amount })
     })
     .await
 }

@@ -1,5 +1,6 @@
 //! Pagar.me's mutating operations, executed under the state lock once validated: an order with its one charge
-//! (`POST /core/v5/orders`), a charge's cancellation — the refund, in full or in part (`DELETE
+//! (`POST /core/v5/orders`), the capture of an `auth_only` charge (`POST /core/v5/charges/{id}/capture`), a
+//! charge's cancellation — the void of an authorization, the refund in full or in part (`DELETE
 //! /core/v5/charges/{id}`) — and customers, saved cards and tokens ([`super::customers`]).
 //!
 //! A card charge's outcome: the saved card's script ([`crate::SandboxControl::script_payment_method`]), else an
@@ -16,7 +17,7 @@ use super::book::{
 use super::cards::{self, CardSource, NewCard};
 use super::customers::{self, NewCustomer, OrderCustomer};
 use super::errors;
-use super::lifecycle::{self, CAPTURED};
+use super::lifecycle::{self, AUTHORIZED_PENDING_CAPTURE, CAPTURED};
 use super::render;
 use super::validate::{NewMethod, NewOrder};
 use crate::pix::pix_code;
@@ -28,6 +29,10 @@ use crate::state::State;
 pub(crate) enum Request {
     CreateOrder(Box<NewOrder>),
     CancelCharge {
+        charge_id: String,
+        amount: Option<i64>,
+    },
+    CaptureCharge {
         charge_id: String,
         amount: Option<i64>,
     },
@@ -47,8 +52,13 @@ pub(crate) fn execute(
     request: Request,
     key: Option<&str>,
 ) -> Reply {
+    // An authorization that expired meanwhile is cancelled first.
+    super::settle::expire_authorizations(state, edge_url, p);
     match request {
         Request::CreateOrder(new) => create_order(state, edge_url, p, *new, key),
+        Request::CaptureCharge { charge_id, amount } => {
+            capture_charge(state, edge_url, p, &charge_id, amount, key)
+        }
         Request::CancelCharge { charge_id, amount } => {
             cancel_charge(state, edge_url, p, &charge_id, amount, key)
         }
@@ -64,6 +74,8 @@ pub(crate) fn execute(
 /// How a new charge starts.
 enum Start {
     Paid,
+    /// `auth_only`: the card authorized, nothing captured (transaction `authorized_pending_capture`).
+    Authorized,
     Failed(Decline),
     /// A card the acquirer has not confirmed (transaction `with_error`, charge `processing`).
     Processing,
@@ -185,7 +197,10 @@ fn create_order(
             Some(checked),
         ) => {
             let (card, card_id) = cards::use_card(state, p, checked, &customer_id);
-            let start = card_start(state, p, &card, card_id.as_deref());
+            let start = match card_start(state, p, &card, card_id.as_deref()) {
+                Start::Paid if operation_type == "auth_only" => Start::Authorized,
+                start => start,
+            };
             (
                 Method::CreditCard {
                     card,
@@ -257,6 +272,11 @@ fn create_order(
             transaction.status = "captured".into();
             transaction.acquirer = Some(CAPTURED);
             ("paid", "paid")
+        }
+        Start::Authorized => {
+            transaction.status = AUTHORIZED_PENDING_CAPTURE.into();
+            transaction.acquirer = Some(lifecycle::AUTHORIZED);
+            ("pending", "pending")
         }
         Start::Failed(d) => {
             lifecycle::apply_decline(&mut transaction, *d);
@@ -336,6 +356,10 @@ fn create_order(
             super::emit::charge_hook(state, edge_url, p, &charge_id, "payment_failed");
             super::emit::order_hook(state, edge_url, p, &order_id, "payment_failed");
         }
+        // Stone's documentation of the same API: the capture follows the `charge.pending` webhook.
+        Start::Authorized => {
+            super::emit::charge_hook(state, edge_url, p, &charge_id, "pending");
+        }
         Start::Processing | Start::Waiting(_) => {}
     }
     let book = &state.providers[p].pagarme;
@@ -386,6 +410,44 @@ fn cancel_charge(
     };
     state.providers[p].created(key, charge_id, false);
     lifecycle::notify(state, edge_url, p, charge_id, event);
+    let book = &state.providers[p].pagarme;
+    match book.charges.get(charge_id) {
+        Some(charge) => Reply::json(200, &render::charge_json(book, charge)),
+        None => errors::not_found("Charge"),
+    }
+}
+
+/// `POST /core/v5/charges/{id}/capture` `{amount?}`: an `auth_only` charge whose authorization waits
+/// (`pending`, transaction `authorized_pending_capture`) is captured — all of it, or `amount` ≤ what was
+/// authorized — and becomes `paid` (transaction `captured`, `paid_amount` the amount captured; `charge.paid`,
+/// `order.paid`). 412 for any other charge or a larger amount; 404 for an unknown one. 200 with the charge.
+fn capture_charge(
+    state: &mut State,
+    edge_url: &Url,
+    p: usize,
+    charge_id: &str,
+    amount: Option<i64>,
+    key: Option<&str>,
+) -> Reply {
+    let Some(charge) = state.providers[p].pagarme.charges.get(charge_id) else {
+        return errors::not_found("Charge");
+    };
+    if charge.status != "pending" || charge.transaction.status != AUTHORIZED_PENDING_CAPTURE {
+        return errors::precondition(&format!(
+            "The charge cannot be captured: its status is {} (only a charge authorized and pending capture can be).",
+            charge.status
+        ));
+    }
+    let amount = amount.unwrap_or(charge.amount);
+    if amount > charge.amount {
+        return errors::precondition(&format!(
+            "The amount to capture ({amount}) is greater than the amount authorized ({}).",
+            charge.amount
+        ));
+    }
+    lifecycle::mark_paid(state, p, charge_id, amount, "paid");
+    state.providers[p].created(key, charge_id, false);
+    lifecycle::notify(state, edge_url, p, charge_id, "paid");
     let book = &state.providers[p].pagarme;
     match book.charges.get(charge_id) {
         Some(charge) => Reply::json(200, &render::charge_json(book, charge)),

@@ -31,6 +31,29 @@ fn charge_json(state: &State, p: usize, id: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Cancels every `auth_only` charge of provider `p` whose authorization waited
+/// [`lifecycle::AUTHORIZATION_LIFETIME`] on the sandbox clock without a capture, as Pagar.me does: charge
+/// `canceled` (transaction `voided`), order `canceled`; `charge.updated` and `order.canceled`, as for any unpaid
+/// charge cancelled. Runs when the sandbox clock moves and before each request to the provider is answered.
+pub(crate) fn expire_authorizations(state: &mut State, edge_url: &Url, p: usize) {
+    let now = state.clock.now();
+    let due: Vec<String> = state.providers[p]
+        .pagarme
+        .charges
+        .values()
+        .filter(|c| {
+            c.status == "pending"
+                && c.transaction.status == lifecycle::AUTHORIZED_PENDING_CAPTURE
+                && c.created_at + lifecycle::AUTHORIZATION_LIFETIME <= now
+        })
+        .map(|c| c.id.clone())
+        .collect();
+    for charge_id in due {
+        lifecycle::cancel_unpaid(state, p, &charge_id);
+        lifecycle::notify(state, edge_url, p, &charge_id, "updated");
+    }
+}
+
 /// A pending Pix is paid (`charge.paid`, `order.paid`) or expires unpaid (charge and order `failed`,
 /// `charge.payment_failed`, `order.payment_failed`). Refused for anything but a pending Pix.
 pub(crate) fn settle_pix(

@@ -202,17 +202,30 @@ fn validate_card_payment(
         errors,
     )
     .unwrap_or_else(|| "auth_and_capture".into());
-    // The sandbox captures at once, as `auth_and_capture` does; pre-authorisations and later captures are not
-    // played (and so refused rather than silently captured).
-    let capture_refused = card
-        .get("capture")
-        .is_some_and(|c| c == &Value::Bool(false));
-    if operation_type != "auth_and_capture" || capture_refused {
+    // `auth_and_capture` captures at once; `auth_only` (or `capture: false`) only authorizes, and the charge waits
+    // for `POST /core/v5/charges/{id}/capture`. `pre_auth` is not played (refused rather than played wrong).
+    let capture = match card.get("capture") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            errors.add(
+                &format!("{card_path}.capture"),
+                "The field capture must be a boolean.",
+            );
+            true
+        }
+    };
+    if !matches!(operation_type.as_str(), "auth_and_capture" | "auth_only") {
         errors.add(
             &format!("{card_path}.operation_type"),
-            "The sandbox plays auth_and_capture only (capture: true).",
+            "The sandbox plays auth_and_capture and auth_only.",
         );
     }
+    let operation_type = if capture {
+        operation_type
+    } else {
+        "auth_only".to_owned()
+    };
     let source = cards::validate_source(card, &card_path, Some("card"), year_now, errors)?;
     Some(NewMethod::Card {
         source,
@@ -384,6 +397,12 @@ pub(crate) fn validate_order(bytes: &[u8], now: OffsetDateTime) -> Result<NewOrd
         closed,
         metadata,
     })
+}
+
+/// The optional body of `POST /core/v5/charges/{id}/capture` (<https://docs.pagar.me/reference/capturar-cobrança>):
+/// `{"amount": cents}` (absent: what was authorized), `code`, `split`, `operation_reference` (taken, not played).
+pub(crate) fn validate_capture(bytes: &[u8]) -> Result<Option<i64>, Reply> {
+    validate_cancel(bytes)
 }
 
 /// The optional body of `DELETE /core/v5/charges/{id}`: `{"amount": cents}` (absent: what is left).

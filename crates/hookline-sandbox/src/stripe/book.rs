@@ -27,7 +27,19 @@ pub(crate) struct PaymentIntent {
     pub(crate) return_url: Option<String>,
     /// When it was canceled (Unix seconds), with the reason given.
     pub(crate) canceled: Option<(i64, Option<String>)>,
+    /// `automatic` (the default), `automatic_async` (played as `automatic`) or `manual`: a manual intent whose
+    /// card authorizes stops at `requires_capture` until `POST /v1/payment_intents/{id}/capture`.
+    pub(crate) capture_method: &'static str,
+    /// What can still be captured: the amount while `requires_capture`, else 0.
+    pub(crate) amount_capturable: i64,
+    /// When its authorization was made, on the sandbox clock (a manual intent in `requires_capture`): the
+    /// authorization expires [`AUTHORIZATION_LIFETIME`] later.
+    pub(crate) authorized_at: Option<time::OffsetDateTime>,
 }
+
+/// How long an uncaptured authorization lasts before Stripe cancels its PaymentIntent (7 days for online card
+/// payments, <https://docs.stripe.com/payments/place-a-hold-on-a-payment-method>).
+pub(crate) const AUTHORIZATION_LIFETIME: time::Duration = time::Duration::days(7);
 
 impl PaymentIntent {
     pub(crate) fn json(&self) -> Value {
@@ -35,7 +47,7 @@ impl PaymentIntent {
             "id": self.id,
             "object": "payment_intent",
             "amount": self.amount,
-            "amount_capturable": 0,
+            "amount_capturable": self.amount_capturable,
             "amount_details": {"tip": {}},
             "amount_received": self.amount_received,
             "application": null,
@@ -43,7 +55,7 @@ impl PaymentIntent {
             "automatic_payment_methods": null,
             "canceled_at": self.canceled.as_ref().map(|(at, _)| *at),
             "cancellation_reason": self.canceled.as_ref().and_then(|(_, r)| r.clone()),
-            "capture_method": "automatic",
+            "capture_method": self.capture_method,
             "client_secret": self.client_secret,
             "confirmation_method": "automatic",
             "created": self.created,
@@ -93,11 +105,18 @@ pub(crate) struct Charge {
     pub(crate) failure: Option<(String, String)>,
     pub(crate) balance_transaction: Option<String>,
     pub(crate) disputed: bool,
+    /// Whether the money was taken: at once (automatic capture), or when the intent was captured. A manual
+    /// intent's charge is `succeeded` (authorized) but not captured until then.
+    pub(crate) captured: bool,
+    /// What was authorized and never captured: the rest of a partial capture, or everything of a canceled (or
+    /// expired) authorization. Stripe shows it in `amount_refunded`; it is not refundable again.
+    pub(crate) released: i64,
 }
 
 impl Charge {
+    /// What can still be refunded: what was captured less what refunds gave back.
     pub(crate) fn remaining(&self) -> i64 {
-        self.amount_captured - self.amount_refunded
+        self.amount_captured - (self.amount_refunded - self.released)
     }
 
     pub(crate) fn json(&self) -> Value {
@@ -117,7 +136,7 @@ impl Charge {
             "amount_refunded": self.amount_refunded,
             "balance_transaction": self.balance_transaction,
             "billing_details": {"address": null, "email": null, "name": null, "phone": null},
-            "captured": self.succeeded,
+            "captured": self.succeeded && self.captured,
             "created": self.created,
             "currency": self.currency,
             "customer": self.customer,
@@ -131,7 +150,7 @@ impl Charge {
             "paid": self.succeeded,
             "payment_intent": self.payment_intent,
             "payment_method": self.payment_method,
-            "refunded": self.succeeded && self.amount_refunded >= self.amount_captured,
+            "refunded": self.succeeded && self.amount_refunded >= self.amount,
             "status": if self.succeeded { "succeeded" } else { "failed" },
         })
     }

@@ -277,8 +277,9 @@ pub(super) fn confirm(
 }
 
 /// Creates the charge of a payment: succeeded (`decline` is `None`) or failed with `(code, decline_code,
-/// message)`; moves the intent to `succeeded` or `requires_payment_method` and emits the charge's and the
-/// intent's events. Returns the intent's JSON, and the `last_payment_error` of a decline.
+/// message)`; moves the intent to `succeeded` (`requires_capture` with `capture_method: manual`: the card
+/// authorized, nothing captured; `payment_intent.amount_capturable_updated`) or `requires_payment_method` and
+/// emits the charge's and the intent's events. Returns the intent's JSON, and the `last_payment_error` of a decline.
 fn charge_attempt(
     state: &mut State,
     at: At<'_>,
@@ -289,17 +290,21 @@ fn charge_attempt(
     let p = at.p;
     let charge_id = state.rng.id("ch", 24);
     let txn = state.rng.id("txn", 24);
+    let authorized_at = state.clock.now();
     let book = &mut state.providers[p].stripe;
     let intent = book
         .intents
         .get_mut(id)
         .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
     let success = decline.is_none();
+    // A manual intent's card is only authorized: the charge succeeds uncaptured, the intent waits for a capture.
+    let authorize_only = success && intent.capture_method == "manual";
+    let captured = success && !authorize_only;
     let charge = Charge {
         id: charge_id.clone(),
         payment_intent: id.to_owned(),
         amount: intent.amount,
-        amount_captured: if success { intent.amount } else { 0 },
+        amount_captured: if captured { intent.amount } else { 0 },
         amount_refunded: 0,
         currency: intent.currency.clone(),
         succeeded: success,
@@ -310,8 +315,10 @@ fn charge_attempt(
         metadata: intent.metadata.clone(),
         decline_code: decline.map(|(_, d, _)| d.to_owned()),
         failure: decline.map(|(code, _, message)| (code.to_owned(), message.to_owned())),
-        balance_transaction: success.then_some(txn),
+        balance_transaction: captured.then_some(txn),
         disputed: false,
+        captured,
+        released: 0,
     };
     intent.payment_method = Some(method.id.clone());
     intent.latest_charge = Some(charge_id.clone());
@@ -343,6 +350,11 @@ fn charge_attempt(
         intent.status = "requires_payment_method";
         intent.last_payment_error = Some(Value::Object(error.clone()));
         card_error = Some(error);
+    } else if authorize_only {
+        intent.status = "requires_capture";
+        intent.amount_capturable = intent.amount;
+        intent.authorized_at = Some(authorized_at);
+        intent.last_payment_error = None;
     } else {
         intent.status = "succeeded";
         intent.amount_received = intent.amount;
@@ -352,7 +364,12 @@ fn charge_attempt(
     let charge_json = charge.json();
     book.charges.insert(charge_id.clone(), charge);
     state.providers[p].created(at.key(), &charge_id, true);
-    let (charge_event, intent_event) = if success {
+    let (charge_event, intent_event) = if authorize_only {
+        (
+            "charge.succeeded",
+            "payment_intent.amount_capturable_updated",
+        )
+    } else if success {
         ("charge.succeeded", "payment_intent.succeeded")
     } else {
         ("charge.failed", "payment_intent.payment_failed")

@@ -58,6 +58,14 @@ pub(crate) fn invalid(
     }
 }
 
+/// Stripe's 400 `payment_intent_unexpected_state`, carrying the intent as it is in `error.payment_intent` (as
+/// Stripe's does: a client reads the current status from it).
+pub(crate) fn unexpected_state(message: impl Into<String>, intent: Value) -> StripeError {
+    let mut e = invalid("payment_intent_unexpected_state", message, None);
+    e.extra.insert("payment_intent".into(), intent);
+    e
+}
+
 /// A 400 `invalid_request_error` without a code.
 pub(crate) fn invalid_uncoded(message: impl Into<String>, param: Option<&str>) -> StripeError {
     StripeError {

@@ -45,6 +45,10 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         "/v1/payment_intents/{id}/cancel",
         post_on(ops::validate_cancel),
     )
+    .route(
+        "/v1/payment_intents/{id}/capture",
+        post_on(ops::validate_capture),
+    )
     .service(
         web::resource("/v1/refunds")
             .route(post_route(ops::validate_refund))
@@ -243,14 +247,22 @@ pub(crate) fn get(
         Ok(v) => (v, Ok(())),
         Err(e) => (API_VERSION.to_owned(), Err(e)),
     };
-    let reply = match checked
-        .and_then(|()| authenticate(req, &state))
-        .and_then(|p| answer(&state, p))
-    {
+    let provider = checked.and_then(|()| authenticate(req, &state));
+    // An authorization that expired is canceled before anything is read (its event queued).
+    let mut expired = false;
+    if let Ok(p) = provider {
+        let before = state.providers[p].stripe.events.len();
+        ops::expire_authorizations(&mut state, &shared.edge_url, p);
+        expired = state.providers[p].stripe.events.len() != before;
+    }
+    let reply = match provider.and_then(|p| answer(&state, p)) {
         Ok(body) => Reply::json(200, &body),
         Err(e) => e.reply(),
     };
     drop(state);
+    if expired {
+        shared.wake.notify_one();
+    }
     decorate(reply, &request_id, None, &version)
 }
 

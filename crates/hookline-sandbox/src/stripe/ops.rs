@@ -6,7 +6,10 @@
 use serde_json::Value;
 use url::Url;
 
-use super::book::{money, test_card, Customer, Dispute, PaymentIntent, PaymentMethod, Refund};
+use super::book::{
+    money, test_card, Customer, Dispute, PaymentIntent, PaymentMethod, Refund,
+    AUTHORIZATION_LIFETIME,
+};
 use super::confirm::{
     check_off_session, check_owner, confirm, no_such_payment_method, resolve_method,
 };
@@ -26,6 +29,8 @@ pub(crate) fn execute(
     request: Request,
     ctx: &Ctx,
 ) -> Reply {
+    // An authorization that expired meanwhile is canceled first (its events carry no request).
+    expire_authorizations(state, edge_url, p);
     let at = At {
         edge_url,
         p,
@@ -37,6 +42,11 @@ pub(crate) fn execute(
             confirmable(state, p, &id).and_then(|()| confirm(state, at, &id, confirmation))
         }
         Request::CancelIntent { id, reason } => cancel_intent(state, at, &id, reason),
+        Request::CaptureIntent {
+            id,
+            amount,
+            metadata,
+        } => capture_intent(state, at, &id, amount, metadata),
         Request::CreateRefund(new) => create_refund(state, at, new),
         Request::CreateCustomer(new) => create_customer(state, at, new),
         Request::AttachPaymentMethod { id, customer } => {
@@ -89,6 +99,9 @@ fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply,
         next_action: None,
         return_url: new.return_url.clone(),
         canceled: None,
+        capture_method: new.capture_method,
+        amount_capturable: 0,
+        authorized_at: None,
     };
     let snapshot = intent.json();
     let book = &mut state.providers[p];
@@ -117,28 +130,23 @@ fn create_intent(state: &mut State, at: At<'_>, new: NewIntent) -> Result<Reply,
     Ok(Reply::json(200, &body.unwrap_or(Value::Null)))
 }
 
-/// `POST /v1/payment_intents/{id}/confirm` applies only to an existing intent that has not yet succeeded.
+/// `POST /v1/payment_intents/{id}/confirm` applies only to an existing intent that has not yet succeeded (nor
+/// been authorized, canceled): 400 `payment_intent_unexpected_state` with the intent otherwise.
 fn confirmable(state: &State, p: usize, id: &str) -> Result<(), StripeError> {
     let intent = state.providers[p]
         .stripe
         .intents
         .get(id)
         .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
-    if intent.status == "succeeded" {
-        return Err(errors::invalid(
-            "payment_intent_unexpected_state",
-            "You cannot confirm this PaymentIntent because it has already succeeded after being previously confirmed.",
-            None,
-        ));
-    }
-    if intent.status == "canceled" {
-        return Err(errors::invalid(
-            "payment_intent_unexpected_state",
-            "You cannot confirm this PaymentIntent because it has a status of canceled.",
-            None,
-        ));
-    }
-    Ok(())
+    let message = match intent.status {
+        "succeeded" => "You cannot confirm this PaymentIntent because it has already succeeded after being previously confirmed.".to_owned(),
+        "canceled" | "requires_capture" => format!(
+            "You cannot confirm this PaymentIntent because it has a status of {}.",
+            intent.status
+        ),
+        _ => return Ok(()),
+    };
+    Err(errors::unexpected_state(message, intent.json()))
 }
 
 /// The statuses Stripe cancels a PaymentIntent from (<https://docs.stripe.com/api/payment_intents/cancel>).
@@ -152,7 +160,9 @@ const CANCELABLE: [&str; 5] = [
 
 /// `POST /v1/payment_intents/{id}/cancel`: `canceled` with `canceled_at` and the reason, and a
 /// `payment_intent.canceled` event; a succeeded or already canceled intent is refused as Stripe refuses it (400
-/// `payment_intent_unexpected_state`), nothing changed.
+/// `payment_intent_unexpected_state`, the intent in the error), nothing changed. Canceling a `requires_capture`
+/// intent is the void: its authorization is released (`amount_capturable` 0, the charge's whole amount in
+/// `amount_refunded`, nothing captured).
 fn cancel_intent(
     state: &mut State,
     at: At<'_>,
@@ -162,26 +172,152 @@ fn cancel_intent(
     let intent = state.providers[at.p]
         .stripe
         .intents
-        .get_mut(id)
+        .get(id)
         .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
     if !CANCELABLE.contains(&intent.status) {
-        return Err(errors::invalid(
-            "payment_intent_unexpected_state",
+        return Err(errors::unexpected_state(
             format!(
                 "You cannot cancel this PaymentIntent because it has a status of {}. Only a PaymentIntent with one \
                  of the following statuses may be canceled: {}.",
                 intent.status,
                 CANCELABLE.join(", ")
             ),
-            None,
+            intent.json(),
         ));
+    }
+    let snapshot = cancel(state, at.p, id, now_unix(), reason);
+    emit(state, at, "payment_intent.canceled", snapshot.clone(), id);
+    Ok(Reply::json(200, &snapshot))
+}
+
+/// Cancels intent `id` at `at_unix` (a check that it may be is the caller's): an authorization is released. The
+/// intent's JSON.
+fn cancel(state: &mut State, p: usize, id: &str, at_unix: i64, reason: Option<String>) -> Value {
+    let book = &mut state.providers[p].stripe;
+    let Some(intent) = book.intents.get_mut(id) else {
+        return Value::Null;
+    };
+    if intent.status == "requires_capture" {
+        if let Some(charge) = intent
+            .latest_charge
+            .as_ref()
+            .and_then(|c| book.charges.get_mut(c))
+        {
+            charge.released = charge.amount;
+            charge.amount_refunded = charge.amount;
+        }
     }
     intent.status = "canceled";
     intent.next_action = None;
-    intent.canceled = Some((now_unix(), reason));
-    let snapshot = intent.json();
-    emit(state, at, "payment_intent.canceled", snapshot.clone(), id);
-    Ok(Reply::json(200, &snapshot))
+    intent.amount_capturable = 0;
+    intent.authorized_at = None;
+    intent.canceled = Some((at_unix, reason));
+    intent.json()
+}
+
+/// Cancels every authorization of provider `p` left uncaptured for [`AUTHORIZATION_LIFETIME`] on the sandbox
+/// clock, as Stripe does: `canceled`, `cancellation_reason: "automatic"`, `payment_intent.canceled` (an event of
+/// no request). Runs when the sandbox clock moves and before each request to the provider is answered.
+pub(crate) fn expire_authorizations(state: &mut State, edge_url: &Url, p: usize) {
+    let now = state.clock.now();
+    let book = &state.providers[p].stripe;
+    let mut due: Vec<(time::OffsetDateTime, String)> = book
+        .intents
+        .values()
+        .filter(|i| i.status == "requires_capture")
+        .filter_map(|i| {
+            let expires = i.authorized_at? + AUTHORIZATION_LIFETIME;
+            (expires <= now).then(|| (expires, i.id.clone()))
+        })
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    due.sort();
+    let at = At {
+        edge_url,
+        p,
+        ctx: None,
+    };
+    for (expires, id) in due {
+        let snapshot = cancel(
+            state,
+            p,
+            &id,
+            expires.unix_timestamp(),
+            Some("automatic".to_owned()),
+        );
+        emit(state, at, "payment_intent.canceled", snapshot, &id);
+    }
+}
+
+/// `POST /v1/payment_intents/{id}/capture` (<https://docs.stripe.com/api/payment_intents/capture>): only a
+/// `requires_capture` intent (else 400 `payment_intent_unexpected_state` with the intent); `amount_to_capture`
+/// at most `amount_capturable` (else 400 `amount_too_large` naming it). The intent `succeeded` with
+/// `amount_received` the amount captured; its charge captured, the uncaptured rest released (shown in the
+/// charge's `amount_refunded`, as Stripe does); `charge.captured` and `payment_intent.succeeded`.
+fn capture_intent(
+    state: &mut State,
+    at: At<'_>,
+    id: &str,
+    amount: Option<i64>,
+    metadata: std::collections::BTreeMap<String, String>,
+) -> Result<Reply, StripeError> {
+    let txn = state.rng.id("txn", 24);
+    let book = &mut state.providers[at.p].stripe;
+    let intent = book
+        .intents
+        .get_mut(id)
+        .ok_or_else(|| errors::missing("payment_intent", id, "intent"))?;
+    if intent.status != "requires_capture" {
+        return Err(errors::unexpected_state(
+            format!(
+                "This PaymentIntent could not be captured because it has a status of {}. Only a PaymentIntent with \
+                 one of the following statuses may be captured: requires_capture.",
+                intent.status
+            ),
+            intent.json(),
+        ));
+    }
+    let capturable = intent.amount_capturable;
+    let amount = amount.unwrap_or(capturable);
+    if amount > capturable {
+        return Err(errors::invalid(
+            "amount_too_large",
+            format!(
+                "The amount to capture ({}) is greater than the amount capturable on this PaymentIntent ({}).",
+                money(amount, &intent.currency),
+                money(capturable, &intent.currency)
+            ),
+            Some("amount_to_capture"),
+        ));
+    }
+    let charge_id = intent.latest_charge.clone().unwrap_or_default();
+    let charge = book
+        .charges
+        .get_mut(&charge_id)
+        .ok_or_else(|| errors::missing("charge", &charge_id, "charge"))?;
+    charge.captured = true;
+    charge.amount_captured = amount;
+    charge.released = charge.amount - amount;
+    charge.amount_refunded = charge.released;
+    charge.balance_transaction = Some(txn);
+    let charge_json = charge.json();
+    intent.status = "succeeded";
+    intent.amount_received = amount;
+    intent.amount_capturable = 0;
+    intent.authorized_at = None;
+    intent.metadata.extend(metadata);
+    let intent_json = intent.json();
+    emit(state, at, "charge.captured", charge_json, &charge_id);
+    emit(
+        state,
+        at,
+        "payment_intent.succeeded",
+        intent_json.clone(),
+        id,
+    );
+    Ok(Reply::json(200, &intent_json))
 }
 
 fn create_customer(state: &mut State, at: At<'_>, new: NewCustomer) -> Result<Reply, StripeError> {
@@ -287,6 +423,16 @@ fn create_refund(state: &mut State, at: At<'_>, new: NewRefund) -> Result<Reply,
             Some("charge"),
         ));
     }
+    // An authorization is released by canceling its PaymentIntent, not refunded (the sandbox's refusal).
+    if !charge.captured {
+        return Err(errors::invalid_uncoded(
+            format!(
+                "Charge {charge_id} has not been captured: cancel its PaymentIntent ({}) to release the authorization.",
+                charge.payment_intent
+            ),
+            Some("charge"),
+        ));
+    }
     let remaining = charge.remaining();
     if remaining <= 0 {
         return Err(errors::invalid(
@@ -366,7 +512,7 @@ pub(crate) fn chargeback(
         .charges
         .get_mut(&charge_id)
         .ok_or_else(|| format!("charge {charge_id} does not exist"))?;
-    if !charge.succeeded || charge.disputed {
+    if !charge.succeeded || !charge.captured || charge.disputed {
         return Err(format!(
             "charge {charge_id} is not a successful, undisputed charge"
         ));

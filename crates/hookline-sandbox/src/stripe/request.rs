@@ -37,6 +37,8 @@ pub(crate) struct NewIntent {
     pub(crate) payment_method: Option<String>,
     pub(crate) off_session: bool,
     pub(crate) return_url: Option<String>,
+    /// `automatic`, `automatic_async` or `manual`.
+    pub(crate) capture_method: &'static str,
 }
 
 /// The confirmation parameters of `POST /v1/payment_intents/{id}/confirm` (and of a creation with
@@ -77,6 +79,13 @@ pub(crate) enum Request {
     CancelIntent {
         id: String,
         reason: Option<String>,
+    },
+    /// `POST /v1/payment_intents/{id}/capture`: `amount_to_capture` (default: all that is capturable) and
+    /// `metadata[…]` merged into the intent's.
+    CaptureIntent {
+        id: String,
+        amount: Option<i64>,
+        metadata: BTreeMap<String, String>,
     },
     CreateRefund(NewRefund),
     CreateCustomer(NewCustomer),

@@ -82,16 +82,21 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
             Some("amount"),
         ));
     }
-    if let Some(method) = form.get("capture_method") {
-        if !matches!(method, "automatic" | "automatic_async") {
+    // `automatic_async` captures at once as `automatic` does (the sandbox has no asynchronous balance updates).
+    let capture_method = match form.get("capture_method") {
+        None | Some("automatic") => "automatic",
+        Some("automatic_async") => "automatic_async",
+        Some("manual") => "manual",
+        Some(other) => {
             return Err(errors::invalid_uncoded(
                 format!(
-                    "The sandbox supports only automatic capture, not capture_method={method}."
+                    "Invalid capture_method: must be one of automatic, automatic_async, or manual (it is '{}')",
+                    other.chars().take(40).collect::<String>()
                 ),
                 Some("capture_method"),
-            ));
+            ))
         }
-    }
+    };
     let confirm = form.boolean("confirm")?.unwrap_or(false);
     let customer = bounded_id(form, "customer")?;
     let confirmation = confirmation(form)?;
@@ -120,6 +125,7 @@ pub(crate) fn validate_create_intent(form: &Form) -> Result<Request, StripeError
         payment_method: confirmation.payment_method,
         off_session: confirmation.off_session,
         return_url: confirmation.return_url,
+        capture_method,
     }))
 }
 
@@ -214,6 +220,26 @@ pub(crate) fn validate_cancel(id: &str, form: &Form) -> Result<Request, StripeEr
     Ok(Request::CancelIntent {
         id: id.to_owned(),
         reason,
+    })
+}
+
+/// `POST /v1/payment_intents/{id}/capture` (<https://docs.stripe.com/api/payment_intents/capture>): an optional
+/// `amount_to_capture` (a positive integer; whether it exceeds what is capturable is decided when it executes)
+/// and `metadata[…]`.
+pub(crate) fn validate_capture(id: &str, form: &Form) -> Result<Request, StripeError> {
+    form.check_known(&[
+        "amount_to_capture",
+        "expand",
+        "metadata",
+        "statement_descriptor",
+        "statement_descriptor_suffix",
+    ])?;
+    bounded_text(form, "statement_descriptor")?;
+    bounded_text(form, "statement_descriptor_suffix")?;
+    Ok(Request::CaptureIntent {
+        id: id.to_owned(),
+        amount: form.amount("amount_to_capture")?,
+        metadata: form.metadata(),
     })
 }
 
