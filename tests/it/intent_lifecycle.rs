@@ -373,3 +373,413 @@ async fn a_void_releases_the_authorization_and_capture_input_is_checked() {
     assert_eq!(late.json()["error"]["status"], "canceled");
     gw.stop().await;
 }
+
+// The whole pipeline (edge, relay, worker on PostgreSQL and RabbitMQ, the real dispatcher), each gateway played by
+// the sandbox and its webhooks applied: what an authorization and its capture post to the ledger.
+
+mod pipeline {
+    use std::time::Duration;
+
+    use hookline_payments::intents::{
+        self, CancelOutcome, CancellationReason, CaptureMethod, CaptureOutcome, Intent, NewIntent,
+    };
+    use hookline_payments::params::{PagarmeCustomer, PagarmeParams, PaymentParams};
+    use hookline_tests::*;
+
+    use crate::outbound::{fast_settings, mp_card_token, mp_params, spawn, stripe_params};
+
+    const WAIT: Duration = Duration::from_secs(90);
+
+    /// The card parameters a merchant's checkout sends for `provider` (an approving test card).
+    async fn card(
+        p: &TestPipeline,
+        sandbox: &hookline_sandbox::RunningSandbox,
+        provider: &str,
+    ) -> PaymentParams {
+        match provider {
+            "st" => stripe_params("pm_card_visa"),
+            "mp" => mp_params(
+                "visa",
+                Some(mp_card_token(p, "mp", "APRO").await),
+                "comprador@example.com.br",
+            ),
+            _ => {
+                let (customer, card) = crate::pagarme_v5_outbound::saved_card(
+                    sandbox,
+                    "4000000000000010",
+                    "Cliente Teste",
+                )
+                .await;
+                crate::pagarme_v5_outbound::saved_params(&customer, &card)
+            }
+        }
+    }
+
+    /// A `capture_method: manual` intent of hookline's own for `amount`, queued.
+    async fn authorize(
+        p: &TestPipeline,
+        provider: &str,
+        amount: i64,
+        params: &PaymentParams,
+    ) -> Intent {
+        let mut tx = p.pool().begin().await.unwrap();
+        let intent = intents::create_intent(
+            &mut tx,
+            &NewIntent {
+                provider,
+                amount,
+                currency: "brl",
+                customer: Some("cliente-1"),
+                description: Some("reserva"),
+                order_reference: None,
+                payment_params: Some(params),
+                confirm: true,
+                cycle: None,
+                capture_method: CaptureMethod::Manual,
+            },
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        intent
+    }
+
+    async fn intent_until(p: &TestPipeline, id: i64, want: &'static str) -> Intent {
+        let pool = p.pool().clone();
+        wait_until(WAIT, want, || {
+            let pool = pool.clone();
+            async move {
+                let mut conn = pool.acquire().await.unwrap();
+                intents::get(&mut conn, id)
+                    .await
+                    .unwrap()
+                    .is_some_and(|i| i.status == want && i.pending_operation.is_none())
+            }
+        })
+        .await;
+        let mut conn = p.pool().acquire().await.unwrap();
+        intents::get(&mut conn, id).await.unwrap().unwrap()
+    }
+
+    async fn scalar(p: &TestPipeline, sql: &str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(p.pool())
+            .await
+            .expect(sql)
+    }
+
+    /// Authorized (the provider's webhook applied: payment `authorized`, NOTHING posted), then 60 % captured once:
+    /// one balanced posting of the captured amount, the intent `succeeded` with `amount_received`, its facts
+    /// `amount_capturable_updated` then `succeeded`, once each.
+    async fn authorized_then_captured(provider: &str, seed: u64) {
+        let (p, sandbox) = sandboxed::start(seed).await;
+        let _worker = p.spawn_worker();
+        let (stop, task) = spawn(hookline_billing::dispatcher(
+            p.pool().clone(),
+            &p.config,
+            fast_settings(),
+        ));
+        let params = card(&p, &sandbox, provider).await;
+        let intent = authorize(&p, provider, 10_000, &params).await;
+        let held = intent_until(&p, intent.id, "requires_capture").await;
+        assert_eq!(held.amount_capturable, 10_000);
+        let payment = held.provider_payment_id.clone().expect("the gateway's id");
+        wait_for_count(
+            p.pool(),
+            WAIT,
+            "the authorization's webhook applied",
+            &format!(
+                "SELECT count(*) FROM payments WHERE provider = '{provider}'
+                    AND provider_payment_id = '{payment}' AND status = 'authorized'"
+            ),
+            1,
+        )
+        .await;
+        assert_eq!(
+            scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
+            0,
+            "an authorization posts nothing"
+        );
+
+        let mut tx = p.pool().begin().await.unwrap();
+        let locked = intents::get(&mut tx, intent.id).await.unwrap().unwrap();
+        let asked = intents::capture(&mut tx, locked, Some(6_000))
+            .await
+            .unwrap();
+        assert!(matches!(asked, CaptureOutcome::Requested(_)), "{asked:?}");
+        tx.commit().await.unwrap();
+        let done = intent_until(&p, intent.id, "succeeded").await;
+        assert_eq!(done.amount_received, 6_000);
+        wait_for_count(
+            p.pool(),
+            WAIT,
+            "the capture posted",
+            &format!("SELECT count(*) FROM ledger_transactions WHERE provider = '{provider}' AND kind = 'payment'"),
+            1,
+        )
+        .await;
+        p.drain(WAIT).await;
+        let posted: i64 = sqlx::query_scalar(
+            "SELECT amount FROM payments WHERE provider = $1 AND provider_payment_id = $2",
+        )
+        .bind(provider)
+        .bind(&payment)
+        .fetch_one(p.pool())
+        .await
+        .unwrap();
+        assert_eq!(posted, 6_000, "the captured amount, not the authorized one");
+        assert_ledger_balanced(p.pool()).await;
+        let facts: Vec<String> = sqlx::query_scalar(
+            "SELECT type FROM domain_events
+              WHERE convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = $1 ORDER BY seq",
+        )
+        .bind(&intent.public_id)
+        .fetch_all(p.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            facts,
+            vec![
+                "payment_intent.amount_capturable_updated".to_string(),
+                "payment_intent.succeeded".to_string()
+            ]
+        );
+        assert_eq!(
+            scalar(&p, "SELECT count(*) FROM outbound_requests WHERE kind = 'capture' AND status = 'succeeded'").await,
+            1
+        );
+        stop.cancel();
+        task.await.unwrap();
+        sandbox.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stripe_authorization_posts_nothing_and_its_capture_posts_once() {
+        authorized_then_captured("st", 4601).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn mercadopago_authorization_posts_nothing_and_its_capture_posts_once() {
+        authorized_then_captured("mp", 4602).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn pagarme_authorization_posts_nothing_and_its_capture_posts_once() {
+        authorized_then_captured("pg", 4603).await;
+    }
+
+    /// An authorization nobody captures: the gateway lets it expire (the sandbox's clock moved past its
+    /// lifetime) and says so by webhook — the intent ends `canceled` as `automatic`, nothing posted, a capture
+    /// then is refused. The void, for comparison, is hookline's own cancel (`a_void_…` above).
+    async fn authorization_expires(provider: &str, seed: u64) {
+        let (p, sandbox) = sandboxed::start(seed).await;
+        let _worker = p.spawn_worker();
+        let (stop, task) = spawn(hookline_billing::dispatcher(
+            p.pool().clone(),
+            &p.config,
+            fast_settings(),
+        ));
+        let params = card(&p, &sandbox, provider).await;
+        let intent = authorize(&p, provider, 4_000, &params).await;
+        intent_until(&p, intent.id, "requires_capture").await;
+        sandbox
+            .control()
+            .advance_clock(Duration::from_secs(8 * 86_400))
+            .expect("the clock moves");
+        let done = intent_until(&p, intent.id, "canceled").await;
+        // `automatic` (the gateway's own cancel), or `expired` where the gateway names it so (Mercado Pago).
+        assert!(
+            matches!(
+                done.cancellation_reason.as_deref(),
+                Some("automatic" | "expired")
+            ),
+            "{:?}",
+            done.cancellation_reason
+        );
+        p.drain(WAIT).await;
+        assert_eq!(
+            scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
+            0
+        );
+        let mut tx = p.pool().begin().await.unwrap();
+        let locked = intents::get(&mut tx, intent.id).await.unwrap().unwrap();
+        assert!(matches!(
+            intents::capture(&mut tx, locked, None).await.unwrap(),
+            CaptureOutcome::Refused(_)
+        ));
+        tx.rollback().await.unwrap();
+        stop.cancel();
+        task.await.unwrap();
+        sandbox.stop().await;
+    }
+
+    /// The payment at the gateway (Mercado Pago's payment, Pagar.me's charge), as its API shows it.
+    async fn payment_at(p: &TestPipeline, provider: &str, id: &str) -> serde_json::Value {
+        let base = p.config.providers[provider]
+            .api_base
+            .clone()
+            .expect("api_base");
+        let req = reqwest::Client::new();
+        let req = match provider {
+            "mp" => req
+                .get(base.join(&format!("v1/payments/{id}")).unwrap())
+                .bearer_auth(sandboxed::MP_TOKEN),
+            _ => req
+                .get(base.join(&format!("core/v5/charges/{id}")).unwrap())
+                .basic_auth(sandboxed::PAGARME_KEY, Some("")),
+        };
+        req.send()
+            .await
+            .expect("the sandbox answers")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    /// A Pix waiting for its payer (`requires_action`) at `provider`.
+    fn pix(provider: &str) -> PaymentParams {
+        match provider {
+            "mp" => mp_params("pix", None, "pix@example.com"),
+            _ => PaymentParams::Pagarme(PagarmeParams {
+                payment_method: Some("pix".into()),
+                customer: Some(PagarmeCustomer {
+                    name: Some("Cliente Pix".into()),
+                    email: Some("pix@example.com".into()),
+                    document: Some("98765432100".into()),
+                    kind: Some("individual".into()),
+                }),
+                ..PagarmeParams::default()
+            }),
+        }
+    }
+
+    async fn pix_intent(p: &TestPipeline, provider: &str) -> Intent {
+        let mut tx = p.pool().begin().await.unwrap();
+        let intent = intents::create_intent(
+            &mut tx,
+            &NewIntent {
+                provider,
+                amount: 2_500,
+                currency: "brl",
+                customer: Some("cliente-pix"),
+                description: Some("pedido pix"),
+                order_reference: None,
+                payment_params: Some(&pix(provider)),
+                confirm: true,
+                cycle: None,
+                capture_method: CaptureMethod::Automatic,
+            },
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        intent
+    }
+
+    async fn cancel(p: &TestPipeline, id: i64) -> CancelOutcome {
+        let mut tx = p.pool().begin().await.unwrap();
+        let locked = intents::get(&mut tx, id).await.unwrap().unwrap();
+        let outcome = intents::cancel(
+            &mut tx,
+            locked,
+            CancellationReason::RequestedByCustomer,
+            &hookline_billing::Dunning,
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        outcome
+    }
+
+    /// A Pix nobody paid is canceled at its gateway (Mercado Pago `PUT status=cancelled`, Pagar.me `DELETE` of
+    /// the pending charge): the payment is canceled there, the intent `canceled` with one fact, nothing posted.
+    /// Then a Pix PAID a second before the merchant's cancel: the gateway's state wins — `succeeded`, reported
+    /// once, and at Pagar.me (whose `DELETE` of a paid charge is a refund) nothing is refunded: the charge is read
+    /// first and the cancel never sent.
+    async fn pix_cancel(provider: &str, seed: u64) {
+        let (p, sandbox) = sandboxed::start(seed).await;
+        let (stop, task) = spawn(hookline_billing::dispatcher(
+            p.pool().clone(),
+            &p.config,
+            fast_settings(),
+        ));
+        let unpaid = pix_intent(&p, provider).await;
+        let waiting = intent_until(&p, unpaid.id, "requires_action").await;
+        assert!(matches!(
+            cancel(&p, unpaid.id).await,
+            CancelOutcome::Requested(_)
+        ));
+        let done = intent_until(&p, unpaid.id, "canceled").await;
+        assert_eq!(
+            done.cancellation_reason.as_deref(),
+            Some("requested_by_customer")
+        );
+        let payment = waiting.provider_payment_id.clone().unwrap();
+        let at = payment_at(&p, provider, &payment).await;
+        assert!(
+            matches!(at["status"].as_str(), Some("cancelled" | "canceled")),
+            "{at}"
+        );
+
+        let paid = pix_intent(&p, provider).await;
+        let waiting = intent_until(&p, paid.id, "requires_action").await;
+        let payment = waiting.provider_payment_id.clone().unwrap();
+        // The payer pays; no worker applies the webhook here: hookline still shows `requires_action`.
+        sandbox
+            .control()
+            .settle_pix(provider, &payment, true)
+            .expect("the Pix is paid");
+        assert!(matches!(
+            cancel(&p, paid.id).await,
+            CancelOutcome::Requested(_)
+        ));
+        let done = intent_until(&p, paid.id, "succeeded").await;
+        assert!(done.cancellation_reason.is_none(), "{done:?}");
+        let at = payment_at(&p, provider, &payment).await;
+        assert!(
+            matches!(at["status"].as_str(), Some("approved" | "paid")),
+            "the paid Pix stays paid, nothing refunded: {at}"
+        );
+        assert_eq!(at["canceled_amount"].as_i64().unwrap_or(0), 0, "{at}");
+        assert_eq!(
+            scalar(
+                &p,
+                &format!(
+                    "SELECT count(*) FROM domain_events WHERE type = 'payment_intent.succeeded'
+                        AND convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = '{}'",
+                    paid.public_id
+                )
+            )
+            .await,
+            1
+        );
+        stop.cancel();
+        task.await.unwrap();
+        sandbox.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn mercadopago_pix_is_canceled_at_the_gateway_unless_paid_first() {
+        pix_cancel("mp", 4607).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn pagarme_pix_is_canceled_at_the_gateway_unless_paid_first() {
+        pix_cancel("pg", 4608).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn stripe_authorization_expiry_cancels_the_intent() {
+        authorization_expires("st", 4604).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn mercadopago_authorization_expiry_cancels_the_intent() {
+        authorization_expires("mp", 4605).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn pagarme_authorization_expiry_cancels_the_intent() {
+        authorization_expires("pg", 4606).await;
+    }
+}

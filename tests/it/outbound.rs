@@ -57,7 +57,7 @@ pub(crate) fn spawn(d: Dispatcher) -> (CancellationToken, tokio::task::JoinHandl
 
 /// Stripe parameters with the test payment method `pm` (`pm_card_visa` succeeds, `pm_card_chargeDeclined` is
 /// declined, `pm_card_threeDSecure2Required` asks for 3-D Secure).
-fn stripe_params(pm: &str) -> PaymentParams {
+pub(crate) fn stripe_params(pm: &str) -> PaymentParams {
     PaymentParams::Stripe(StripeParams {
         payment_method: Some(pm.to_owned()),
         return_url: Some("https://loja.example/retorno".to_owned()),
@@ -66,7 +66,7 @@ fn stripe_params(pm: &str) -> PaymentParams {
 }
 
 /// Mercado Pago parameters: a card (`visa`, with `token`) or a non-card method such as `pix` (no token).
-fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams {
+pub(crate) fn mp_params(method: &str, token: Option<String>, email: &str) -> PaymentParams {
     PaymentParams::MercadoPago(MercadoPagoParams {
         token,
         card_id: None,

@@ -909,20 +909,21 @@ async fn mercadopago_sdk_never_reached_then_failing_past_the_key_lifetime_charge
     failing_past_the_key_lifetime("mp", 2724, false).await;
 }
 
-/// Issue 27, the asynchronous step fails: the customer fails 3-D Secure (Stripe) or lets the Pix QR code expire
-/// (Mercado Pago). The gateway's webhook makes the intent `failed` (one `payment_intent.failed` fact, no
-/// posting, no charge); the same order is then paid with a card (one posting for that payment).
-async fn failed_action_is_an_outcome(provider: &str, scenario: &str, seed: u64) {
+/// Issue 27, the asynchronous step fails: the customer fails 3-D Secure (Stripe: the intent `failed`, one
+/// `payment_intent.failed`) or lets the Pix QR code expire (Mercado Pago cancels it: since issue 46 the intent is
+/// `canceled` as `expired`, one `payment_intent.canceled`) — no posting, no charge; the same order is then paid
+/// with a card (one posting for that payment).
+async fn failed_action_is_an_outcome(provider: &str, scenario: &str, seed: u64, ended: &str) {
     let live = Live::start(seed, None).await;
     let run = live.run(provider, scenario).await;
     let failed = one_reported(&run, "declined");
     let paid = one_reported(&run, "intent");
     let (status, _, _) = live.intent(&failed).await;
-    assert_eq!(status, "failed", "{failed}");
+    assert_eq!(status, ended, "{failed}");
     live.assert_paid_once(provider, &paid).await;
     assert_eq!(
         live.facts(&failed).await,
-        vec!["payment_intent.failed".to_string()]
+        vec![format!("payment_intent.{ended}")]
     );
     assert_eq!(
         live.scalar(
@@ -943,10 +944,10 @@ async fn failed_action_is_an_outcome(provider: &str, scenario: &str, seed: u64) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stripe_sdk_failed_3ds_challenge_fails_the_intent() {
-    failed_action_is_an_outcome("st", "3ds_failed", 2725).await;
+    failed_action_is_an_outcome("st", "3ds_failed", 2725, "failed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mercadopago_sdk_expired_pix_fails_the_intent() {
-    failed_action_is_an_outcome("mp", "pix_expired", 2726).await;
+async fn mercadopago_sdk_expired_pix_cancels_the_intent() {
+    failed_action_is_an_outcome("mp", "pix_expired", 2726, "canceled").await;
 }

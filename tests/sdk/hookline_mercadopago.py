@@ -121,8 +121,8 @@ def decline(c, hl, gw):
 
 
 def pix_expired(c, hl, gw):
-    """The Pix QR code expires unpaid: Mercado Pago cancels the payment and notifies; the intent is failed (final,
-    the QR code no longer offered, nothing charged) and the order can be paid again."""
+    """The Pix QR code expires unpaid: Mercado Pago cancels the payment and notifies; the intent is canceled as
+    expired (final, the QR code no longer offered, nothing charged) and the order can be paid again."""
     order = f"pedido-{RUN}"
     status, created = hl.create(gw.order(2600, "pix", order_reference=order), f"{RUN}-pix-expired")
     c.equal("create: 201", status, 201)
@@ -132,8 +132,8 @@ def pix_expired(c, hl, gw):
     got = gw.sdk.payment().get(intent["provider_payment_id"])["response"]
     c.equal("at Mercado Pago: cancelled", got["status"], "cancelled")
     done, seen = hl.wait(intent["id"], set())
-    c.equal("the expired Pix: failed", done["status"], "failed")
-    c.equal("failure_code is Mercado Pago's status_detail", done["failure_code"], got.get("status_detail"))
+    c.equal("the expired Pix: canceled", done["status"], "canceled")
+    c.equal("canceled as expired (Mercado Pago's status_detail)", done["cancellation_reason"], got.get("status_detail"))
     c.equal("the QR code no longer offered", done["next_action"], None)
     c.equal("nothing charged", gw.charges(intent["id"]), [])
     report("declined", intent["id"])

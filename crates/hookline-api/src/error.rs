@@ -51,6 +51,14 @@ pub enum ApiError {
         /// What is wrong with it.
         message: String,
     },
+    /// A capture of more than the authorization holds: 400 naming `amount_to_capture` (Stripe answers so too).
+    #[error("amount_to_capture {amount} is more than the {capturable} authorized")]
+    AmountTooLarge {
+        /// What was asked.
+        amount: i64,
+        /// What the authorization holds.
+        capturable: i64,
+    },
     /// A field required here is missing: 400 naming it (`param`: `amount`, `stripe.payment_method`, …). For
     /// the provider object, what is required to confirm is [`hookline_payments::params::PaymentParams::
     /// missing_for_confirm`], the dispatcher's own rule.
@@ -167,6 +175,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidField { code, .. } => code,
             ApiError::ParameterMissing { .. } => "parameter_missing",
+            ApiError::AmountTooLarge { .. } => "amount_too_large",
             ApiError::ProviderObjectMismatch { .. } => "provider_object_mismatch",
             ApiError::OrderReferenceInUse { .. } => "order_reference_in_use",
             ApiError::BillingCycleInUse { .. } => "billing_cycle_in_use",
@@ -209,6 +218,7 @@ impl ResponseError for ApiError {
             | ApiError::BodyRead(_)
             | ApiError::InvalidInput(_)
             | ApiError::ParameterMissing { .. }
+            | ApiError::AmountTooLarge { .. }
             | ApiError::ProviderObjectMismatch { .. }
             | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
             ApiError::IdempotencyKeyReused
@@ -258,6 +268,9 @@ impl ResponseError for ApiError {
             | ApiError::ParameterMissing { param }
             | ApiError::ProviderObjectMismatch { param, .. } => {
                 error["param"] = serde_json::Value::from(param.as_str());
+            }
+            ApiError::AmountTooLarge { .. } => {
+                error["param"] = serde_json::Value::from("amount_to_capture");
             }
             ApiError::OrderReferenceInUse { intent } => {
                 error["param"] = serde_json::Value::from("order_reference");

@@ -158,14 +158,10 @@ impl Operation {
                     .ok_or(ApiError::IntentNotFound)?;
                 if let Some(amount) = amount.filter(|a| *a > intent.amount_capturable) {
                     if intent.status == IntentStatus::RequiresCapture {
-                        return Err(ApiError::field(
-                            "amount_too_large",
-                            "amount_to_capture",
-                            format!(
-                                "amount_to_capture {amount} is more than the {} authorized",
-                                intent.amount_capturable
-                            ),
-                        ));
+                        return Err(ApiError::AmountTooLarge {
+                            amount,
+                            capturable: intent.amount_capturable,
+                        });
                     }
                 }
                 let outcome = intents::capture(tx, intent, amount)

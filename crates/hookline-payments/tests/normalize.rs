@@ -438,9 +438,9 @@ fn stripe_charge_succeeded_without_payment_intent() {
     );
 }
 
-/// An authorised but uncaptured charge (manual capture) has moved no money: Processing, not Succeeded.
+/// An authorised but uncaptured charge (manual capture) has moved no money: Authorized, not Succeeded.
 #[test]
-fn stripe_uncaptured_charge_is_processing() {
+fn stripe_uncaptured_charge_is_authorized() {
     let mut object = charge();
     object["captured"] = json!(false);
     object["amount_captured"] = json!(0);
@@ -448,7 +448,7 @@ fn stripe_uncaptured_charge_is_processing() {
         stripe_ok("charge.succeeded", object),
         vec![payment(
             "pi_3MmlLrLkdIwHu7ix0bLz3k1N",
-            PaymentStatus::Processing,
+            PaymentStatus::Authorized,
             Some(money(1099, "usd"))
         )]
     );

@@ -727,7 +727,9 @@ pub async fn complete_from_payments(
                                        ELSE p.amount_captured END,
                 canceled_at = CASE WHEN old.new_status = $9 THEN coalesce(p.canceled_at, now())
                                    ELSE p.canceled_at END,
-                cancellation_reason = CASE WHEN old.new_status = $9 THEN coalesce(p.cancellation_reason, $11)
+                cancellation_reason = CASE WHEN old.new_status = $9
+                                           THEN coalesce(p.cancellation_reason,
+                                                         CASE WHEN old.code = $13 THEN $13 ELSE $11 END)
                                            WHEN old.new_status IN ($7, $8) THEN NULL
                                            ELSE p.cancellation_reason END
            FROM (SELECT i.id, i.status AS previous, u.status AS new_status, u.code, u.message
@@ -759,6 +761,8 @@ pub async fn complete_from_payments(
         IntentStatus::RequiresCapture.as_str(),
         CancellationReason::Automatic.as_str(),
         CaptureMethod::Manual.as_str(),
+        // The gateway's own code for a Pix (or boleto) that expired unpaid: the intent says `expired`.
+        CancellationReason::Expired.as_str(),
     )
     .fetch_all(&mut *conn)
     .await?

@@ -126,12 +126,12 @@ fn charge_succeeded(ty: &str, object: &Obj<'_>) -> Result<Vec<PaymentFact>, Perm
     expect_kind(ty, object, "charge")?;
     let payment_ref = owning_payment(object, "id")?;
     // With manual capture Stripe sends `charge.succeeded` when the card is *authorised* (`captured: false`,
-    // `amount_captured: 0`). No money has moved yet, so that is Processing; the capture later brings
+    // `amount_captured: 0`). No money has moved yet, so that is Authorized; the capture later brings
     // `payment_intent.succeeded` with the captured amount. Older payloads without `captured` are captured.
     if object.opt_bool("captured")? == Some(false) {
         return Ok(vec![PaymentFact::Payment {
             payment_ref,
-            status: PaymentStatus::Processing,
+            status: PaymentStatus::Authorized,
             amount: object.opt_money("amount", "currency")?,
             failure: None,
         }]);
