@@ -175,11 +175,11 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
             }
             "status" => {
                 q.status = Some(IntentStatus::parse(&value).map_err(|_| {
+                    let all: Vec<&str> = IntentStatus::ALL.iter().map(|s| s.as_str()).collect();
                     ApiError::field(
                         "status_invalid",
                         "status",
-                        "status must be one of requires_confirmation, requires_dispatch, requires_action, \
-                         processing, succeeded, failed, canceled, needs_attention",
+                        format!("status must be one of {}", all.join(", ")),
                     )
                 })?)
             }

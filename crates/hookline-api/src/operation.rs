@@ -261,6 +261,15 @@ async fn confirm(
             param: param.to_owned(),
         });
     }
+    if intent.capture_method == CaptureMethod::Manual {
+        if let Some(param) = params.not_a_card() {
+            return Err(ApiError::field(
+                "capture_method_unsupported",
+                param,
+                "capture_method manual authorizes a card only; this payment method is captured as it is paid",
+            ));
+        }
+    }
     let confirmed = intents::confirm(tx, intent.id, &params)
         .await
         .map_err(|e| ApiError::database(e, "confirm the payment intent"))?;

@@ -158,6 +158,19 @@ pub enum IntentStatus {
 }
 
 impl IntentStatus {
+    /// Every status, in the order of an intent's life (filters and documentation list them so).
+    pub const ALL: [IntentStatus; 9] = [
+        IntentStatus::RequiresConfirmation,
+        IntentStatus::RequiresDispatch,
+        IntentStatus::RequiresAction,
+        IntentStatus::RequiresCapture,
+        IntentStatus::Processing,
+        IntentStatus::Succeeded,
+        IntentStatus::Failed,
+        IntentStatus::Canceled,
+        IntentStatus::NeedsAttention,
+    ];
+
     /// Database spelling (the `payment_intents.status` CHECK).
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -405,18 +418,7 @@ mod tests {
         for s in [DisputeStatus::Open, DisputeStatus::Won, DisputeStatus::Lost] {
             assert_eq!(DisputeStatus::parse(s.as_str()), Ok(s));
         }
-        use IntentStatus as I;
-        for s in [
-            I::RequiresConfirmation,
-            I::RequiresDispatch,
-            I::RequiresAction,
-            I::RequiresCapture,
-            I::Processing,
-            I::Succeeded,
-            I::Failed,
-            I::Canceled,
-            I::NeedsAttention,
-        ] {
+        for s in IntentStatus::ALL {
             assert_eq!(IntentStatus::parse(s.as_str()), Ok(s));
         }
     }

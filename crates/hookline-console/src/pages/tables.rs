@@ -113,7 +113,7 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
             IntentStatus::parse(v).map_err(|_| {
                 ConsoleError::BadRequest(format!(
                     "status must be among {}",
-                    INTENT_STATUSES.join(", ")
+                    intent_statuses().collect::<Vec<_>>().join(", ")
                 ))
             })
         })
@@ -137,7 +137,7 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
             form #intent-filter method="get" action="/intents" {
                 label { "status " select #intent-status name="status" {
                     option value="" selected[statuses.is_empty()] { "any" }
-                    @for st in INTENT_STATUSES {
+                    @for st in intent_statuses() {
                         option value=(st) selected[status_filter == *st] { (st) }
                     }
                     @if statuses.len() > 1 {
@@ -184,16 +184,9 @@ pub async fn intents(req: HttpRequest, state: State) -> Result<HttpResponse, Con
 }
 
 /// The statuses `/intents?status=` accepts (the `payment_intents.status` spellings).
-const INTENT_STATUSES: &[&str] = &[
-    "requires_confirmation",
-    "requires_dispatch",
-    "requires_action",
-    "processing",
-    "succeeded",
-    "failed",
-    "canceled",
-    "needs_attention",
-];
+fn intent_statuses() -> impl Iterator<Item = &'static str> {
+    IntentStatus::ALL.into_iter().map(|s| s.as_str())
+}
 
 // ---------------------------------------------------------------------------------------------- deliveries
 
