@@ -10,7 +10,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-use crate::merchant_api::{clients_section, count_of, order, Answer, Gatewayed, KEY_ONE, KEY_TWO};
+use crate::merchant_api::{
+    clients_section, count_of, order, Answer, Api, Gatewayed, KEY_ONE, KEY_TWO,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -372,6 +374,32 @@ async fn a_void_releases_the_authorization_and_capture_input_is_checked() {
     assert_eq!(late.status, 409, "{late:?}");
     assert_eq!(late.json()["error"]["status"], "canceled");
     gw.stop().await;
+}
+
+/// `capture_method` is checked at create: only `automatic` or `manual` (422 `capture_method_invalid`), and a
+/// manual capture is for cards — a Pix is 422 `capture_method_unsupported` naming the method's field.
+#[tokio::test]
+async fn capture_method_is_checked_at_create() {
+    let api = Api::spawn().await;
+    let pix = json!({"provider": "mp", "amount": 900, "currency": "brl", "capture_method": "manual",
+                     "mercadopago": {"payment_method_id": "pix", "payer": {"email": "pix@example.com"}}});
+    let a = api.create("pix-manual", &pix).await;
+    assert_eq!(a.status, 422, "{a:?}");
+    assert_eq!(a.code(), "capture_method_unsupported");
+    assert_eq!(a.json()["error"]["param"], "mercadopago.payment_method_id");
+    for bad in [json!("later"), json!(5), json!(true), json!("MANUAL")] {
+        let mut body = order(900);
+        body["capture_method"] = bad.clone();
+        let a = api.create(&format!("bad-{bad}"), &body).await;
+        assert_eq!(a.status, 422, "{bad}: {a:?}");
+        assert_eq!(a.code(), "capture_method_invalid", "{bad}");
+    }
+    let mut ok = order(900);
+    ok["capture_method"] = json!("manual");
+    let a = api.create("manual-ok", &ok).await;
+    assert_eq!(a.status, 201, "{a:?}");
+    assert_eq!(a.json()["capture_method"], "manual");
+    assert_eq!(a.json()["amount_capturable"], 0);
 }
 
 // The whole pipeline (edge, relay, worker on PostgreSQL and RabbitMQ, the real dispatcher), each gateway played by

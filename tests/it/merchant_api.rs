@@ -61,7 +61,7 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    async fn spawn() -> Api {
+    pub(crate) async fn spawn() -> Api {
         Api::spawn_with(&clients_section()).await
     }
 
