@@ -10,7 +10,7 @@ use hookline_payments::intents::{self, ChargeAnswer};
 use hookline_payments::model::IntentStatus;
 use hookline_tests::console::{console_edge, ConsoleHttp};
 
-const CYCLE: &str = "2026-11";
+pub(crate) const CYCLE: &str = "2026-11";
 
 /// Rows the console shows per billing list (the page cuts longer ones and says so).
 const SHOWN: usize = 50;
@@ -31,7 +31,7 @@ fn provider_of(name: &str) -> Option<billing::ProviderBilling> {
 
 /// A monthly subscription, billed for [`CYCLE`] by the real run: its charge is in flight. Returns its id and the
 /// charge's (internal id, public id).
-async fn billed(pool: &sqlx::PgPool, provider: &str, n: usize) -> (i64, i64, String) {
+pub(crate) async fn billed(pool: &sqlx::PgPool, provider: &str, n: usize) -> (i64, i64, String) {
     let customer = format!("cus_console{n}");
     let method = format!("pm_console{n}");
     let id = {

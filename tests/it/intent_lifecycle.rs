@@ -418,6 +418,44 @@ mod pipeline {
 
     const WAIT: Duration = Duration::from_secs(90);
 
+    /// The pipeline and the sandbox, the real dispatcher running (and a worker applying the webhooks, when asked).
+    struct Live {
+        p: TestPipeline,
+        sandbox: hookline_sandbox::RunningSandbox,
+        worker: Option<WorkerGuard>,
+        dispatcher: (
+            tokio_util::sync::CancellationToken,
+            tokio::task::JoinHandle<()>,
+        ),
+    }
+
+    impl Live {
+        async fn start(seed: u64, worker: bool) -> Live {
+            let (p, sandbox) = sandboxed::start(seed).await;
+            let worker = worker.then(|| p.spawn_worker());
+            let dispatcher = spawn(hookline_billing::dispatcher(
+                p.pool().clone(),
+                &p.config,
+                fast_settings(),
+            ));
+            Live {
+                p,
+                sandbox,
+                worker,
+                dispatcher,
+            }
+        }
+
+        async fn stop(self) {
+            self.dispatcher.0.cancel();
+            self.dispatcher.1.await.unwrap();
+            if let Some(worker) = self.worker {
+                worker.stop().await;
+            }
+            self.sandbox.stop().await;
+        }
+    }
+
     /// The card parameters a merchant's checkout sends for `provider` (an approving test card).
     async fn card(
         p: &TestPipeline,
@@ -500,13 +538,8 @@ mod pipeline {
     /// one balanced posting of the captured amount, the intent `succeeded` with `amount_received`, its facts
     /// `amount_capturable_updated` then `succeeded`, once each.
     async fn authorized_then_captured(provider: &str, seed: u64) {
-        let (p, sandbox) = sandboxed::start(seed).await;
-        let _worker = p.spawn_worker();
-        let (stop, task) = spawn(hookline_billing::dispatcher(
-            p.pool().clone(),
-            &p.config,
-            fast_settings(),
-        ));
+        let live = Live::start(seed, true).await;
+        let (p, sandbox) = (&live.p, &live.sandbox);
         let params = card(&p, &sandbox, provider).await;
         let intent = authorize(&p, provider, 10_000, &params).await;
         let held = intent_until(&p, intent.id, "requires_capture").await;
@@ -576,9 +609,7 @@ mod pipeline {
             scalar(&p, "SELECT count(*) FROM outbound_requests WHERE kind = 'capture' AND status = 'succeeded'").await,
             1
         );
-        stop.cancel();
-        task.await.unwrap();
-        sandbox.stop().await;
+        live.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -600,13 +631,8 @@ mod pipeline {
     /// lifetime) and says so by webhook — the intent ends `canceled` as `automatic`, nothing posted, a capture
     /// then is refused. The void, for comparison, is hookline's own cancel (`a_void_…` above).
     async fn authorization_expires(provider: &str, seed: u64) {
-        let (p, sandbox) = sandboxed::start(seed).await;
-        let _worker = p.spawn_worker();
-        let (stop, task) = spawn(hookline_billing::dispatcher(
-            p.pool().clone(),
-            &p.config,
-            fast_settings(),
-        ));
+        let live = Live::start(seed, true).await;
+        let (p, sandbox) = (&live.p, &live.sandbox);
         let params = card(&p, &sandbox, provider).await;
         let intent = authorize(&p, provider, 4_000, &params).await;
         intent_until(&p, intent.id, "requires_capture").await;
@@ -636,9 +662,7 @@ mod pipeline {
             CaptureOutcome::Refused(_)
         ));
         tx.rollback().await.unwrap();
-        stop.cancel();
-        task.await.unwrap();
-        sandbox.stop().await;
+        live.stop().await;
     }
 
     /// The payment at the gateway (Mercado Pago's payment, Pagar.me's charge), as its API shows it.
@@ -725,12 +749,9 @@ mod pipeline {
     /// once, and at Pagar.me (whose `DELETE` of a paid charge is a refund) nothing is refunded: the charge is read
     /// first and the cancel never sent.
     async fn pix_cancel(provider: &str, seed: u64) {
-        let (p, sandbox) = sandboxed::start(seed).await;
-        let (stop, task) = spawn(hookline_billing::dispatcher(
-            p.pool().clone(),
-            &p.config,
-            fast_settings(),
-        ));
+        // No worker: the webhooks are not applied, so hookline learns the payment's state from the gateway alone.
+        let live = Live::start(seed, false).await;
+        let (p, sandbox) = (&live.p, &live.sandbox);
         let unpaid = pix_intent(&p, provider).await;
         let waiting = intent_until(&p, unpaid.id, "requires_action").await;
         assert!(matches!(
@@ -781,9 +802,7 @@ mod pipeline {
             .await,
             1
         );
-        stop.cancel();
-        task.await.unwrap();
-        sandbox.stop().await;
+        live.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -810,4 +829,49 @@ mod pipeline {
     async fn pagarme_authorization_expiry_cancels_the_intent() {
         authorization_expires("pg", 4606).await;
     }
+}
+
+/// A billing claim's charge the gateway canceled by itself (an authorization it let expire, a Pix that expired)
+/// moved no money: the claim's dunning takes it as an attempt that did not pay — retried on its schedule, the
+/// reason as its code — and the cycle is free for the retry's charge (the live-cycle index leaves canceled charges
+/// out). Before issue 46 the intent `failed`; now it is `canceled`, and the dunning must still hear of it.
+#[tokio::test]
+async fn a_billing_charge_canceled_at_the_gateway_is_dunned_like_a_decline() {
+    use hookline_billing::claims::{self, ClaimStatus};
+    use hookline_payments::intents::{self as payment_intents, ChargeAnswer};
+    use hookline_payments::model::IntentStatus;
+
+    let db = hookline_tests::TestDb::new().await;
+    let (sub, intent_id, public_id) = crate::console_billing::billed(&db.pool, "stripe", 1).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    payment_intents::record_charge_answer(
+        &mut tx,
+        intent_id,
+        &ChargeAnswer {
+            provider_payment_id: Some("pi_gateway_canceled"),
+            status: IntentStatus::Canceled,
+            next_action: None,
+            failure_code: None,
+            failure_message: None,
+            ends_operation: false,
+        },
+        &hookline_billing::Dunning,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    let intent = payment_intents::get(&mut conn, intent_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(intent.status, IntentStatus::Canceled);
+    assert_eq!(intent.cancellation_reason.as_deref(), Some("automatic"));
+    let claim = claims::get(&mut conn, sub, crate::console_billing::CYCLE)
+        .await
+        .unwrap()
+        .expect("the claim");
+    assert_eq!(claim.intent, public_id);
+    assert_eq!(claim.status, ClaimStatus::RetryScheduled, "{claim:?}");
+    assert!(claim.next_attempt_at.is_some());
 }

@@ -119,11 +119,16 @@ pub enum ApiError {
         /// The intent's status.
         status: &'static str,
     },
-    /// A cancel of an intent that is already `succeeded`, `failed` or `canceled`.
-    #[error("the payment intent is {status}: it can no longer be canceled")]
+    /// An operation the intent's state does not allow: a cancel of a final intent, a capture of one that is not
+    /// `requires_capture` or whose capture (or cancel) was already asked.
+    #[error("the payment intent is {status}{pending}: it cannot be {action}")]
     IntentUnexpectedState {
         /// The intent's status.
         status: &'static str,
+        /// What was asked: `canceled`, `captured`.
+        action: &'static str,
+        /// `, its cancel asked` / `, its capture asked` when an operation is pending, else empty.
+        pending: &'static str,
     },
     /// Unknown route.
     #[error("no such endpoint")]
@@ -283,7 +288,8 @@ impl ResponseError for ApiError {
             ApiError::InvalidInput(e) => {
                 error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));
             }
-            ApiError::IntentInFlight { status } | ApiError::IntentUnexpectedState { status } => {
+            ApiError::IntentInFlight { status }
+            | ApiError::IntentUnexpectedState { status, .. } => {
                 error["status"] = serde_json::Value::from(*status);
             }
             _ => {}

@@ -336,8 +336,7 @@ pub fn start(
 /// gateway to cancel those still waiting on their customer (`requires_action`: 3-D Secure, a Pix or boleto), every
 /// tenth of `expiry` (between 1 second and 1 minute), a bounded batch at a time. Every edge runs it: each intent is
 /// taken by one statement ([`hookline_payments::intents::expire_unconfirmed`],
-/// [`hookline_payments::intents::expire_awaiting_customer`]), so it is canceled, and announced, once. A
-/// failed run is logged and retried next time.
+/// [`hookline_payments::intents::expire_awaiting_customer`]), so it is canceled, and announced, once.
 fn spawn_expiry(
     pool: PgPool,
     expiry: Duration,
@@ -345,68 +344,92 @@ fn spawn_expiry(
     cancel: &CancellationToken,
 ) {
     let every = (expiry / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
-    drop(supervisor.spawn(EXPIRY_TASK, cancel, pool, move |pool, _| async move {
-        loop {
-            tokio::time::sleep(every).await;
-            let swept = async {
-                let mut tx = pool.begin().await?;
-                let mut n = hookline_payments::intents::expire_unconfirmed(
-                    &mut tx,
-                    expiry.as_secs_f64(),
-                    500,
-                    &hookline_billing::Dunning,
-                )
-                .await?;
-                // Those waiting on their customer are canceled at the gateway: their cancel is queued here.
-                n += hookline_payments::intents::expire_awaiting_customer(
-                    &mut tx,
-                    expiry.as_secs_f64(),
-                    500,
-                )
-                .await?;
-                tx.commit().await?;
-                anyhow::Ok(n)
-            }
-            .await;
-            match swept {
-                Ok(n) => {
-                    metrics::counter!(metric::INTENTS_EXPIRED).increment(n as u64);
-                    if n > 0 {
-                        tracing::info!(canceled = n, "canceled payment intents nobody confirmed in time");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error.message = %e, "expiring unconfirmed payment intents failed; retrying later")
-                }
-            }
-        }
-    }));
+    let sweep = Sweep {
+        task: EXPIRY_TASK,
+        every,
+        counter: metric::INTENTS_EXPIRED,
+        done: "expired payment intents nobody confirmed or completed in time",
+    };
+    sweep.spawn(pool, supervisor, cancel, move |pool| async move {
+        let mut tx = pool.begin().await?;
+        let mut n = hookline_payments::intents::expire_unconfirmed(
+            &mut tx,
+            expiry.as_secs_f64(),
+            500,
+            &hookline_billing::Dunning,
+        )
+        .await?;
+        // Those waiting on their customer are canceled at the gateway: their cancel is queued here.
+        n += hookline_payments::intents::expire_awaiting_customer(
+            &mut tx,
+            expiry.as_secs_f64(),
+            500,
+        )
+        .await?;
+        tx.commit().await?;
+        anyhow::Ok(n as u64)
+    });
 }
 
-/// Deletes keys older than the window, every `window / 4` (between 1 minute and 1 hour). A failed run (the
-/// database is down) is logged and retried next time: an outage must not take the edge down.
+/// Deletes keys older than the window, every `window / 4` (between 1 minute and 1 hour).
 fn spawn_pruning(
     pool: PgPool,
     window: Duration,
     supervisor: &Supervisor,
     cancel: &CancellationToken,
 ) {
-    let every = (window / 4).clamp(Duration::from_secs(60), Duration::from_secs(3600));
-    // The handle is not kept: the loop ends with `cancel` (ApiServer::stop).
-    drop(supervisor.spawn(PRUNE_TASK, cancel, pool, move |pool, _| async move {
-        loop {
-            tokio::time::sleep(every).await;
-            match hookline_payments::intents::prune_idempotency_keys(&pool, window, 1000).await {
-                Ok(n) => {
-                    metrics::counter!(metric::KEYS_PRUNED).increment(n);
-                    if n > 0 {
-                        tracing::info!(deleted = n, "pruned expired idempotency keys");
+    let sweep = Sweep {
+        task: PRUNE_TASK,
+        every: (window / 4).clamp(Duration::from_secs(60), Duration::from_secs(3600)),
+        counter: metric::KEYS_PRUNED,
+        done: "pruned expired idempotency keys",
+    };
+    sweep.spawn(pool, supervisor, cancel, move |pool| async move {
+        Ok(hookline_payments::intents::prune_idempotency_keys(&pool, window, 1000).await?)
+    });
+}
+
+/// A periodic database sweep every edge runs: supervised, one batch every `every`, what it did counted in
+/// `counter`. A failed run (the database is down) is logged and retried next time: an outage must not take the
+/// edge down.
+#[derive(Clone, Copy)]
+struct Sweep {
+    task: &'static str,
+    every: Duration,
+    counter: &'static str,
+    /// What a run that did something did, for the log.
+    done: &'static str,
+}
+
+impl Sweep {
+    fn spawn<F, Fut>(
+        self,
+        pool: PgPool,
+        supervisor: &Supervisor,
+        cancel: &CancellationToken,
+        run: F,
+    ) where
+        F: Fn(PgPool) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<u64>> + Send + 'static,
+    {
+        // The handle is not kept: the loop ends with `cancel` (ApiServer::stop).
+        drop(supervisor.spawn(self.task, cancel, pool, move |pool, _| {
+            let run = run.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(self.every).await;
+                    match run(pool.clone()).await {
+                        Ok(n) => {
+                            metrics::counter!(self.counter).increment(n);
+                            if n > 0 {
+                                tracing::info!(task = self.task, count = n, "{}", self.done);
+                            }
+                        }
+                        Err(e) => tracing::warn!(task = self.task, error.message = %e,
+                            "a periodic sweep failed; retrying later"),
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error.message = %e, "pruning idempotency keys failed; retrying later")
-                }
             }
-        }
-    }));
+        }));
+    }
 }

@@ -148,6 +148,8 @@ impl Operation {
                     }),
                     CancelOutcome::Final(intent) => Err(ApiError::IntentUnexpectedState {
                         status: intent.status.as_str(),
+                        action: "canceled",
+                        pending: "",
                     }),
                 }
             }
@@ -177,6 +179,12 @@ impl Operation {
                     CaptureOutcome::Requested(intent) => Reply::json(StatusCode::ACCEPTED, &intent),
                     CaptureOutcome::Refused(intent) => Err(ApiError::IntentUnexpectedState {
                         status: intent.status.as_str(),
+                        action: "captured",
+                        pending: match intent.pending_operation.as_deref() {
+                            Some("capture") => ", its capture asked",
+                            Some(_) => ", its cancel asked",
+                            None => "",
+                        },
                     }),
                 }
             }
