@@ -100,6 +100,7 @@ async fn an_abandoned_3ds_is_canceled_at_the_gateway_and_its_order_paid_with_ano
     assert_eq!(blocked.status, 409, "{blocked:?}");
     assert_eq!(blocked.code(), "order_reference_in_use");
 
+    // Asked of the gateway, and answered within `api.gateway_wait_ms`: 200 with the intent canceled.
     let cancel = post(
         &gw,
         &format!("/v1/payment_intents/{id}/cancel"),
@@ -107,10 +108,10 @@ async fn an_abandoned_3ds_is_canceled_at_the_gateway_and_its_order_paid_with_ano
         r#"{"cancellation_reason": "abandoned"}"#,
     )
     .await;
-    assert_eq!(cancel.status, 202, "{cancel:?}");
-    assert_eq!(cancel.json()["status"], "requires_action");
-    assert_eq!(cancel.json()["pending_operation"], "cancel");
-    // The same key replays the first answer; another cancel finds the one asked.
+    assert_eq!(cancel.status, 200, "{cancel:?}");
+    assert_eq!(cancel.json()["status"], "canceled");
+    assert!(cancel.json()["pending_operation"].is_null());
+    // The same key replays the first answer, settled the same way.
     let replay = post(
         &gw,
         &format!("/v1/payment_intents/{id}/cancel"),
@@ -118,7 +119,7 @@ async fn an_abandoned_3ds_is_canceled_at_the_gateway_and_its_order_paid_with_ano
         r#"{"cancellation_reason": "abandoned"}"#,
     )
     .await;
-    assert!(replay.replayed && replay.status == 202, "{replay:?}");
+    assert!(replay.replayed && replay.status == 200, "{replay:?}");
 
     let canceled = intent_when(&gw, &id, "canceled", status_is("canceled")).await;
     assert_eq!(canceled["cancellation_reason"], "abandoned");
@@ -166,8 +167,11 @@ async fn a_cancel_after_the_customer_finished_the_challenge_reports_the_success(
         .control()
         .complete_authentication("st", &pi, true)
         .expect("the challenge completes");
+    // The cancel's answer says what happened: the payment had succeeded.
     let cancel = post(&gw, &format!("/v1/payment_intents/{id}/cancel"), None, "").await;
-    assert_eq!(cancel.status, 202, "{cancel:?}");
+    assert_eq!(cancel.status, 409, "{cancel:?}");
+    assert_eq!(cancel.code(), "payment_intent_unexpected_state");
+    assert_eq!(cancel.json()["error"]["status"], "succeeded");
     let done = intent_when(&gw, &id, "succeeded", status_is("succeeded")).await;
     assert!(done["cancellation_reason"].is_null(), "{done}");
     assert_eq!(done["amount_received"], 5100);
@@ -285,9 +289,12 @@ async fn two_parallel_captures_capture_once_and_never_more_than_authorized() {
         }
     }))
     .await;
-    let asked = answers.iter().filter(|a| a.status == 202).count();
-    assert_eq!(asked, 1, "{answers:?}");
-    for a in answers.iter().filter(|a| a.status != 202) {
+    // One capture is asked of the gateway, and its answer awaited: 200 `succeeded`.
+    let asked: Vec<&Answer> = answers.iter().filter(|a| a.status == 200).collect();
+    assert_eq!(asked.len(), 1, "{answers:?}");
+    assert_eq!(asked[0].json()["status"], "succeeded");
+    assert_eq!(asked[0].json()["amount_received"], 7000);
+    for a in answers.iter().filter(|a| a.status != 200) {
         assert_eq!(a.status, 409, "{a:?}");
         assert_eq!(a.code(), "payment_intent_unexpected_state", "{a:?}");
     }
@@ -333,7 +340,12 @@ async fn two_parallel_captures_capture_once_and_never_more_than_authorized() {
 /// captured; a capture after it is 409. Hostile capture input is 4xx naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_void_releases_the_authorization_and_capture_input_is_checked() {
-    let gw = Gatewayed::start().await;
+    // No wait for the gateway (`api.gateway_wait_ms = 0`): the operation's answer is 202, its outcome follows.
+    let section = clients_section().replace(
+        "listen = \"127.0.0.1:0\"\n",
+        "listen = \"127.0.0.1:0\"\ngateway_wait_ms = 0\n",
+    );
+    let gw = Gatewayed::start_with(&section).await;
     let created = gw.api.create("void", &manual(2500, "pedido-void")).await;
     assert_eq!(created.status, 201, "{created:?}");
     let id = created.json()["id"].as_str().unwrap().to_string();
@@ -365,6 +377,7 @@ async fn a_void_releases_the_authorization_and_capture_input_is_checked() {
 
     let void = post(&gw, &format!("/v1/payment_intents/{id}/cancel"), None, "").await;
     assert_eq!(void.status, 202, "{void:?}");
+    assert_eq!(void.json()["pending_operation"], "cancel");
     let done = intent_when(&gw, &id, "canceled", status_is("canceled")).await;
     assert_eq!(done["amount_received"], 0);
     let at = at_gateway(&gw, &pi).await;

@@ -20,6 +20,11 @@ pub const DEFAULT_INTENT_EXPIRY_SECS: u64 = 86_400;
 /// The largest `api.intent_expiry_secs`: 30 days.
 pub const MAX_INTENT_EXPIRY_SECS: u64 = 30 * 86_400;
 
+/// `api.gateway_wait_ms` when absent: how long a cancel or capture asked of the gateway waits for its answer.
+pub const DEFAULT_GATEWAY_WAIT_MS: u64 = 5_000;
+/// The largest `api.gateway_wait_ms` (the merchant's HTTP client waits that long).
+pub const MAX_GATEWAY_WAIT_MS: u64 = 10_000;
+
 /// `[api]`: the merchant-facing API (payment intents, refunds), served on its own listener.
 #[derive(Clone)]
 pub struct ApiConfig {
@@ -34,6 +39,9 @@ pub struct ApiConfig {
     /// How long an intent may wait for its confirm (`requires_confirmation`) before hookline cancels it as
     /// `expired`, releasing its order (`intent_expiry_secs`, default 24 h, at most 30 days).
     pub intent_expiry: Duration,
+    /// How long `POST …/cancel` and `…/capture` wait for the gateway's answer to the operation they queued before
+    /// answering 202 (`gateway_wait_ms`, default 5 s, 0: never wait, at most 10 s).
+    pub gateway_wait: Duration,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -44,6 +52,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("clients", &self.clients)
             .field("idempotency_window", &self.idempotency_window)
             .field("intent_expiry", &self.intent_expiry)
+            .field("gateway_wait", &self.gateway_wait)
             .finish()
     }
 }
@@ -91,6 +100,7 @@ struct RawApi {
     clients: Option<Vec<RawApiClient>>,
     idempotency_window_secs: Option<u64>,
     intent_expiry_secs: Option<u64>,
+    gateway_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -209,6 +219,16 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
             MAX_INTENT_EXPIRY_SECS,
             "api.intent_expiry_secs",
         )?),
+        gateway_wait: Duration::from_millis(match a.gateway_wait_ms {
+            None => DEFAULT_GATEWAY_WAIT_MS,
+            Some(ms) if ms <= MAX_GATEWAY_WAIT_MS => ms,
+            Some(_) => {
+                return Err(ConfigError::invalid(
+                    "api.gateway_wait_ms",
+                    format!("must be between 0 and {MAX_GATEWAY_WAIT_MS}"),
+                ))
+            }
+        }),
     })
 }
 

@@ -13,7 +13,10 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
+use std::time::Duration;
+
 use hookline_payments::intents::{self, CancellationReason, CaptureMethod};
+use hookline_payments::model::IntentStatus;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -89,10 +92,77 @@ pub async fn cancel(
         let intent = path_id(path.into_inner())?;
         let body = read_body(&req, payload, &state).await?;
         let reason = parse_cancel(&body)?;
-        let op = Operation::Cancel { intent, reason };
-        run_optionally_keyed(&req, &state, client, key, &body, op).await
+        let op = Operation::Cancel {
+            intent: intent.clone(),
+            reason,
+        };
+        let reply = run_optionally_keyed(&req, &state, client, key, &body, op).await?;
+        settle(&state, client, &intent, reply, Asked::Cancel).await
     })
     .await
+}
+
+/// The operation a 202 asked of the gateway.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Cancel,
+    Capture,
+}
+
+/// A cancel or capture the gateway must make answers 202 (its operation queued for the dispatcher). Waits up to
+/// `api.gateway_wait_ms` for the gateway's word, reading the intent: then the answer is the outcome — 200 with the
+/// intent `canceled` (a cancel) or `succeeded` (a capture), or 409 `payment_intent_unexpected_state` with the state
+/// the gateway reported instead (a cancel that found the payment completed a second before: `succeeded`). A replay
+/// of the same key goes through the same wait, so it answers the same outcome. Past the wait, the 202 stands and
+/// the outcome follows as the intent's fact. Any other answer is returned as it is.
+async fn settle(
+    state: &ApiState,
+    client: &str,
+    public_id: &str,
+    reply: Reply,
+    asked: Asked,
+) -> Result<Reply, ApiError> {
+    if reply.status != StatusCode::ACCEPTED || state.gateway_wait.is_zero() {
+        return Ok(reply);
+    }
+    let deadline = tokio::time::Instant::now() + state.gateway_wait;
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = state
+            .within_budget(async {
+                let mut conn = state.conn().await?;
+                intents::get_for_client(&mut conn, client, public_id)
+                    .await
+                    .map_err(|e| ApiError::database(e, "read the payment intent"))
+            })
+            .await;
+        // The outcome is not ours to report when the read fails: the 202 stands (the fact follows).
+        let Ok(Some(intent)) = now else {
+            return Ok(reply);
+        };
+        if intent.pending_operation.is_none() {
+            let done = match asked {
+                Asked::Cancel => IntentStatus::Canceled,
+                Asked::Capture => IntentStatus::Succeeded,
+            };
+            if intent.status == done {
+                let mut answer = Reply::json(StatusCode::OK, &intent)?;
+                answer.replayed = reply.replayed;
+                return Ok(answer);
+            }
+            return Err(ApiError::IntentUnexpectedState {
+                status: intent.status.as_str(),
+                action: match asked {
+                    Asked::Cancel => "canceled",
+                    Asked::Capture => "captured",
+                },
+                pending: "",
+            });
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(reply);
+        }
+    }
 }
 
 /// `POST /v1/payment_intents/{id}/capture`, optional body `{"amount_to_capture": N}` (≤ the authorized amount;
@@ -112,10 +182,14 @@ pub async fn capture(
         let body = read_body(&req, payload, &state).await?;
         let amount = parse_capture(&body)?;
         let hash = idempotency::request_hash("POST", req.path(), &body);
-        let op = Operation::Capture { intent, amount };
-        state
+        let op = Operation::Capture {
+            intent: intent.clone(),
+            amount,
+        };
+        let reply = state
             .within_budget(idempotency::run(&state, client, &key, &hash, op))
-            .await
+            .await?;
+        settle(&state, client, &intent, reply, Asked::Capture).await
     })
     .await
 }

@@ -76,6 +76,8 @@ pub struct ApiState {
     window: Duration,
     db_timeout: Duration,
     body_read_timeout: Duration,
+    /// How long a cancel or capture waits for the gateway's answer (`api.gateway_wait_ms`).
+    gateway_wait: Duration,
 }
 
 impl ApiState {
@@ -308,6 +310,7 @@ pub fn start(
         window: api.idempotency_window,
         db_timeout: edge.db_timeout,
         body_read_timeout: edge.body_read_timeout,
+        gateway_wait: api.gateway_wait,
     });
     let server = hookline_web::serve(
         move || {
