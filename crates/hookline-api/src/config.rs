@@ -301,6 +301,15 @@ mod tests {
             "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"k\"]\nidempotency_window_secs = 0"
         )
         .starts_with("api.idempotency_window_secs:"));
+        // The wait for the gateway's answer to a cancel or capture: 5 s unless set, 0 allowed, at most 10 s.
+        assert_eq!(api.gateway_wait, Duration::from_secs(5));
+        let base = "[api]\nlisten = \"127.0.0.1:8081\"\nkeys = [\"k\"]\n";
+        let no_wait = parse(&format!("{base}gateway_wait_ms = 0"), &NO_ENV).unwrap();
+        assert_eq!(no_wait.unwrap().gateway_wait, Duration::ZERO);
+        assert_eq!(
+            err(&format!("{base}gateway_wait_ms = 10001")),
+            "api.gateway_wait_ms: must be between 0 and 10000"
+        );
     }
 
     #[test]
