@@ -581,6 +581,13 @@ async fn in_a_browser_an_operator_finds_an_event_replays_it_and_sees_the_audit_r
     b.fill("login-name", "alice").await;
     b.fill("login-password", "not the password").await;
     b.click("#login-submit").await;
+    // Waits for the refusal itself: the form is on the page before the answer arrives too (waiting for it raced
+    // the POST's answer under load).
+    b.client
+        .wait()
+        .for_element(Locator::Css("p.bad"))
+        .await
+        .expect("the refusal");
     b.client
         .wait()
         .for_element(Locator::Id("login"))

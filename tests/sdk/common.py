@@ -26,7 +26,7 @@ import stripe
 
 TIMEOUT = 20  # seconds, for every HTTP call a script makes
 WAIT = 90  # seconds a script waits for an outcome (an intent's status, a refund at the gateway)
-FINAL = {"succeeded", "failed", "needs_attention"}  # intent statuses nothing moves on from
+FINAL = {"succeeded", "failed", "canceled", "needs_attention"}  # intent statuses nothing moves on from
 
 
 def env(name, default=None):
@@ -166,7 +166,7 @@ class Hookline:
 
     def wait(self, intent_id, statuses, timeout=WAIT):
         """Polls the intent (every 200 ms, up to `timeout` s) until its status is one of `statuses` or final
-        (succeeded, failed, needs_attention: waiting longer would change nothing); returns it with every status
+        (succeeded, failed, canceled, needs_attention: waiting longer would change nothing); returns it with every status
         seen on the way, in order. A merchant's order page does the same."""
         deadline = time.monotonic() + timeout
         seen = []
