@@ -553,9 +553,9 @@ mod pipeline {
     async fn authorized_then_captured(provider: &str, seed: u64) {
         let live = Live::start(seed, true).await;
         let (p, sandbox) = (&live.p, &live.sandbox);
-        let params = card(&p, &sandbox, provider).await;
-        let intent = authorize(&p, provider, 10_000, &params).await;
-        let held = intent_until(&p, intent.id, "requires_capture").await;
+        let params = card(p, sandbox, provider).await;
+        let intent = authorize(p, provider, 10_000, &params).await;
+        let held = intent_until(p, intent.id, "requires_capture").await;
         assert_eq!(held.amount_capturable, 10_000);
         let payment = held.provider_payment_id.clone().expect("the gateway's id");
         wait_for_count(
@@ -570,7 +570,7 @@ mod pipeline {
         )
         .await;
         assert_eq!(
-            scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
+            scalar(p, "SELECT count(*) FROM ledger_transactions").await,
             0,
             "an authorization posts nothing"
         );
@@ -582,7 +582,7 @@ mod pipeline {
             .unwrap();
         assert!(matches!(asked, CaptureOutcome::Requested(_)), "{asked:?}");
         tx.commit().await.unwrap();
-        let done = intent_until(&p, intent.id, "succeeded").await;
+        let done = intent_until(p, intent.id, "succeeded").await;
         assert_eq!(done.amount_received, 6_000);
         wait_for_count(
             p.pool(),
@@ -619,7 +619,7 @@ mod pipeline {
             ]
         );
         assert_eq!(
-            scalar(&p, "SELECT count(*) FROM outbound_requests WHERE kind = 'capture' AND status = 'succeeded'").await,
+            scalar(p, "SELECT count(*) FROM outbound_requests WHERE kind = 'capture' AND status = 'succeeded'").await,
             1
         );
         live.stop().await;
@@ -646,14 +646,14 @@ mod pipeline {
     async fn authorization_expires(provider: &str, seed: u64) {
         let live = Live::start(seed, true).await;
         let (p, sandbox) = (&live.p, &live.sandbox);
-        let params = card(&p, &sandbox, provider).await;
-        let intent = authorize(&p, provider, 4_000, &params).await;
-        intent_until(&p, intent.id, "requires_capture").await;
+        let params = card(p, sandbox, provider).await;
+        let intent = authorize(p, provider, 4_000, &params).await;
+        intent_until(p, intent.id, "requires_capture").await;
         sandbox
             .control()
             .advance_clock(Duration::from_secs(8 * 86_400))
             .expect("the clock moves");
-        let done = intent_until(&p, intent.id, "canceled").await;
+        let done = intent_until(p, intent.id, "canceled").await;
         // `automatic` (the gateway's own cancel), or `expired` where the gateway names it so (Mercado Pago).
         assert!(
             matches!(
@@ -665,7 +665,7 @@ mod pipeline {
         );
         p.drain(WAIT).await;
         assert_eq!(
-            scalar(&p, "SELECT count(*) FROM ledger_transactions").await,
+            scalar(p, "SELECT count(*) FROM ledger_transactions").await,
             0
         );
         let mut tx = p.pool().begin().await.unwrap();
@@ -765,26 +765,26 @@ mod pipeline {
         // No worker: the webhooks are not applied, so hookline learns the payment's state from the gateway alone.
         let live = Live::start(seed, false).await;
         let (p, sandbox) = (&live.p, &live.sandbox);
-        let unpaid = pix_intent(&p, provider).await;
-        let waiting = intent_until(&p, unpaid.id, "requires_action").await;
+        let unpaid = pix_intent(p, provider).await;
+        let waiting = intent_until(p, unpaid.id, "requires_action").await;
         assert!(matches!(
-            cancel(&p, unpaid.id).await,
+            cancel(p, unpaid.id).await,
             CancelOutcome::Requested(_)
         ));
-        let done = intent_until(&p, unpaid.id, "canceled").await;
+        let done = intent_until(p, unpaid.id, "canceled").await;
         assert_eq!(
             done.cancellation_reason.as_deref(),
             Some("requested_by_customer")
         );
         let payment = waiting.provider_payment_id.clone().unwrap();
-        let at = payment_at(&p, provider, &payment).await;
+        let at = payment_at(p, provider, &payment).await;
         assert!(
             matches!(at["status"].as_str(), Some("cancelled" | "canceled")),
             "{at}"
         );
 
-        let paid = pix_intent(&p, provider).await;
-        let waiting = intent_until(&p, paid.id, "requires_action").await;
+        let paid = pix_intent(p, provider).await;
+        let waiting = intent_until(p, paid.id, "requires_action").await;
         let payment = waiting.provider_payment_id.clone().unwrap();
         // The payer pays; no worker applies the webhook here: hookline still shows `requires_action`.
         sandbox
@@ -792,12 +792,12 @@ mod pipeline {
             .settle_pix(provider, &payment, true)
             .expect("the Pix is paid");
         assert!(matches!(
-            cancel(&p, paid.id).await,
+            cancel(p, paid.id).await,
             CancelOutcome::Requested(_)
         ));
-        let done = intent_until(&p, paid.id, "succeeded").await;
+        let done = intent_until(p, paid.id, "succeeded").await;
         assert!(done.cancellation_reason.is_none(), "{done:?}");
-        let at = payment_at(&p, provider, &payment).await;
+        let at = payment_at(p, provider, &payment).await;
         assert!(
             matches!(at["status"].as_str(), Some("approved" | "paid")),
             "the paid Pix stays paid, nothing refunded: {at}"
@@ -805,7 +805,7 @@ mod pipeline {
         assert_eq!(at["canceled_amount"].as_i64().unwrap_or(0), 0, "{at}");
         assert_eq!(
             scalar(
-                &p,
+                p,
                 &format!(
                     "SELECT count(*) FROM domain_events WHERE type = 'payment_intent.succeeded'
                         AND convert_from(body, 'UTF8')::jsonb -> 'data' ->> 'intent_id' = '{}'",
