@@ -69,7 +69,7 @@ use hookline_core::telemetry;
 use tracing::Instrument;
 
 use crate::config::DispatcherConfig;
-use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown, RefundsNeeded};
+use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown};
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
 use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
@@ -698,18 +698,16 @@ impl Dispatcher {
             )));
         };
         // What hookline already knows of the intent's other refunds, as far as this gateway's lookup needs it.
-        let mut known = RefundsKnown::default();
         let except = claimed.refund_id.unwrap_or_default();
-        match gateway.api.refunds_needed() {
-            RefundsNeeded::Nothing => {}
-            RefundsNeeded::Linked => {
-                known.linked = intents::linked_refund_ids(&self.pool, intent.id, except).await?
-            }
-            RefundsNeeded::Recorded => {
-                known.recorded =
-                    intents::recorded_refund_amount(&self.pool, intent.id, except).await?
-            }
-        }
+        let known = match gateway.api.refunds_needed() {
+            RefundsKnown::Nothing => RefundsKnown::Nothing,
+            RefundsKnown::Linked(_) => RefundsKnown::Linked(
+                intents::linked_refund_ids(&self.pool, intent.id, except).await?,
+            ),
+            RefundsKnown::Recorded(_) => RefundsKnown::Recorded(
+                intents::recorded_refund_amount(&self.pool, intent.id, except).await?,
+            ),
+        };
         Ok(gateway
             .api
             .find_refund(&gateway.client, payment, refund_public_id, *amount, &known)

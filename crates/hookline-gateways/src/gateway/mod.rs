@@ -105,28 +105,18 @@ pub(crate) enum Outgoing<'a> {
     },
 }
 
-/// Which of hookline's own records a provider's refund lookup needs ([`Api::refunds_needed`]): the caller reads
-/// only that one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefundsNeeded {
+/// What a refund's lookup needs from hookline's own records, read by the caller (nothing here touches the
+/// database): one variant per gateway's need ([`Api::refunds_needed`] names which, with nothing in it yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundsKnown {
     /// Nothing: the gateway keeps hookline's reference on the refund (Stripe's metadata).
     Nothing,
-    /// [`RefundsKnown::linked`] (Mercado Pago).
-    Linked,
-    /// [`RefundsKnown::recorded`] (Pagar.me).
-    Recorded,
-}
-
-/// What a refund's lookup may need from hookline's own records, read by the caller (nothing here touches the
-/// database): Mercado Pago's refunds already linked to other requests (a gateway refund of the same amount linked
-/// to another is not this one) and the amount already refunded and confirmed (Pagar.me's refunds carry no
-/// reference: the charge's `canceled_amount` must hold this one beside them).
-#[derive(Debug, Clone, Default)]
-pub struct RefundsKnown {
-    /// Gateway refund ids linked to the intent's other refund requests.
-    pub linked: Vec<String>,
-    /// Minor units of the intent's other refunds the gateway confirmed.
-    pub recorded: i64,
+    /// Mercado Pago: the gateway refund ids linked to the intent's other refund requests (a gateway refund of the
+    /// same amount linked to another is not this one).
+    Linked(Vec<String>),
+    /// Pagar.me: minor units of the intent's other refunds the gateway confirmed (its refunds carry no reference:
+    /// the charge's `canceled_amount` must hold this one beside them).
+    Recorded(i64),
 }
 
 /// One payment as a provider's reconciliation listing shows it: what the provider says of it, and the notification
@@ -398,12 +388,12 @@ impl Api {
         }
     }
 
-    /// What [`Api::find_refund`] needs to know of the intent's other refunds.
-    pub fn refunds_needed(self) -> RefundsNeeded {
+    /// What [`Api::find_refund`] needs to know of the intent's other refunds: the variant to fill (empty).
+    pub fn refunds_needed(self) -> RefundsKnown {
         match self {
-            Api::Stripe => RefundsNeeded::Nothing,
-            Api::MercadoPago => RefundsNeeded::Linked,
-            Api::PagarmeV5 => RefundsNeeded::Recorded,
+            Api::Stripe => RefundsKnown::Nothing,
+            Api::MercadoPago => RefundsKnown::Linked(Vec::new()),
+            Api::PagarmeV5 => RefundsKnown::Recorded(0),
         }
     }
 
@@ -417,15 +407,18 @@ impl Api {
         amount: i64,
         known: &RefundsKnown,
     ) -> Result<Option<serde_json::Value>, String> {
-        match self {
-            Api::Stripe => stripe::find_refund(client, payment, refund_public_id).await,
-            Api::MercadoPago => {
-                mercadopago::find_refund(client, payment, refund_public_id, amount, &known.linked)
-                    .await
+        match (self, known) {
+            (Api::Stripe, _) => stripe::find_refund(client, payment, refund_public_id).await,
+            (Api::MercadoPago, RefundsKnown::Linked(linked)) => {
+                mercadopago::find_refund(client, payment, refund_public_id, amount, linked).await
             }
-            Api::PagarmeV5 => {
-                pagarme_v5::find_refund(client, payment, amount, known.recorded).await
+            (Api::PagarmeV5, RefundsKnown::Recorded(recorded)) => {
+                pagarme_v5::find_refund(client, payment, amount, *recorded).await
             }
+            (api, other) => Err(format!(
+                "the refund lookup of {api:?} needs {:?}, was given {other:?}",
+                api.refunds_needed()
+            )),
         }
     }
 
