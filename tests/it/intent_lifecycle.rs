@@ -547,7 +547,8 @@ mod pipeline {
             .expect(sql)
     }
 
-    /// Authorized (the provider's webhook applied: payment `authorized`, NOTHING posted), then 60 % captured once:
+    /// Authorized (the provider's webhook applied: payment `authorized`, NOTHING posted), then two captures of 60 %
+    /// at once — one is asked, the gateway captures once:
     /// one balanced posting of the captured amount, the intent `succeeded` with `amount_received`, its facts
     /// `amount_capturable_updated` then `succeeded`, once each.
     async fn authorized_then_captured(provider: &str, seed: u64) {
@@ -575,13 +576,26 @@ mod pipeline {
             "an authorization posts nothing"
         );
 
-        let mut tx = p.pool().begin().await.unwrap();
-        let locked = intents::get(&mut tx, intent.id).await.unwrap().unwrap();
-        let asked = intents::capture(&mut tx, locked, Some(6_000))
-            .await
-            .unwrap();
-        assert!(matches!(asked, CaptureOutcome::Requested(_)), "{asked:?}");
-        tx.commit().await.unwrap();
+        // Two captures at once, each in its own transaction (two clicks, two keys): one statement decides.
+        let capture = |pool: sqlx::PgPool| async move {
+            let mut tx = pool.begin().await.unwrap();
+            let read = intents::get(&mut tx, intent.id).await.unwrap().unwrap();
+            let asked = intents::capture(&mut tx, read, Some(6_000)).await.unwrap();
+            tx.commit().await.unwrap();
+            matches!(asked, CaptureOutcome::Requested(_))
+        };
+        let (a, b) = tokio::join!(
+            tokio::spawn(capture(p.pool().clone())),
+            tokio::spawn(capture(p.pool().clone()))
+        );
+        assert_eq!(
+            [a.unwrap(), b.unwrap()]
+                .iter()
+                .filter(|asked| **asked)
+                .count(),
+            1,
+            "one capture asked"
+        );
         let done = intent_until(p, intent.id, "succeeded").await;
         assert_eq!(done.amount_received, 6_000);
         wait_for_count(
