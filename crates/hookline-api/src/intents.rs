@@ -16,7 +16,6 @@ use hookline_core::input;
 use std::time::Duration;
 
 use hookline_payments::intents::{self, CancellationReason, CaptureMethod};
-use hookline_payments::model::IntentStatus;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -97,16 +96,9 @@ pub async fn cancel(
             reason,
         };
         let reply = run_optionally_keyed(&req, &state, client, key, &body, op).await?;
-        settle(&state, client, &intent, reply, Asked::Cancel).await
+        settle(&state, client, &intent, reply, intents::Operation::Cancel).await
     })
     .await
-}
-
-/// The operation a 202 asked of the gateway.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Asked {
-    Cancel,
-    Capture,
 }
 
 /// A cancel or capture the gateway must make answers 202 (its operation queued for the dispatcher). Waits up to
@@ -120,7 +112,7 @@ async fn settle(
     client: &str,
     public_id: &str,
     reply: Reply,
-    asked: Asked,
+    asked: intents::Operation,
 ) -> Result<Reply, ApiError> {
     if reply.status != StatusCode::ACCEPTED || state.gateway_wait.is_zero() {
         return Ok(reply);
@@ -141,11 +133,7 @@ async fn settle(
             return Ok(reply);
         };
         if intent.pending_operation.is_none() {
-            let done = match asked {
-                Asked::Cancel => IntentStatus::Canceled,
-                Asked::Capture => IntentStatus::Succeeded,
-            };
-            if intent.status == done {
+            if intent.status == asked.done() {
                 let mut answer = Reply::json(StatusCode::OK, &intent)?;
                 answer.replayed = reply.replayed;
                 return Ok(answer);
@@ -153,8 +141,8 @@ async fn settle(
             return Err(ApiError::IntentUnexpectedState {
                 status: intent.status.as_str(),
                 action: match asked {
-                    Asked::Cancel => "canceled",
-                    Asked::Capture => "captured",
+                    intents::Operation::Cancel => "canceled",
+                    intents::Operation::Capture => "captured",
                 },
                 pending: "",
             });
@@ -189,7 +177,7 @@ pub async fn capture(
         let reply = state
             .within_budget(idempotency::run(&state, client, &key, &hash, op))
             .await?;
-        settle(&state, client, &intent, reply, Asked::Capture).await
+        settle(&state, client, &intent, reply, intents::Operation::Capture).await
     })
     .await
 }

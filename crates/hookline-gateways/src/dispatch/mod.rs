@@ -72,7 +72,7 @@ use crate::config::DispatcherConfig;
 use crate::gateway::{self, Api, ApiClient, Outgoing, PostError, RefundsKnown};
 use hookline_core::retry::jittered_backoff;
 use hookline_core::{Config, ProviderConfig};
-use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal};
+use hookline_payments::intents::{self, ChargeAnswer, ChargeFinal, Operation};
 use hookline_payments::model::IntentStatus;
 use hookline_payments::outbound_requests::{self, Claimed, KeyLifetimes, Retried};
 use sqlx::PgPool;
@@ -426,9 +426,9 @@ impl Dispatcher {
             Ok(s) => s,
             Err(e) => return Ok(refused(e)),
         };
-        if let Some(kind) = operation_kind(claimed) {
+        if let Some(operation) = operation_of(claimed) {
             return Ok(self
-                .send_operation(gateway, claimed, kind, &subject.intent)
+                .send_operation(gateway, claimed, operation, &subject.intent)
                 .await);
         }
         let minted = match self.saved_card(gateway, claimed, &subject).await? {
@@ -437,14 +437,7 @@ impl Dispatcher {
         };
         let request = match build(gateway, claimed, &subject, minted.as_ref()) {
             Ok(r) => r,
-            Err(PostError::Refused(e)) => return Ok(refused(e)),
-            Err(PostError::NoClient(e)) => {
-                return Ok(Answer::Retry {
-                    status: None,
-                    retry_after: None,
-                    error: e,
-                })
-            }
+            Err(e) => return Ok(unsent(e)),
         };
         let expected = Expected {
             api: gateway.api,
@@ -466,7 +459,7 @@ impl Dispatcher {
         &self,
         gateway: &Gateway,
         claimed: &Claimed,
-        kind: outbound_requests::Kind,
+        operation: Operation,
         intent: &intents::Intent,
     ) -> Answer {
         let Some(payment) = intent.provider_payment_id.as_deref() else {
@@ -491,7 +484,7 @@ impl Dispatcher {
             refund_public_id: None,
             operation: true,
         };
-        if kind == outbound_requests::Kind::Cancel && gateway.api.cancel_may_refund() {
+        if operation == Operation::Cancel && gateway.api.cancel_may_refund() {
             match self.payment_now(gateway, payment, &expected).await {
                 Ok((_, "succeeded")) => {
                     return Answer::Overtaken {
@@ -506,12 +499,12 @@ impl Dispatcher {
                 Err(answer) => return answer,
             }
         }
-        let send = match kind {
-            outbound_requests::Kind::Capture => Outgoing::Capture {
+        let send = match operation {
+            Operation::Capture => Outgoing::Capture {
                 payment,
                 amount: intent.amount_to_capture.filter(|a| *a < intent.amount),
             },
-            _ => Outgoing::Cancel {
+            Operation::Cancel => Outgoing::Cancel {
                 payment,
                 reason: intent.cancellation_reason.as_deref(),
             },
@@ -521,31 +514,14 @@ impl Dispatcher {
             .request(&gateway.client, &claimed.sent_key(), send)
         {
             Ok(r) => r,
-            Err(PostError::Refused(error)) => {
-                return Answer::Refused {
-                    status: None,
-                    error,
-                }
-            }
-            Err(PostError::NoClient(error)) => {
-                return Answer::Retry {
-                    status: None,
-                    retry_after: None,
-                    error,
-                }
-            }
+            Err(e) => return unsent(e),
         };
-        let answer = classify(&expected, ApiClient::exchange(request).await);
-        let refused_status = match &answer {
+        let (refused_status, why) = match classify(&expected, ApiClient::exchange(request).await) {
             Answer::Refused {
                 status: Some(status @ (400 | 402 | 404 | 412 | 422)),
-                ..
-            } => *status,
-            _ => return answer,
-        };
-        let why = match &answer {
-            Answer::Refused { error, .. } => error.clone(),
-            _ => String::new(),
+                error,
+            } => (status, error),
+            answer => return answer,
         };
         match self.payment_now(gateway, payment, &expected).await {
             Ok((provider_id, final_status)) => Answer::Overtaken {
@@ -632,7 +608,7 @@ impl Dispatcher {
             provider: &claimed.provider,
             attempts: claimed.attempts,
             refund_public_id: subject.refund.as_ref().map(|(_, id)| id.as_str()),
-            operation: operation_kind(claimed).is_some(),
+            operation: operation_of(claimed).is_some(),
         };
         match expected.read(&json) {
             Ok(gateway::Object {
@@ -671,31 +647,26 @@ impl Dispatcher {
         subject: &Subject,
     ) -> Result<Result<Option<serde_json::Value>, String>, sqlx::Error> {
         let intent = &subject.intent;
-        if operation_kind(claimed).is_some() {
-            // A cancel or capture is found on the payment itself: what state it is in now.
-            let Some(payment) = intent.provider_payment_id.as_deref() else {
-                return Ok(Err(format!(
-                    "intent {} has no gateway payment id",
-                    intent.public_id
-                )));
-            };
-            return Ok(gateway
-                .api
-                .get_charge(&gateway.client, payment)
-                .await
-                .map(Some));
-        }
-        let Some((amount, refund_public_id)) = &subject.refund else {
+        let operation = operation_of(claimed).is_some();
+        if subject.refund.is_none() && !operation {
             return Ok(gateway
                 .api
                 .find_charge(&gateway.client, &intent.public_id)
                 .await);
-        };
+        }
         let Some(payment) = intent.provider_payment_id.as_deref() else {
             return Ok(Err(format!(
                 "intent {} has no gateway payment id",
                 intent.public_id
             )));
+        };
+        let Some((amount, refund_public_id)) = &subject.refund else {
+            // A cancel or capture is found on the payment itself: what state it is in now.
+            return Ok(gateway
+                .api
+                .get_charge(&gateway.client, payment)
+                .await
+                .map(Some));
         };
         // What hookline already knows of the intent's other refunds, as far as this gateway's lookup needs it.
         let except = claimed.refund_id.unwrap_or_default();
@@ -745,7 +716,7 @@ impl Dispatcher {
                         )
                         .await?;
                     }
-                    None if operation_kind(claimed).is_some() => {
+                    None if operation_of(claimed).is_some() => {
                         record_operation(
                             &mut tx,
                             claimed,
@@ -847,7 +818,7 @@ impl Dispatcher {
                 match claimed.refund_id {
                     // The payment is as it was at the gateway (open, or authorized): the operation ends, the
                     // intent keeps its state, the reason is the request's for an operator.
-                    None if operation_kind(claimed).is_some() => {
+                    None if operation_of(claimed).is_some() => {
                         intents::end_operation(&mut tx, claimed.intent_id).await?
                     }
                     Some(refund) => {
@@ -926,13 +897,24 @@ fn build(
 }
 
 /// The cancel or capture a request is, if it is one.
-fn operation_kind(claimed: &Claimed) -> Option<outbound_requests::Kind> {
-    outbound_requests::Kind::parse(&claimed.kind).filter(|k| {
-        matches!(
-            k,
-            outbound_requests::Kind::Cancel | outbound_requests::Kind::Capture
-        )
-    })
+fn operation_of(claimed: &Claimed) -> Option<Operation> {
+    outbound_requests::Kind::parse(&claimed.kind).and_then(Operation::of_kind)
+}
+
+/// The answer for a request that could not be built: hookline's own problem (needs an operator), or no HTTP client
+/// (retried: nothing was sent).
+fn unsent(e: PostError) -> Answer {
+    match e {
+        PostError::Refused(error) => Answer::Refused {
+            status: None,
+            error,
+        },
+        PostError::NoClient(error) => Answer::Retry {
+            status: None,
+            retry_after: None,
+            error,
+        },
+    }
 }
 
 /// Records the gateway's word on an intent's cancel or capture (the payment as it is now), ending the operation,

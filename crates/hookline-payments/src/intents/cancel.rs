@@ -1,5 +1,6 @@
-//! Canceling a payment intent whose charge was not sent: by its merchant (`POST /v1/payment_intents/{id}/cancel`)
-//! or by hookline when nobody confirmed it in time ([`expire_unconfirmed`]).
+//! Canceling a payment intent — by its merchant (`POST /v1/payment_intents/{id}/cancel`) or by hookline when nobody
+//! confirmed or completed it in time ([`expire_unconfirmed`], [`expire_awaiting_customer`]) — and capturing an
+//! authorization ([`capture`]).
 //!
 //! **The dispatcher's claim and the cancel are decided on one row.** A confirmed intent's charge is an
 //! `outbound_requests` row; the dispatcher's claim stamps `key_first_sent_at` on it in the statement that leases
@@ -13,7 +14,7 @@
 //! `requires_capture`: an authorization, whose cancel is the void) is canceled AT the gateway: one statement marks
 //! the intent's `pending_operation = 'cancel'` (only from none: a capture asked first wins, and a second cancel
 //! finds the first) and the cancel is queued as an outbound request of its own ([`Kind::Cancel`], key
-//! [`super::cancel_key`]), sent by the dispatcher under the key-lifetime rules of every request. The intent is
+//! [`Operation::key`]), sent by the dispatcher under the key-lifetime rules of every request. The intent is
 //! `canceled` when the gateway confirms — or `succeeded` when the gateway says the payment completed first (the
 //! customer finished 3-D Secure a second before): its fact says so, never a silent loss. `processing` (the outcome
 //! is the gateway's, unknown yet) and a charge the dispatcher has claimed are answered "in flight".
@@ -93,8 +94,9 @@ pub enum CancelOutcome {
 }
 
 /// Cancels `intent` (read under `FOR UPDATE` in the caller's transaction: [`super::lock_for_client`]) with
-/// `reason`, if its charge was not sent: `requires_confirmation`, or `requires_dispatch` whose charge request the
-/// dispatcher has not claimed (see the module's text for the race). Anything else is answered as it stands.
+/// `reason`: at once when its charge was not sent (`requires_confirmation`, or `requires_dispatch` whose charge
+/// request the dispatcher has not claimed: see the module's text for the race), at the gateway when its charge is
+/// open there (`requires_action`, `requires_capture`). Anything else is answered as it stands.
 pub async fn cancel(
     tx: &mut PgConnection,
     intent: Intent,
@@ -201,15 +203,9 @@ async fn request_at_gateway(
     let Some(asked) = asked else {
         return Ok(CancelOutcome::InFlight(intent));
     };
-    crate::outbound_requests::enqueue(
-        &mut *tx,
-        Kind::Cancel,
-        asked.id,
-        None,
-        &asked.provider,
-        &super::cancel_key(asked.id),
-    )
-    .await?;
+    Operation::Cancel
+        .queue(tx, asked.id, &asked.provider)
+        .await?;
     Ok(CancelOutcome::Requested(asked))
 }
 
@@ -223,12 +219,59 @@ pub enum Operation {
 }
 
 impl Operation {
-    /// Database spelling.
+    /// Database spelling (`pending_operation`), the same as its outbound request's kind.
     pub fn as_str(self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The outbound request that carries it to the gateway.
+    pub fn kind(self) -> Kind {
         match self {
-            Operation::Cancel => "cancel",
-            Operation::Capture => "capture",
+            Operation::Cancel => Kind::Cancel,
+            Operation::Capture => Kind::Capture,
         }
+    }
+
+    /// The operation an outbound request of `kind` is, if it is one.
+    pub fn of_kind(kind: Kind) -> Option<Operation> {
+        match kind {
+            Kind::Cancel => Some(Operation::Cancel),
+            Kind::Capture => Some(Operation::Capture),
+            Kind::Charge | Kind::Refund => None,
+        }
+    }
+
+    /// The gateway idempotency key of this operation on intent `intent_id`: derived, one per intent
+    /// (`hookline-cancel-{id}`, `hookline-capture-{id}`) — a double click or a retry can never ask twice.
+    pub fn key(self, intent_id: i64) -> String {
+        format!("hookline-{}-{intent_id}", self.as_str())
+    }
+
+    /// The status the intent reaches when the gateway makes it: `canceled`, `succeeded`.
+    pub fn done(self) -> IntentStatus {
+        match self {
+            Operation::Cancel => IntentStatus::Canceled,
+            Operation::Capture => IntentStatus::Succeeded,
+        }
+    }
+
+    /// Queues this operation's outbound request for intent `intent_id` under [`Operation::key`], in the caller's
+    /// transaction (the statement that set `pending_operation` decided it; the key's UNIQUE is the second guard).
+    async fn queue(
+        self,
+        tx: &mut PgConnection,
+        intent_id: i64,
+        provider: &str,
+    ) -> Result<bool, sqlx::Error> {
+        crate::outbound_requests::enqueue(
+            tx,
+            self.kind(),
+            intent_id,
+            None,
+            provider,
+            &self.key(intent_id),
+        )
+        .await
     }
 }
 
@@ -245,7 +288,7 @@ pub enum CaptureOutcome {
 /// Asks the gateway to capture `amount` (≤ the authorized amount, checked by the caller; `None`: all) of `intent`
 /// (read under `FOR UPDATE` in the caller's transaction), in that transaction: one statement moves
 /// `pending_operation` from none to `capture` — two captures, or a capture and a cancel, never both — and the
-/// capture request is queued under [`super::capture_key`] (one per intent).
+/// capture request is queued under [`Operation::key`] (one per intent).
 pub async fn capture(
     tx: &mut PgConnection,
     intent: Intent,
@@ -268,15 +311,9 @@ pub async fn capture(
     let Some(asked) = asked else {
         return Ok(CaptureOutcome::Refused(intent));
     };
-    crate::outbound_requests::enqueue(
-        &mut *tx,
-        Kind::Capture,
-        asked.id,
-        None,
-        &asked.provider,
-        &super::capture_key(asked.id),
-    )
-    .await?;
+    Operation::Capture
+        .queue(tx, asked.id, &asked.provider)
+        .await?;
     Ok(CaptureOutcome::Requested(asked))
 }
 
@@ -351,15 +388,7 @@ pub async fn expire_awaiting_customer(
     .fetch_all(&mut *tx)
     .await?;
     for row in &asked {
-        crate::outbound_requests::enqueue(
-            &mut *tx,
-            Kind::Cancel,
-            row.id,
-            None,
-            &row.provider,
-            &super::cancel_key(row.id),
-        )
-        .await?;
+        Operation::Cancel.queue(tx, row.id, &row.provider).await?;
     }
     Ok(asked.len())
 }

@@ -234,16 +234,6 @@ pub fn charge_key(intent_id: i64) -> String {
     format!("hookline-intent-{intent_id}")
 }
 
-/// The gateway idempotency key of an intent's cancel at the gateway (one per intent: a cancel is asked once).
-pub fn cancel_key(intent_id: i64) -> String {
-    format!("hookline-cancel-{intent_id}")
-}
-
-/// The gateway idempotency key of an intent's capture (one per intent: an authorization is captured once).
-pub fn capture_key(intent_id: i64) -> String {
-    format!("hookline-capture-{intent_id}")
-}
-
 /// The gateway idempotency key of a refund.
 pub fn refund_key(refund_id: i64) -> String {
     format!("hookline-refund-{refund_id}")
