@@ -42,6 +42,9 @@ pub struct ApiConfig {
     /// How long `POST …/cancel` and `…/capture` wait for the gateway's answer to the operation they queued before
     /// answering 202 (`gateway_wait_ms`, default 5 s, 0: never wait, at most 10 s).
     pub gateway_wait: Duration,
+    /// Whether a webhook endpoint made through the API may point at loopback, private, link-local or metadata
+    /// addresses (`allow_private_webhook_urls`, default false: tests and one-host deployments only).
+    pub allow_private_webhook_urls: bool,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -53,6 +56,10 @@ impl std::fmt::Debug for ApiConfig {
             .field("idempotency_window", &self.idempotency_window)
             .field("intent_expiry", &self.intent_expiry)
             .field("gateway_wait", &self.gateway_wait)
+            .field(
+                "allow_private_webhook_urls",
+                &self.allow_private_webhook_urls,
+            )
             .finish()
     }
 }
@@ -72,6 +79,9 @@ pub struct ApiClient {
     pub name: String,
     /// Accepted Bearer tokens (`env:VAR` allowed). Never logged.
     pub keys: Vec<SecretString>,
+    /// A merchant's back office (`all_events = true`): its events feed and its webhook endpoints see every fact,
+    /// payments that arrived only by webhook included, not only those about what it owns.
+    pub all_events: bool,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -80,6 +90,7 @@ impl std::fmt::Debug for ApiClient {
         f.debug_struct("ApiClient")
             .field("name", &self.name)
             .field("keys", &format_args!("[{} redacted]", self.keys.len()))
+            .field("all_events", &self.all_events)
             .finish()
     }
 }
@@ -101,6 +112,7 @@ struct RawApi {
     idempotency_window_secs: Option<u64>,
     intent_expiry_secs: Option<u64>,
     gateway_wait_ms: Option<u64>,
+    allow_private_webhook_urls: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,6 +120,7 @@ struct RawApi {
 struct RawApiClient {
     name: Option<String>,
     keys: Option<Vec<String>>,
+    all_events: Option<bool>,
 }
 
 impl ApiConfig {
@@ -137,10 +150,15 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
             "must differ from edge.listen: the providers' listener never serves the API",
         ));
     }
-    let mut raw_clients: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut raw_clients: Vec<(String, String, Vec<String>, bool)> = Vec::new();
     if let Some(keys) = a.keys {
         // Legacy `[api] keys`: every listed key is one anonymous client.
-        raw_clients.push((LEGACY_API_CLIENT.to_string(), "api.keys".to_string(), keys));
+        raw_clients.push((
+            LEGACY_API_CLIENT.to_string(),
+            "api.keys".to_string(),
+            keys,
+            false,
+        ));
     }
     for (i, c) in a.clients.unwrap_or_default().into_iter().enumerate() {
         let f = format!("api.clients[{i}]");
@@ -158,7 +176,7 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
                 format!("must be 1 to {MAX_API_CLIENT_NAME_BYTES} characters of a-z, 0-9, _ and -"),
             ));
         }
-        if raw_clients.iter().any(|(seen, _, _)| *seen == name) {
+        if raw_clients.iter().any(|(seen, _, _, _)| *seen == name) {
             return Err(ConfigError::invalid(
                 format!("{f}.name"),
                 if name == LEGACY_API_CLIENT {
@@ -168,7 +186,12 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
                 },
             ));
         }
-        raw_clients.push((name, format!("{f}.keys"), c.keys.unwrap_or_default()));
+        raw_clients.push((
+            name,
+            format!("{f}.keys"),
+            c.keys.unwrap_or_default(),
+            c.all_events.unwrap_or(false),
+        ));
     }
     if raw_clients.is_empty() {
         return Err(ConfigError::invalid(
@@ -177,7 +200,7 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
         ));
     }
     let mut clients: Vec<ApiClient> = Vec::with_capacity(raw_clients.len());
-    for (name, f, keys_raw) in raw_clients {
+    for (name, f, keys_raw, all_events) in raw_clients {
         if keys_raw.is_empty() {
             return Err(ConfigError::invalid(&f, "at least one key is required"));
         }
@@ -203,7 +226,11 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
             }
             keys.push(SecretString::from(value));
         }
-        clients.push(ApiClient { name, keys });
+        clients.push(ApiClient {
+            name,
+            keys,
+            all_events,
+        });
     }
     Ok(ApiConfig {
         listen,
@@ -229,6 +256,7 @@ fn api(a: RawApi, edge_listen: SocketAddr, env: &dyn Env) -> Result<ApiConfig, C
                 ))
             }
         }),
+        allow_private_webhook_urls: a.allow_private_webhook_urls.unwrap_or(false),
     })
 }
 
