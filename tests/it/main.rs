@@ -27,6 +27,7 @@ mod console_input;
 mod console_login;
 mod console_pages;
 mod console_pictures;
+mod contract;
 mod disruptive;
 mod domain_events;
 mod edge;

@@ -71,6 +71,11 @@ impl Api {
         Api::on(db, edge, api)
     }
 
+    /// The API listener's base URL (`http://127.0.0.1:PORT`).
+    pub(crate) fn base(&self) -> &str {
+        &self.api
+    }
+
     fn on(db: TestDb, edge: String, api: String) -> Api {
         Api {
             edge,

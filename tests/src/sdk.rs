@@ -41,13 +41,29 @@ fn target_dir() -> PathBuf {
 /// re-creates it. Parallel tests (and parallel `cargo test` processes) serialise on `{target}/sdk-venv.lock`
 /// through `flock(1)`: one makes it, the others wait and find the stamp.
 pub fn python() -> anyhow::Result<PathBuf> {
-    let requirements = sdk_dir().join("requirements.txt");
+    venv_python(&sdk_dir().join("requirements.txt"), "sdk-venv")
+}
+
+/// `tests/contract/`: the tools that check the API against its OpenAPI document (schemathesis,
+/// openapi-python-client) and the scripts that drive them.
+pub fn contract_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("contract")
+}
+
+/// The python of the contract tools' venv, `{target}/contract-venv/` (`tests/contract/requirements.txt`; a venv of
+/// its own: its pins need not agree with the SDKs'). Its `bin/` also holds `st` and `openapi-python-client`.
+pub fn contract_python() -> anyhow::Result<PathBuf> {
+    venv_python(&contract_dir().join("requirements.txt"), "contract-venv")
+}
+
+/// The python of the venv `{target}/{name}/` with `requirements` installed, made first if needed (see [`python`]).
+fn venv_python(requirements: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let text =
-        std::fs::read(&requirements).with_context(|| format!("read {}", requirements.display()))?;
+        std::fs::read(requirements).with_context(|| format!("read {}", requirements.display()))?;
     let digest = hex::encode(Sha256::digest(&text));
     let target = target_dir();
     std::fs::create_dir_all(&target).with_context(|| format!("create {}", target.display()))?;
-    let venv = target.join("sdk-venv");
+    let venv = target.join(name);
     let python = venv.join("bin").join("python");
     let stamp = venv.join("hookline-requirements.sha256");
     let current = || std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == digest);
@@ -67,7 +83,7 @@ pub fn python() -> anyhow::Result<PathBuf> {
         req = requirements.display(),
     );
     let output = Command::new("flock")
-        .arg(target.join("sdk-venv.lock"))
+        .arg(target.join(format!("{name}.lock")))
         .args(["sh", "-c", &script])
         .output()
         .context("run flock sh (util-linux flock and python3 with venv are needed)")?;

@@ -133,6 +133,12 @@ pub enum ApiError {
     /// Unknown route.
     #[error("no such endpoint")]
     NotFound,
+    /// A known route asked with a method it does not take.
+    #[error("this endpoint does not take this method")]
+    MethodNotAllowed {
+        /// What it takes (the `Allow` header).
+        allowed: &'static [actix_web::http::Method],
+    },
     /// The database is unreachable, slow or out of connections: retry later.
     #[error("temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -191,6 +197,7 @@ impl ApiError {
             ApiError::IntentInFlight { .. } => "intent_in_flight",
             ApiError::IntentUnexpectedState { .. } => "payment_intent_unexpected_state",
             ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Unexpected(_) => "internal_error",
         }
@@ -238,6 +245,7 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -257,43 +265,98 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized => {
                 res.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
+            ApiError::MethodNotAllowed { allowed } => {
+                let names: Vec<&str> = allowed.iter().map(|m| m.as_str()).collect();
+                res.insert_header((header::ALLOW, names.join(", ")));
+            }
             ApiError::PayloadTooLarge { .. } | ApiError::BodyTimeout(_) => {
                 // The rest of the body was not read: the connection cannot be reused.
                 res.insert_header((header::CONNECTION, "close"));
             }
             _ => {}
         }
-        let mut error = serde_json::json!({
-            "type": self.kind(),
-            "code": self.code(),
-            "message": message,
-        });
+        let mut error = ErrorDetail {
+            kind: self.kind(),
+            code: self.code(),
+            message,
+            param: None,
+            intent: None,
+            status: None,
+        };
         match self {
             ApiError::InvalidField { param, .. }
             | ApiError::ParameterMissing { param }
             | ApiError::ProviderObjectMismatch { param, .. } => {
-                error["param"] = serde_json::Value::from(param.as_str());
+                error.param = Some(param.clone());
             }
             ApiError::AmountTooLarge { .. } => {
-                error["param"] = serde_json::Value::from("amount_to_capture");
+                error.param = Some("amount_to_capture".into());
             }
             ApiError::OrderReferenceInUse { intent } => {
-                error["param"] = serde_json::Value::from("order_reference");
-                error["intent"] = serde_json::Value::from(intent.as_str());
+                error.param = Some("order_reference".into());
+                error.intent = Some(intent.clone());
             }
             ApiError::BillingCycleInUse { intent } => {
-                error["param"] = serde_json::Value::from("billing_cycle");
-                error["intent"] = serde_json::Value::from(intent.as_str());
+                error.param = Some("billing_cycle".into());
+                error.intent = Some(intent.clone());
             }
             ApiError::InvalidInput(e) => {
-                error["param"] = serde_json::Value::from(e.field().trim_start_matches('/'));
+                error.param = Some(e.field().trim_start_matches('/').to_owned());
             }
             ApiError::IntentInFlight { status }
             | ApiError::IntentUnexpectedState { status, .. } => {
-                error["status"] = serde_json::Value::from(*status);
+                error.status = Some(status);
             }
             _ => {}
         }
-        res.json(serde_json::json!({ "error": error }))
+        res.json(ErrorBody { error })
     }
+}
+
+/// Every error answer's body: `{"error": {…}}` (the OpenAPI schema `Error`).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable `type` and `code`, a human message, and the field at fault.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// `invalid_request_error` (the request is wrong: do not retry it unchanged), `idempotency_error` (the key was
+    /// used for another request, or is in flight), `authentication_error` (no or a wrong key), `api_error`
+    /// (ours: retry with the same `Idempotency-Key`).
+    #[serde(rename = "type")]
+    #[schema(value_type = ErrorType)]
+    pub kind: &'static str,
+    /// Stable machine-readable code, e.g. `amount_invalid`, `intent_not_found`, `idempotency_key_missing`.
+    #[schema(example = "amount_invalid")]
+    pub code: &'static str,
+    /// A sentence for a developer; never shown to a customer as is.
+    pub message: String,
+    /// The field at fault (a JSON path such as `stripe.payment_method`, or a query parameter or header name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub param: Option<String>,
+    /// The live payment intent in the way (`order_reference_in_use`, `billing_cycle_in_use`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
+    /// The payment intent's status (`intent_in_flight`, `payment_intent_unexpected_state`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+}
+
+/// The error `type`s (the OpenAPI schema `ErrorType`: exactly what [`ApiError::kind`] answers).
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code, clippy::enum_variant_names)] // a schema: only its variants' names (the API's own spellings) are used
+pub enum ErrorType {
+    /// The request is wrong.
+    InvalidRequestError,
+    /// The idempotency key conflicts.
+    IdempotencyError,
+    /// No or a wrong API key.
+    AuthenticationError,
+    /// hookline's side failed: retry.
+    ApiError,
 }

@@ -34,9 +34,155 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// Longest `order_reference`, in characters (the database's bound).
 pub const MAX_ORDER_REFERENCE_CHARS: usize = 200;
 /// Longest intent id accepted in a path (longer ones cannot exist).
-const MAX_ID_BYTES: usize = 255;
+pub(crate) const MAX_ID_BYTES: usize = 255;
+
+/// The fields `POST /v1/payment_intents` takes (anything else is 400 naming it).
+pub(crate) const CREATE_FIELDS: &[&str] = &[
+    "provider",
+    "amount",
+    "currency",
+    "customer",
+    "description",
+    "order_reference",
+    "confirm",
+    "capture_method",
+    "subscription_id",
+    "billing_cycle",
+    "stripe",
+    "mercadopago",
+    "pagarme",
+];
+
+/// The body of `POST /v1/payment_intents`, as the OpenAPI document describes it (the schema
+/// `CreatePaymentIntent`). The handler reads it field by field ([`parse_create`], one stable code per mistake);
+/// the unit tests hold this struct's fields and bounds to [`CREATE_FIELDS`] and the constants the parser checks.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreatePaymentIntent, example = json!({
+    "provider": "stripe", "amount": 2000, "currency": "brl", "order_reference": "order-1042",
+    "customer": "cus-881", "stripe": {"payment_method": "pm_card_visa"}
+}))]
+#[allow(dead_code)] // a schema (serde only for its container attributes): the parser reads the JSON itself
+pub(crate) struct CreateIntentBody {
+    /// A configured provider's name (`[providers.NAME]`) whose gateway can charge: a stripe, mercadopago or
+    /// pagarme-v5 provider with `api_base`.
+    #[schema(min_length = 1, max_length = 64, example = "stripe")]
+    provider: String,
+    /// Minor units (cents).
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64, example = 2000)]
+    amount: i64,
+    /// ISO 4217, lower or upper case, one the provider accepts.
+    #[schema(min_length = 3, max_length = 3, example = "brl")]
+    currency: String,
+    /// The merchant's customer reference (one line).
+    #[schema(max_length = 200)]
+    customer: Option<String>,
+    /// Free text (line breaks allowed).
+    #[schema(max_length = 1000)]
+    description: Option<String>,
+    /// The merchant's order: one live (neither failed nor canceled) intent per order and client, whatever
+    /// `Idempotency-Key` a front end sends (409 `order_reference_in_use` names the live one).
+    #[schema(max_length = 200, example = "order-1042")]
+    order_reference: Option<String>,
+    /// `false`: wait for `POST …/confirm` (`requires_confirmation`); `true` (default): queue the charge now.
+    confirm: Option<bool>,
+    /// `automatic` (default) or `manual` (authorize only; `POST …/capture` takes the money; cards only).
+    capture_method: Option<hookline_payments::intents::CaptureMethod>,
+    /// The subscription whose cycle this charge pays (with `billing_cycle`).
+    #[schema(minimum = 1)]
+    subscription_id: Option<i64>,
+    /// The cycle it pays, `YYYY-MM` (with `subscription_id`).
+    #[schema(pattern = r"^[0-9]{4}-(0[1-9]|1[0-2])$", example = "2026-12")]
+    billing_cycle: Option<String>,
+    /// Stripe's provider object (a `stripe` provider).
+    stripe: Option<hookline_payments::params::StripeParams>,
+    /// Mercado Pago's provider object (a `mercadopago` provider).
+    mercadopago: Option<hookline_payments::params::MercadoPagoParams>,
+    /// Pagar.me's provider object (a `pagarme-v5` provider).
+    pagarme: Option<hookline_payments::params::PagarmeParams>,
+}
+
+/// The optional body of `POST /v1/payment_intents/{id}/confirm`: the provider object, laid over the one given at
+/// creation.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ConfirmPaymentIntent)]
+#[allow(dead_code)] // a schema (serde only for its container attributes): the parser reads the JSON itself
+pub(crate) struct ConfirmBody {
+    /// Stripe's provider object.
+    stripe: Option<hookline_payments::params::StripeParams>,
+    /// Mercado Pago's provider object.
+    mercadopago: Option<hookline_payments::params::MercadoPagoParams>,
+    /// Pagar.me's provider object.
+    pagarme: Option<hookline_payments::params::PagarmeParams>,
+}
+
+/// The optional body of `POST /v1/payment_intents/{id}/cancel`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CancelPaymentIntent)]
+#[allow(dead_code)] // a schema (serde only for its container attributes): the parser reads the JSON itself
+pub(crate) struct CancelBody {
+    /// Why (default `requested_by_customer`).
+    #[schema(value_type = Option<MerchantCancellationReason>)]
+    cancellation_reason: Option<String>,
+}
+
+/// The reasons a merchant may give for a cancel (the OpenAPI schema `MerchantCancellationReason`).
+pub(crate) struct MerchantCancellationReason;
+
+impl utoipa::PartialSchema for MerchantCancellationReason {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(
+                CancellationReason::MERCHANT.iter().map(|r| r.as_str()),
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for MerchantCancellationReason {}
+
+/// The optional body of `POST /v1/payment_intents/{id}/capture`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CapturePaymentIntent)]
+#[allow(dead_code)] // a schema (serde only for its container attributes): the parser reads the JSON itself
+pub(crate) struct CaptureBody {
+    /// Minor units, at most what is authorized (`amount_capturable`); all of it when absent.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
+    amount_to_capture: Option<i64>,
+}
+
+/// The body of `POST /v1/payment_intents/{id}/refunds`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateRefund, example = json!({"amount": 500, "reason": "requested_by_customer"}))]
+#[allow(dead_code)] // a schema (serde only for its container attributes): the parser reads the JSON itself
+pub(crate) struct RefundBody {
+    /// Minor units, at most what is left of the captured amount.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64, example = 500)]
+    amount: i64,
+    /// Why (default `requested_by_customer`; line breaks allowed; not blank).
+    #[schema(max_length = 500)]
+    reason: Option<String>,
+}
 
 /// `POST /v1/payment_intents`.
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents",
+    operation_id = "create_payment_intent",
+    tag = "payment_intents",
+    params(crate::openapi::IdempotencyKeyRequired),
+    request_body(content = CreateIntentBody, description = "The intent and, to charge at once, its provider object"),
+    responses(
+        (status = 201, description = "Created (or its first answer replayed: `Idempotent-Replayed: true`)",
+            body = hookline_payments::intents::Intent, headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        crate::openapi::WriteErrors,
+    ),
+)]
 pub async fn create(
     req: HttpRequest,
     payload: web::Payload,
@@ -58,6 +204,18 @@ pub async fn create(
 /// `POST /v1/payment_intents/{id}/confirm`: the optional body is the provider object (`{"stripe": {…}}`), to
 /// supply the payment method at submit time; `Idempotency-Key` is optional (the intent's status makes a second
 /// confirm answer the current state).
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents/{id}/confirm",
+    operation_id = "confirm_payment_intent",
+    tag = "payment_intents",
+    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyOptional),
+    request_body(content = Option<ConfirmBody>, description = "Optional: the provider object, to supply the payment method at submit time"),
+    responses(
+        (status = 200, description = "The intent: confirmed now, or as it is (a second confirm changes nothing)", body = hookline_payments::intents::Intent),
+        crate::openapi::WriteErrors,
+    ),
+)]
 pub async fn confirm(
     req: HttpRequest,
     path: web::Path<String>,
@@ -79,6 +237,19 @@ pub async fn confirm(
 /// `POST /v1/payment_intents/{id}/cancel`, optional body `{"cancellation_reason": …}`; `Idempotency-Key` optional
 /// (the intent's status makes a second cancel answer 409 with the state it is in). Only an intent whose charge was
 /// not sent is canceled ([`intents::cancel`]: the dispatcher's claim and the cancel are decided on one row).
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents/{id}/cancel",
+    operation_id = "cancel_payment_intent",
+    tag = "payment_intents",
+    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyOptional),
+    request_body(content = Option<CancelBody>, description = "Optional: why"),
+    responses(
+        (status = 200, description = "Canceled", body = hookline_payments::intents::Intent),
+        (status = 202, description = "Its cancel is asked of the gateway; `payment_intent.canceled` (or the outcome the gateway reports) follows", body = hookline_payments::intents::Intent),
+        crate::openapi::WriteErrors,
+    ),
+)]
 pub async fn cancel(
     req: HttpRequest,
     path: web::Path<String>,
@@ -157,6 +328,19 @@ async fn settle(
 /// all of it when absent); `Idempotency-Key` required, as on create. A `requires_capture` intent's capture is asked
 /// of the gateway once ([`intents::capture`]: one statement decides between two captures, or a capture and a
 /// cancel): 202 with the intent, `succeeded` when the gateway confirms. Anything else is 409 with its state.
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents/{id}/capture",
+    operation_id = "capture_payment_intent",
+    tag = "payment_intents",
+    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyRequired),
+    request_body(content = Option<CaptureBody>, description = "Optional: how much of the authorization to capture (all of it when absent)"),
+    responses(
+        (status = 200, description = "Captured: the intent `succeeded`", body = hookline_payments::intents::Intent),
+        (status = 202, description = "Its capture is asked of the gateway; `payment_intent.succeeded` follows", body = hookline_payments::intents::Intent),
+        crate::openapi::WriteErrors,
+    ),
+)]
 pub async fn capture(
     req: HttpRequest,
     path: web::Path<String>,
@@ -183,6 +367,17 @@ pub async fn capture(
 }
 
 /// `GET /v1/payment_intents/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/payment_intents/{id}",
+    operation_id = "get_payment_intent",
+    tag = "payment_intents",
+    params(crate::openapi::IntentId),
+    responses(
+        (status = 200, description = "The intent", body = hookline_payments::intents::Intent),
+        crate::openapi::ReadErrors,
+    ),
+)]
 pub async fn get(
     req: HttpRequest,
     path: web::Path<String>,
@@ -206,6 +401,18 @@ pub async fn get(
 }
 
 /// `POST /v1/payment_intents/{id}/refunds`.
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents/{id}/refunds",
+    operation_id = "create_refund",
+    tag = "refunds",
+    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyRequired),
+    request_body(content = RefundBody),
+    responses(
+        (status = 201, description = "Requested: sent to the gateway under its own key; `refund.applied` follows", body = crate::operation::RefundCreated),
+        crate::openapi::WriteErrors,
+    ),
+)]
 pub async fn refund(
     req: HttpRequest,
     path: web::Path<String>,
@@ -348,24 +555,7 @@ fn optional_text(
 
 fn parse_create(body: &[u8], state: &ApiState) -> Result<CreateIntent, ApiError> {
     let m = parse_object(body)?;
-    refuse_unknown(
-        &m,
-        &[
-            "provider",
-            "amount",
-            "currency",
-            "customer",
-            "description",
-            "order_reference",
-            "confirm",
-            "capture_method",
-            "subscription_id",
-            "billing_cycle",
-            "stripe",
-            "mercadopago",
-            "pagarme",
-        ],
-    )?;
+    refuse_unknown(&m, CREATE_FIELDS)?;
     let provider = required(&m, "provider")?.as_str().ok_or_else(|| {
         ApiError::field("provider_invalid", "provider", "provider must be a string")
     })?;

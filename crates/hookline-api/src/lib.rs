@@ -22,6 +22,7 @@ mod error;
 mod idempotency;
 mod intents;
 mod list;
+pub mod openapi;
 mod operation;
 mod params;
 
@@ -248,28 +249,61 @@ async fn trace_request(
     Ok(res)
 }
 
-/// Registers the API's routes (and nothing else: no `/webhooks`).
+/// Registers the API's routes (and nothing else: no `/webhooks`). A known path asked with a method it does not
+/// take is 405 with `Allow` (after authentication, like an unknown path's 404).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/payment_intents", web::post().to(intents::create))
-        .route("/v1/payment_intents", web::get().to(list::list))
-        .route("/v1/payment_intents/{id}", web::get().to(intents::get))
-        .route(
-            "/v1/payment_intents/{id}/confirm",
-            web::post().to(intents::confirm),
-        )
-        .route(
-            "/v1/payment_intents/{id}/cancel",
-            web::post().to(intents::cancel),
-        )
-        .route(
-            "/v1/payment_intents/{id}/capture",
-            web::post().to(intents::capture),
-        )
-        .route(
-            "/v1/payment_intents/{id}/refunds",
-            web::post().to(intents::refund),
-        )
-        .default_service(web::to(not_found));
+    use actix_web::http::Method;
+    let resource = |path: &'static str, allowed: &'static [Method]| {
+        web::resource(path).default_service(web::to(
+            move |req: HttpRequest, state: web::Data<ApiState>| {
+                method_not_allowed(req, state, allowed)
+            },
+        ))
+    };
+    cfg.service(
+        resource(openapi::PATH, &[Method::GET]).route(web::get().to(openapi::openapi_json)),
+    )
+    .service(
+        resource("/v1/payment_intents", &[Method::GET, Method::POST])
+            .route(web::post().to(intents::create))
+            .route(web::get().to(list::list)),
+    )
+    .service(
+        resource("/v1/payment_intents/{id}", &[Method::GET]).route(web::get().to(intents::get)),
+    )
+    .service(
+        resource("/v1/payment_intents/{id}/confirm", &[Method::POST])
+            .route(web::post().to(intents::confirm)),
+    )
+    .service(
+        resource("/v1/payment_intents/{id}/cancel", &[Method::POST])
+            .route(web::post().to(intents::cancel)),
+    )
+    .service(
+        resource("/v1/payment_intents/{id}/capture", &[Method::POST])
+            .route(web::post().to(intents::capture)),
+    )
+    .service(
+        resource("/v1/payment_intents/{id}/refunds", &[Method::POST])
+            .route(web::post().to(intents::refund)),
+    )
+    .default_service(web::to(not_found));
+}
+
+/// A known path with a method it does not take: 405 naming the methods it does (`Allow`).
+async fn method_not_allowed(
+    req: HttpRequest,
+    state: web::Data<ApiState>,
+    allowed: &'static [actix_web::http::Method],
+) -> HttpResponse {
+    serve(Route::Unknown, async {
+        // The document is public; every other path tells an unauthenticated caller nothing.
+        if req.path() != openapi::PATH {
+            state.keys.authenticate(&req)?;
+        }
+        Err(ApiError::MethodNotAllowed { allowed })
+    })
+    .await
 }
 
 /// The bound, not yet awaited, API server.

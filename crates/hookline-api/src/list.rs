@@ -24,7 +24,7 @@ const MAX_CURSOR_BYTES: usize = 255;
 /// The last second `created` may name: the end of the year 9999, as far as a timestamp column goes sensibly.
 const MAX_CREATED_SECS: i64 = 253_402_300_799;
 /// The parameters the list takes.
-const PARAMS: &[&str] = &[
+pub(crate) const PARAMS: &[&str] = &[
     "limit",
     "starting_after",
     "ending_before",
@@ -37,7 +37,71 @@ const PARAMS: &[&str] = &[
     "created[lte]",
 ];
 
+/// A page of `GET /v1/payment_intents` (the OpenAPI schema `PaymentIntentList`).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = PaymentIntentList)]
+pub struct IntentList {
+    /// Always `list`.
+    #[schema(value_type = String, example = "list")]
+    pub object: &'static str,
+    /// Always `/v1/payment_intents`.
+    #[schema(value_type = String, example = "/v1/payment_intents")]
+    pub url: &'static str,
+    /// The page, newest first.
+    pub data: Vec<intents::Intent>,
+    /// Whether more intents follow the last of this page (ask again with `starting_after` = its id).
+    pub has_more: bool,
+}
+
+/// The query of `GET /v1/payment_intents` (the OpenAPI parameters; [`parse`] reads the query string itself, and a
+/// unit test holds these names to [`PARAMS`]).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // a schema: the parser reads the query itself
+pub(crate) struct ListParams {
+    /// Page size, 1 to 100 (default 10).
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<i64>,
+    /// A payment intent id: the page starts after it (older ones).
+    #[param(max_length = 255)]
+    starting_after: Option<String>,
+    /// A payment intent id: the page ends before it (newer ones).
+    #[param(max_length = 255)]
+    ending_before: Option<String>,
+    /// Only intents in this status.
+    status: Option<hookline_payments::model::IntentStatus>,
+    /// Only the intents of this order.
+    #[param(max_length = 200)]
+    order_reference: Option<String>,
+    /// Created at exactly this second (Unix time).
+    #[param(minimum = 0, maximum = 253_402_300_799_i64)]
+    created: Option<i64>,
+    /// Created after this second.
+    #[param(rename = "created[gt]", minimum = 0, maximum = 253_402_300_799_i64)]
+    created_gt: Option<i64>,
+    /// Created at or after this second.
+    #[param(rename = "created[gte]", minimum = 0, maximum = 253_402_300_799_i64)]
+    created_gte: Option<i64>,
+    /// Created before this second.
+    #[param(rename = "created[lt]", minimum = 0, maximum = 253_402_300_799_i64)]
+    created_lt: Option<i64>,
+    /// Created at or before this second.
+    #[param(rename = "created[lte]", minimum = 0, maximum = 253_402_300_799_i64)]
+    created_lte: Option<i64>,
+}
+
 /// `GET /v1/payment_intents`.
+#[utoipa::path(
+    get,
+    path = "/v1/payment_intents",
+    operation_id = "list_payment_intents",
+    tag = "payment_intents",
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page of the client's intents, newest first", body = IntentList),
+        crate::openapi::ReadErrors,
+    ),
+)]
 pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     serve(Route::ListIntents, async {
         let client = state.keys.authenticate(&req)?;
@@ -66,12 +130,12 @@ pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
         let IntentPage { intents, has_more } = page;
         Reply::json(
             StatusCode::OK,
-            &serde_json::json!({
-                "object": "list",
-                "url": "/v1/payment_intents",
-                "data": intents,
-                "has_more": has_more,
-            }),
+            &IntentList {
+                object: "list",
+                url: "/v1/payment_intents",
+                data: intents,
+                has_more,
+            },
         )
     })
     .await

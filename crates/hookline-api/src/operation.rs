@@ -209,12 +209,12 @@ impl Operation {
                     })?;
                 Reply::json(
                     StatusCode::CREATED,
-                    &serde_json::json!({
-                        "id": intents::refund_public_id(id),
-                        "intent": intent,
-                        "amount": amount,
-                        "status": "requires_dispatch",
-                    }),
+                    &RefundCreated {
+                        id: intents::refund_public_id(id),
+                        intent,
+                        amount,
+                        status: "requires_dispatch",
+                    },
                 )
             }
         }
@@ -318,4 +318,20 @@ async fn check_subscription(
         ));
     }
     Ok(())
+}
+
+/// The answer to `POST /v1/payment_intents/{id}/refunds` (the OpenAPI schema `Refund`).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Refund)]
+pub struct RefundCreated {
+    /// `re_hl_…`: the refund's id.
+    #[schema(example = "re_hl_17")]
+    pub id: String,
+    /// The payment intent refunded.
+    pub intent: String,
+    /// Minor units.
+    pub amount: i64,
+    /// `requires_dispatch`: queued for the gateway under its own key; `refund.applied` tells when it is applied.
+    #[schema(value_type = String, example = "requires_dispatch")]
+    pub status: &'static str,
 }

@@ -360,8 +360,8 @@ pub fn after_decline(attempts: i32, schedule: &[i32], code: Option<&str>) -> Aft
 }
 
 /// `subscription.charged`.
-#[derive(Debug, Serialize)]
-struct ChargedFact<'a> {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ChargedFact<'a> {
     billed_by: &'static str,
     subscription_id: String,
     billing_cycle: &'a str,
@@ -374,8 +374,8 @@ struct ChargedFact<'a> {
 }
 
 /// `subscription.payment_failed`.
-#[derive(Debug, Serialize)]
-struct PaymentFailedFact<'a> {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PaymentFailedFact<'a> {
     subscription_id: String,
     billing_cycle: &'a str,
     provider: &'a str,
@@ -386,13 +386,14 @@ struct PaymentFailedFact<'a> {
     failure_code: Option<&'a str>,
     failure_message: Option<&'a str>,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     next_attempt_at: Option<OffsetDateTime>,
     subscription_status: SubscriptionStatus,
 }
 
 /// `subscription.past_due`.
-#[derive(Debug, Serialize)]
-struct PastDueFact<'a> {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PastDueFact<'a> {
     subscription_id: String,
     billing_cycle: &'a str,
     provider: &'a str,

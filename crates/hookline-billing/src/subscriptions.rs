@@ -38,6 +38,14 @@ pub enum SubscriptionStatus {
 }
 
 impl SubscriptionStatus {
+    /// Every status.
+    pub const ALL: [SubscriptionStatus; 4] = [
+        SubscriptionStatus::Active,
+        SubscriptionStatus::PastDue,
+        SubscriptionStatus::NeedsPaymentMethod,
+        SubscriptionStatus::Canceled,
+    ];
+
     /// The database spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -69,6 +77,7 @@ impl SubscriptionStatus {
 }
 
 hookline_payments::model::text_status!(SubscriptionStatus);
+hookline_payments::string_enum_schema!(SubscriptionStatus, SubscriptionStatus::ALL);
 
 /// A subscription.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]

@@ -16,7 +16,7 @@ use sqlx::PgConnection;
 use hookline_core::handler::HandleError;
 
 /// A payment reached a final status (`succeeded`, `failed`, `canceled`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PaymentFact<'a> {
     /// Our payment id.
     pub payment_id: i64,
@@ -97,7 +97,7 @@ pub async fn payment(
 }
 
 /// A refund was applied to a succeeded payment.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RefundFact<'a> {
     /// Our refund id.
     pub refund_id: i64,
@@ -129,7 +129,7 @@ pub async fn refund(tx: &mut PgConnection, fact: &RefundFact<'_>) -> Result<(), 
 }
 
 /// A dispute was opened, won or lost.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DisputeFact<'a> {
     /// Our dispute id.
     pub dispute_id: i64,
@@ -165,7 +165,7 @@ pub async fn dispute(
 }
 
 /// A subscription's billing cycle was charged.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SubscriptionFact<'a> {
     /// Configured provider name.
     pub provider: &'a str,

@@ -157,6 +157,8 @@ pub enum IntentStatus {
     NeedsAttention,
 }
 
+string_enum_schema!(IntentStatus, IntentStatus::ALL);
+
 impl IntentStatus {
     /// Every status, in the order of an intent's life (filters and documentation list them so).
     pub const ALL: [IntentStatus; 9] = [
@@ -237,6 +239,25 @@ impl From<UnknownStatus> for HandleError {
         HandleError::Permanent(anyhow::Error::new(e))
     }
 }
+
+/// The OpenAPI schema of a status kept as text: a string restricted to every spelling of `$all`, so the merchant
+/// API's document lists exactly the values the code can produce (`hookline-api`'s `openapi`).
+#[macro_export]
+macro_rules! string_enum_schema {
+    ($ty:ty, $all:expr) => {
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some($all.iter().map(|s| s.as_str())))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $ty {}
+    };
+}
+pub use string_enum_schema;
 
 /// Statuses travel as their enums across the SQL boundary: they decode from `TEXT` through `parse` (an unknown
 /// value is a decode error naming it, never a default) and encode as their database spelling.

@@ -32,11 +32,12 @@ pub enum PaymentParams {
 }
 
 /// Stripe's charge parameters (PaymentIntent create/confirm).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StripeParams {
     /// `pm_…`: required to confirm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 255, example = "pm_card_visa")]
     pub payment_method: Option<String>,
     /// `cus_…`: required with `off_session` (a saved method belongs to a customer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,6 +47,7 @@ pub struct StripeParams {
     pub off_session: bool,
     /// Where the customer comes back after a redirect (3-D Secure); https.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 2000, example = "https://shop.example/return")]
     pub return_url: Option<String>,
 }
 
@@ -59,27 +61,33 @@ pub struct StripeParams {
 ///   single-use token itself, per key generation (`POST /v1/card_tokens {card_id, customer_id}`), takes the card's
 ///   `payment_method.id` when `payment_method_id` is not given, and pays as `payer {type: customer, id}`
 ///   (`hookline_gateways::gateway::mercadopago`). Billing runs charge subscriptions this way.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MercadoPagoParams {
     /// The card token made by the merchant's front end (single use); required for card methods unless a saved
     /// card is charged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 128)]
     pub token: Option<String>,
     /// A saved card's id at Mercado Pago (digits, see [`is_mercadopago_card_id`]); with `customer_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 32)]
     pub card_id: Option<String>,
     /// The Mercado Pago customer the saved card belongs to (see [`is_mercadopago_customer_id`]); with `card_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
     pub customer_id: Option<String>,
     /// `visa`, `master`, `pix`, …: required, except for a saved card (then the card's own when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 50, example = "visa")]
     pub payment_method_id: Option<String>,
     /// Number of installments (cards); 1 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 24)]
     pub installments: Option<u32>,
     /// The card's issuer, when the front end chose one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 32)]
     pub issuer_id: Option<String>,
     /// Who pays: `email` is required, except for a saved card (the payer is then the customer).
     #[serde(default)]
@@ -105,23 +113,28 @@ pub const PAGARME_METHODS: &[&str] = &["credit_card", "pix", "boleto"];
 ///   the customer; the order's first answer is `pending` with the QR code or the boleto's line);
 /// - the customer: `customer_id` (`cus_…`, a saved customer; required with a `card_id`) or a new `customer`
 ///   `{name, email, document, type}` (Pagar.me requires a customer on every order).
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PagarmeParams {
     /// `credit_card`, `pix` or `boleto` ([`PAGARME_METHODS`]); required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "credit_card")]
     pub payment_method: Option<String>,
     /// A card saved to the customer (`card_…`); with `customer_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
     pub card_id: Option<String>,
     /// A card token (`token_…`, single use) made by the merchant's checkout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
     pub card_token: Option<String>,
     /// Number of installments (cards); 1 when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 12)]
     pub installments: Option<u32>,
     /// A saved customer (`cus_…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
     pub customer_id: Option<String>,
     /// A new customer, when no `customer_id` is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,17 +145,20 @@ pub struct PagarmeParams {
 }
 
 /// A Pagar.me order's new customer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PagarmeCustomer {
     /// The customer's name (required by Pagar.me).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 64)]
     pub name: Option<String>,
     /// E-mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 254)]
     pub email: Option<String>,
     /// CPF or CNPJ digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 16)]
     pub document: Option<String>,
     /// `individual` or `company`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
@@ -188,11 +204,12 @@ impl std::fmt::Debug for PagarmeParams {
 }
 
 /// Mercado Pago's payer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Payer {
     /// Required by Mercado Pago.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 254, example = "buyer@example.com")]
     pub email: Option<String>,
     /// A document (CPF, CNPJ, …), required by Mercado Pago for some methods (Pix, boleto) in Brazil.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,7 +217,7 @@ pub struct Payer {
 }
 
 /// A payer's document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Identification {
     /// `CPF`, `CNPJ`, …

@@ -88,20 +88,25 @@ pub use cancel::*;
 pub use list::*;
 pub use refunds::*;
 
-/// A payment intent as the API shows it.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+/// A payment intent as the API shows it (its OpenAPI schema `PaymentIntent` is derived from this struct).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = PaymentIntent)]
 pub struct Intent {
     /// Internal id.
     #[serde(skip)]
     pub id: i64,
     /// `pi_hl_…`: the id the API shows.
     #[serde(rename = "id")]
+    #[schema(example = "pi_hl_4f9c2a7e1b3d5f60718293a4b5c6d7e8")]
     pub public_id: String,
     /// Configured provider name.
+    #[schema(example = "stripe")]
     pub provider: String,
     /// Minor units.
+    #[schema(minimum = 1, example = 2000)]
     pub amount: i64,
     /// Lower-case ISO 4217.
+    #[schema(example = "brl")]
     pub currency: String,
     /// The merchant's customer reference.
     pub customer: Option<String>,
@@ -120,6 +125,7 @@ pub struct Intent {
     #[serde(skip)]
     pub payment_params: Option<sqlx::types::Json<PaymentParams>>,
     /// While `requires_action`: what the customer must do (Stripe's `next_action`, Pix QR data).
+    #[schema(value_type = Option<Object>)]
     pub next_action: Option<sqlx::types::Json<serde_json::Value>>,
     /// The gateway's decline code when `failed`.
     pub failure_code: Option<String>,
@@ -136,9 +142,11 @@ pub struct Intent {
     pub billing_cycle: Option<String>,
     /// When it was created.
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
     /// When it was canceled (`canceled` only).
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub canceled_at: Option<OffsetDateTime>,
     /// Why (`canceled`, or while its cancel is asked of the gateway): the merchant's `duplicate`, `fraudulent`,
     /// `requested_by_customer`, `abandoned`, hookline's `expired`, or the gateway's own `automatic`.
@@ -170,7 +178,12 @@ pub enum CaptureMethod {
     Manual,
 }
 
+crate::model::string_enum_schema!(CaptureMethod, CaptureMethod::ALL);
+
 impl CaptureMethod {
+    /// Both, as the API lists them.
+    pub const ALL: [CaptureMethod; 2] = [CaptureMethod::Automatic, CaptureMethod::Manual];
+
     /// Database and API spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -875,9 +888,10 @@ impl From<MovedRow> for Moved {
     }
 }
 
-/// What `payment_intent.succeeded` / `.failed` / `.canceled` carry.
-#[derive(Debug, serde::Serialize)]
-struct IntentFact<'a> {
+/// What `payment_intent.succeeded` / `.failed` / `.canceled` / `.amount_capturable_updated` carry (the merchant
+/// API's document describes their `data` with this type).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct IntentFact<'a> {
     /// Why it was canceled (`payment_intent.canceled` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     cancellation_reason: Option<&'a str>,

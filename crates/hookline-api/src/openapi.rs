@@ -1,0 +1,543 @@
+//! The merchant API's OpenAPI 3.1 document, derived from the handlers' own types by `utoipa`: every route's
+//! `#[utoipa::path]` sits on its handler, every body is a Rust type (`Intent`, `IntentList`, `RefundCreated`,
+//! `ErrorBody`, the request bodies beside their parsers), and the facts hookline hands on are the `webhooks`
+//! section, built from [`EventType::ALL`] and the facts' own payload types. Served without authentication at
+//! `GET /v1/openapi.json`; `docs/openapi.json` is its committed copy, and a unit test fails when the two differ
+//! (`HOOKLINE_WRITE_OPENAPI=1 cargo test -p hookline-api openapi` rewrites it).
+
+use actix_web::HttpResponse;
+use hookline_core::domain_events::EventType;
+use serde_json::{json, Value};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi as Document, RefOr, Schema};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::error::ErrorBody;
+
+/// The document's route (and `docs/openapi.json`'s source).
+pub const PATH: &str = "/v1/openapi.json";
+
+/// The security scheme every route but the document itself requires.
+const BEARER: &str = "bearer";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "hookline merchant API",
+        description = "Payment intents, their confirmation, cancel, capture and refunds, charged exactly once \
+through the merchant's gateway (Stripe, Mercado Pago, Pagar.me). Every request carries `Authorization: Bearer KEY` \
+(a key of one `[[api.clients]]` entry) and sees only that client's objects: another client's is 404. Writes take \
+an `Idempotency-Key`: its first answer is stored and replayed for 24 h. The facts hookline hands on are in \
+`webhooks`, signed per Standard Webhooks.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        crate::intents::create,
+        crate::list::list,
+        crate::intents::get,
+        crate::intents::confirm,
+        crate::intents::cancel,
+        crate::intents::capture,
+        crate::intents::refund,
+        openapi_json,
+    ),
+    components(schemas(crate::error::ErrorBody, crate::error::ErrorType)),
+    modifiers(&Bearer),
+    security(("bearer" = [])),
+    tags(
+        (name = "payment_intents", description = "A payment, from checkout to its outcome"),
+        (name = "refunds", description = "Money back, never beyond what was captured"),
+        (name = "meta", description = "This document"),
+    ),
+)]
+struct ApiDoc;
+
+/// `GET /v1/openapi.json`: this document, without authentication (a client generator or a fuzzer reads it first).
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    operation_id = "get_openapi_document",
+    tag = "meta",
+    security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json", body = Object)),
+)]
+pub async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(text())
+}
+
+/// The document as JSON.
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    optional_bodies(&mut doc);
+    add_links(&mut doc);
+    add_webhooks(&mut doc);
+    doc
+}
+
+/// A body declared `Option<T>` is one the request may leave out (an empty confirm, cancel or capture), not a JSON
+/// `null` (which the API refuses as `invalid_json`): utoipa spells it `oneOf: [null, T]`, required; this makes it
+/// `T`, not required.
+fn optional_bodies(doc: &mut Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for item in paths.values_mut().filter_map(Value::as_object_mut) {
+        for op in item.values_mut() {
+            let Some(body) = op.get_mut("requestBody") else {
+                continue;
+            };
+            let Some(schema) = body.pointer_mut("/content/application~1json/schema") else {
+                continue;
+            };
+            let inner = match schema.get("oneOf").and_then(Value::as_array) {
+                Some(one_of) if one_of.len() == 2 && one_of[0] == json!({"type": "null"}) => {
+                    one_of[1].clone()
+                }
+                _ => continue,
+            };
+            *schema = inner;
+            body["required"] = Value::Bool(false);
+        }
+    }
+}
+
+/// The document as the bytes served and committed: pretty-printed, with a final newline.
+pub fn text() -> String {
+    let mut s = serde_json::to_string_pretty(&document()).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// The `bearer` scheme: `Authorization: Bearer KEY`.
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut Document) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A key of one `[[api.clients]]` entry; every object belongs to that client",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// OpenAPI links from a created intent to what can be done with it: a client (or a stateful fuzzer) follows
+/// `id` from the 201 of `create_payment_intent` into the other operations. Written as JSON: utoipa 5 spells a
+/// link's `operationId` as `operation_id`.
+fn add_links(doc: &mut Value) {
+    let Some(created) = doc.pointer_mut("/paths/~1v1~1payment_intents/post/responses/201") else {
+        return;
+    };
+    let mut links = serde_json::Map::new();
+    for op in [
+        "get_payment_intent",
+        "confirm_payment_intent",
+        "cancel_payment_intent",
+        "capture_payment_intent",
+        "create_refund",
+    ] {
+        links.insert(
+            op.to_owned(),
+            json!({"operationId": op, "parameters": {"id": "$response.body#/id"}}),
+        );
+    }
+    created["links"] = Value::Object(links);
+}
+
+/// The intent's path id.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // a schema: the handlers read the path themselves
+pub(crate) struct IntentId {
+    /// The payment intent's id (`pi_hl_…`).
+    #[param(
+        pattern = "^pi_hl_[0-9a-f]{32}$",
+        example = "pi_hl_4f9c2a7e1b3d5f60718293a4b5c6d7e8"
+    )]
+    id: String,
+}
+
+/// `Idempotency-Key`, required: the first answer under it is stored and replayed for 24 h; the same key with
+/// another request is 422 `idempotency_key_reused`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // a schema: the handlers read the header themselves
+pub(crate) struct IdempotencyKeyRequired {
+    /// 1 to 255 printable ASCII characters, made once per operation (not per click or per retry).
+    #[param(
+        rename = "Idempotency-Key",
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[\\x21-\\x7e]+$"
+    )]
+    key: String,
+}
+
+/// `Idempotency-Key`, optional here (the intent's status makes a repeat answer the current state).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // a schema: the handlers read the header themselves
+pub(crate) struct IdempotencyKeyOptional {
+    /// 1 to 255 printable ASCII characters.
+    #[param(
+        rename = "Idempotency-Key",
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[\\x21-\\x7e]+$"
+    )]
+    key: Option<String>,
+}
+
+/// The error answers of a write (`error.type`, `error.code`, `error.param` in [`ErrorBody`]).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // a schema: ApiError answers these
+pub(crate) enum WriteErrors {
+    /// A field, header or body that is wrong: `error.param` names it.
+    #[response(
+        status = 400,
+        description = "Invalid request: `invalid_json`, `parameter_missing`, `idempotency_key_missing`, `idempotency_key_invalid`, `invalid_text`, `control_character`, `provider_object_mismatch`, `amount_too_large`, `unknown_parameter`… (`error.param` names the field)"
+    )]
+    BadRequest(ErrorBody),
+    /// No key or a wrong one.
+    #[response(
+        status = 401,
+        description = "`unauthorized`: no valid `Authorization: Bearer` key"
+    )]
+    Unauthorized(ErrorBody),
+    /// Not this client's, or no such object.
+    #[response(status = 404, description = "`intent_not_found`")]
+    NotFound(ErrorBody),
+    /// The body was not sent in time.
+    #[response(status = 408, description = "`body_timeout`")]
+    Timeout(ErrorBody),
+    /// The object's state does not allow it, or the key is in flight.
+    #[response(
+        status = 409,
+        description = "`order_reference_in_use`, `billing_cycle_in_use`, `intent_in_flight`, `intent_not_captured`, `payment_intent_unexpected_state` (`error.status`), `idempotency_key_in_flight` (retry)"
+    )]
+    Conflict(ErrorBody),
+    /// Over the body limit.
+    #[response(status = 413, description = "`payload_too_large`: over 64 KiB")]
+    TooLarge(ErrorBody),
+    /// A value out of its bounds or not allowed.
+    #[response(
+        status = 422,
+        description = "A value the API cannot take: `amount_invalid`, `currency_invalid`, `currency_unsupported`, `provider_unknown`, `refund_above_captured`, `idempotency_key_reused`… (`error.param` names the field)"
+    )]
+    Unprocessable(ErrorBody),
+    /// Ours.
+    #[response(
+        status = 500,
+        description = "`internal_error`: retry with the same `Idempotency-Key`"
+    )]
+    Internal(ErrorBody),
+    /// The database is unreachable or slow.
+    #[response(
+        status = 503,
+        description = "`unavailable`: retry after `Retry-After` with the same `Idempotency-Key`"
+    )]
+    Unavailable(ErrorBody),
+}
+
+/// The error answers of a read.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // a schema: ApiError answers these
+pub(crate) enum ReadErrors {
+    /// A parameter that is wrong: `error.param` names it.
+    #[response(
+        status = 400,
+        description = "`invalid_text`, `control_character`, `unknown_parameter`, `parameter_repeated`… (`error.param` names it)"
+    )]
+    BadRequest(ErrorBody),
+    /// No key or a wrong one.
+    #[response(
+        status = 401,
+        description = "`unauthorized`: no valid `Authorization: Bearer` key"
+    )]
+    Unauthorized(ErrorBody),
+    /// Not this client's, or no such object.
+    #[response(status = 404, description = "`intent_not_found`")]
+    NotFound(ErrorBody),
+    /// A value out of its bounds.
+    #[response(
+        status = 422,
+        description = "`limit_invalid`, `created_invalid`, `status_invalid`, `resource_missing` (a cursor that is not the client's)…"
+    )]
+    Unprocessable(ErrorBody),
+    /// Ours.
+    #[response(status = 500, description = "`internal_error`")]
+    Internal(ErrorBody),
+    /// The database is unreachable or slow.
+    #[response(status = 503, description = "`unavailable`: retry after `Retry-After`")]
+    Unavailable(ErrorBody),
+}
+
+/// A schema and the schemas it refers to.
+type Named = (String, RefOr<Schema>, Vec<(String, RefOr<Schema>)>);
+
+/// `T`'s schema, under its name, with the schemas it refers to.
+fn named<T: ToSchema>() -> Named {
+    let mut deps = Vec::new();
+    T::schemas(&mut deps);
+    (T::name().into_owned(), T::schema(), deps)
+}
+
+/// What a fact's `data` carries, per type: the payload types the facts are serialised from.
+fn fact_data(ty: EventType) -> Named {
+    use hookline_billing::claims;
+    use hookline_payments::facts;
+    match ty {
+        EventType::PaymentSucceeded | EventType::PaymentFailed | EventType::PaymentCanceled => {
+            named::<facts::PaymentFact<'static>>()
+        }
+        EventType::RefundApplied => named::<facts::RefundFact<'static>>(),
+        EventType::DisputeOpened | EventType::DisputeWon | EventType::DisputeLost => {
+            named::<facts::DisputeFact<'static>>()
+        }
+        EventType::SubscriptionCharged => {
+            let (billed, billed_schema, mut deps) = named::<claims::ChargedFact<'static>>();
+            let (invoiced, invoiced_schema, more) = named::<facts::SubscriptionFact<'static>>();
+            deps.extend(more);
+            deps.push((billed.clone(), billed_schema));
+            deps.push((invoiced.clone(), invoiced_schema));
+            let one_of = utoipa::openapi::schema::OneOfBuilder::new()
+                .item(utoipa::openapi::Ref::from_schema_name(billed))
+                .item(utoipa::openapi::Ref::from_schema_name(invoiced))
+                .description(Some(
+                    "billed by hookline (`billed_by: \"hookline\"`) or by Stripe's own invoice",
+                ));
+            ("SubscriptionChargedFact".to_owned(), one_of.into(), deps)
+        }
+        EventType::SubscriptionPaymentFailed => named::<claims::PaymentFailedFact<'static>>(),
+        EventType::SubscriptionPastDue => named::<claims::PastDueFact<'static>>(),
+        EventType::PaymentIntentSucceeded
+        | EventType::PaymentIntentFailed
+        | EventType::PaymentIntentCanceled
+        | EventType::PaymentIntentAmountCapturableUpdated => {
+            named::<hookline_payments::intents::IntentFact<'static>>()
+        }
+    }
+}
+
+/// The OpenAPI 3.1 `webhooks` section: one entry per fact type hookline hands on ([`EventType::ALL`]), the POST
+/// a merchant's endpoint receives — the Standard Webhooks headers and the envelope `{id, type, created_at, data}`
+/// whose `data` is the fact's own payload type.
+fn add_webhooks(doc: &mut Value) {
+    let mut webhooks = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    for ty in EventType::ALL {
+        let (data_name, data_schema, deps) = fact_data(ty);
+        for (name, schema) in deps.into_iter().chain([(data_name.clone(), data_schema)]) {
+            schemas.insert(name, serde_json::to_value(schema).unwrap_or(Value::Null));
+        }
+        let event_name = format!("Event_{}", ty.as_str().replace('.', "_"));
+        schemas.insert(
+            event_name.clone(),
+            json!({
+                "type": "object",
+                "description": format!("The `{}` fact, as POSTed and as listed", ty.as_str()),
+                "required": ["id", "type", "created_at", "data"],
+                "properties": {
+                    "id": {"type": "string", "pattern": "^evt_[0-9a-f]{32}$",
+                           "description": "The fact's id, derived from the fact: also the `webhook-id` header; deduplicate by it"},
+                    "type": {"type": "string", "const": ty.as_str()},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "data": {"$ref": format!("#/components/schemas/{data_name}")},
+                },
+                "additionalProperties": false,
+            }),
+        );
+        webhooks.insert(
+            ty.as_str().to_owned(),
+            json!({"post": {
+                "operationId": format!("on_{}", ty.as_str().replace('.', "_")),
+                "summary": format!("The `{}` fact", ty.as_str()),
+                "description": "Delivered at least once, signed per Standard Webhooks with the endpoint's secret: \
+verify `webhook-signature` over `{webhook-id}.{webhook-timestamp}.{body}` before anything else, deduplicate by \
+`webhook-id`, answer 2xx quickly. Order is not promised: keep the highest `payment_version` applied.",
+                "parameters": [
+                    {"name": "webhook-id", "in": "header", "required": true,
+                     "schema": {"type": "string", "pattern": "^evt_[0-9a-f]{32}$"},
+                     "description": "The fact's id: the same on every attempt and every resend"},
+                    {"name": "webhook-timestamp", "in": "header", "required": true,
+                     "schema": {"type": "string", "pattern": "^[0-9]{1,12}$"},
+                     "description": "Unix seconds of this attempt; refuse one far from your clock"},
+                    {"name": "webhook-signature", "in": "header", "required": true,
+                     "schema": {"type": "string", "maxLength": 1024},
+                     "description": "`v1,<base64 HMAC-SHA256>` per active secret, space-separated (two during a secret's rotation)"},
+                ],
+                "requestBody": {"required": true, "content": {"application/json": {
+                    "schema": {"$ref": format!("#/components/schemas/{event_name}")}}}},
+                "responses": {
+                    "2XX": {"description": "Received: not sent again"},
+                    "410": {"description": "Gone for good: hookline stops sending to this endpoint"},
+                    "default": {"description": "Any other answer (or none): retried with backoff"},
+                },
+            }}),
+        );
+    }
+    if let Some(components) = doc
+        .get_mut("components")
+        .and_then(|c| c.get_mut("schemas"))
+        .and_then(Value::as_object_mut)
+    {
+        components.extend(schemas);
+    }
+    if let Some(root) = doc.as_object_mut() {
+        root.insert("webhooks".to_owned(), Value::Object(webhooks));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema<'a>(doc: &'a Value, name: &str) -> &'a Value {
+        &doc["components"]["schemas"][name]
+    }
+
+    /// The committed copy is what the code generates: `HOOKLINE_WRITE_OPENAPI=1` rewrites it.
+    #[test]
+    fn openapi_committed_copy_matches_the_code() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+        let generated = text();
+        if std::env::var_os("HOOKLINE_WRITE_OPENAPI").is_some() {
+            std::fs::write(&path, &generated).expect("write docs/openapi.json");
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/openapi.json differs from the document the code generates: run \
+             `HOOKLINE_WRITE_OPENAPI=1 cargo test -p hookline-api openapi` and commit it"
+        );
+    }
+
+    #[test]
+    fn openapi_is_3_1_with_every_route_and_fact() {
+        let doc = document();
+        assert!(doc["openapi"].as_str().unwrap_or("").starts_with("3.1"));
+        for (path, method) in [
+            ("/v1/payment_intents", "post"),
+            ("/v1/payment_intents", "get"),
+            ("/v1/payment_intents/{id}", "get"),
+            ("/v1/payment_intents/{id}/confirm", "post"),
+            ("/v1/payment_intents/{id}/cancel", "post"),
+            ("/v1/payment_intents/{id}/capture", "post"),
+            ("/v1/payment_intents/{id}/refunds", "post"),
+            ("/v1/openapi.json", "get"),
+        ] {
+            assert!(doc["paths"][path][method].is_object(), "{method} {path}");
+        }
+        for ty in EventType::ALL {
+            let hook = &doc["webhooks"][ty.as_str()]["post"];
+            assert!(hook.is_object(), "{}", ty.as_str());
+            let event = hook["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                .as_str()
+                .unwrap_or_default()
+                .trim_start_matches("#/components/schemas/");
+            let data = schema(&doc, event)["properties"]["data"]["$ref"]
+                .as_str()
+                .unwrap_or_default()
+                .trim_start_matches("#/components/schemas/");
+            assert!(
+                schema(&doc, data).is_object(),
+                "{} data {data}",
+                ty.as_str()
+            );
+        }
+        // Every reference resolves.
+        let text = text();
+        for (i, _) in text.match_indices("\"#/components/schemas/") {
+            let name: String = text[i + 22..].chars().take_while(|c| *c != '"').collect();
+            assert!(schema(&doc, &name).is_object(), "unresolved {name}");
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"][BEARER]["scheme"],
+            "bearer"
+        );
+        assert_eq!(
+            doc["paths"]["/v1/openapi.json"]["get"]["security"],
+            json!([{}])
+        );
+        // An empty confirm is a confirm: its body is optional, never `null`.
+        let confirm = &doc["paths"]["/v1/payment_intents/{id}/confirm"]["post"]["requestBody"];
+        assert_eq!(confirm["required"], json!(false));
+        assert_eq!(
+            confirm["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ConfirmPaymentIntent"
+        );
+    }
+
+    /// The create body's schema names exactly the fields the parser takes, with the parser's bounds.
+    #[test]
+    fn openapi_create_body_holds_to_the_parser() {
+        use crate::intents::{
+            CREATE_FIELDS, MAX_AMOUNT, MAX_CUSTOMER_CHARS, MAX_DESCRIPTION_CHARS,
+            MAX_ORDER_REFERENCE_CHARS, MAX_REASON_CHARS,
+        };
+        let doc = document();
+        let create = schema(&doc, "CreatePaymentIntent");
+        let mut documented: Vec<&str> = create["properties"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        documented.sort_unstable();
+        let mut parsed = CREATE_FIELDS.to_vec();
+        parsed.sort_unstable();
+        assert_eq!(documented, parsed);
+        assert_eq!(create["additionalProperties"], json!(false));
+        let p = &create["properties"];
+        assert_eq!(p["amount"]["maximum"], json!(MAX_AMOUNT));
+        assert_eq!(p["customer"]["maxLength"], json!(MAX_CUSTOMER_CHARS));
+        assert_eq!(p["description"]["maxLength"], json!(MAX_DESCRIPTION_CHARS));
+        assert_eq!(
+            p["order_reference"]["maxLength"],
+            json!(MAX_ORDER_REFERENCE_CHARS)
+        );
+        let refund = schema(&doc, "CreateRefund");
+        assert_eq!(refund["properties"]["amount"]["maximum"], json!(MAX_AMOUNT));
+        assert_eq!(
+            refund["properties"]["reason"]["maxLength"],
+            json!(MAX_REASON_CHARS)
+        );
+        let capture = schema(&doc, "CapturePaymentIntent");
+        assert_eq!(
+            capture["properties"]["amount_to_capture"]["maximum"],
+            json!(MAX_AMOUNT)
+        );
+        // The list's parameters are the ones it parses.
+        let list = &doc["paths"]["/v1/payment_intents"]["get"]["parameters"];
+        let mut names: Vec<&str> = list
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
+        let mut params = crate::list::PARAMS.to_vec();
+        params.sort_unstable();
+        assert_eq!(names, params);
+    }
+
+    /// Every status and capture method the code can answer, and only those.
+    #[test]
+    fn openapi_enums_are_the_codes() {
+        let doc = document();
+        let statuses: Vec<&str> = hookline_payments::model::IntentStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            schema(&doc, "IntentStatus")["enum"],
+            json!(statuses),
+            "IntentStatus"
+        );
+    }
+}
