@@ -281,6 +281,36 @@ pub(crate) enum ReadErrors {
     Unavailable(ErrorBody),
 }
 
+/// Any fact, as listed by the events feed and as POSTed (the schema `Event`): one of the `Event_{type}` schemas of
+/// [`add_webhooks`], told apart by `type`.
+pub(crate) struct AnyEvent;
+
+/// The schema name of a fact type's envelope (`Event_payment_intent_succeeded`).
+fn event_schema_name(ty: EventType) -> String {
+    format!("Event_{}", ty.as_str().replace('.', "_"))
+}
+
+impl utoipa::PartialSchema for AnyEvent {
+    fn schema() -> RefOr<Schema> {
+        let mut one_of = utoipa::openapi::schema::OneOfBuilder::new();
+        let mut discriminator = utoipa::openapi::Discriminator::new("type");
+        for ty in EventType::ALL {
+            let name = event_schema_name(ty);
+            discriminator
+                .mapping
+                .insert(ty.as_str().to_owned(), format!("#/components/schemas/{name}"));
+            one_of = one_of.item(utoipa::openapi::Ref::from_schema_name(name));
+        }
+        one_of.discriminator(Some(discriminator)).into()
+    }
+}
+
+impl ToSchema for AnyEvent {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Event".into()
+    }
+}
+
 /// A schema and the schemas it refers to.
 type Named = (String, RefOr<Schema>, Vec<(String, RefOr<Schema>)>);
 
@@ -339,7 +369,7 @@ fn add_webhooks(doc: &mut Value) {
         for (name, schema) in deps.into_iter().chain([(data_name.clone(), data_schema)]) {
             schemas.insert(name, serde_json::to_value(schema).unwrap_or(Value::Null));
         }
-        let event_name = format!("Event_{}", ty.as_str().replace('.', "_"));
+        let event_name = event_schema_name(ty);
         schemas.insert(
             event_name.clone(),
             json!({
