@@ -16,6 +16,8 @@
 //! `domain_outbox` ([`claim_unpublished`]), publishes, puts what RabbitMQ did not confirm in `domain_outbox`
 //! ([`put_back`]), moves the cursor ([`move_cursor`]) and commits. A fact's row is never updated: recording one
 //! writes that row and its index entries, nothing else.
+//!
+//! A fact names its owner (`client`, [`Owner`]): the merchant API client that owns what it is about.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -160,9 +162,35 @@ impl From<RecordError> for sqlx::Error {
     }
 }
 
-/// Writes the fact `ty` about `subject` with `data`, in the caller's transaction, and queues it for every
-/// destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created it
-/// (`false`: the same fact was already recorded, nothing changed).
+/// Who may read a fact in the events feed (`domain_events.client`): the merchant API client that owns what the
+/// fact is about. A client configured with `all_events` (a back office) reads every fact whatever its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// No API client owns it (a subscription, hookline's own billing): only a back office reads it.
+    Nobody,
+    /// The API client of this name (`[[api.clients]] name`: the intent's `client`).
+    Client(&'a str),
+    /// Whoever owns the payment intent whose gateway payment this is (`payment_intents` by provider and provider
+    /// payment id), looked up by the statement that records the fact; nobody when no intent has that payment (it
+    /// arrived only by webhook).
+    PaymentOf {
+        /// Configured provider name.
+        provider: &'a str,
+        /// The provider's payment id.
+        payment_ref: &'a str,
+    },
+}
+
+impl<'a> Owner<'a> {
+    /// The client of something that may have none (an intent of hookline's own has no `client`).
+    pub fn client(client: Option<&'a str>) -> Owner<'a> {
+        client.map_or(Owner::Nobody, Owner::Client)
+    }
+}
+
+/// Writes the fact `ty` about `subject` with `data`, owned by `owner`, in the caller's transaction, and queues it
+/// for every destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created
+/// it (`false`: the same fact was already recorded, nothing changed).
 ///
 /// It is [`record_many`] with one fact, so one statement owns the insert and its fan-out.
 pub async fn record<D: Serialize>(
@@ -170,10 +198,11 @@ pub async fn record<D: Serialize>(
     ty: EventType,
     subject: &str,
     data: &D,
+    owner: Owner<'_>,
 ) -> Result<(String, bool), RecordError> {
     // The fact joins the trace of the span recording it (the worker's apply, the dispatcher's attempt).
     let traceparent = crate::telemetry::current_traceparent();
-    let created = record_many(tx, &[(ty, subject.to_owned(), data, traceparent)]).await?;
+    let created = record_many(tx, &[(ty, subject.to_owned(), data, traceparent, owner)]).await?;
     Ok((fact_id(ty, subject), created > 0))
 }
 
@@ -204,11 +233,12 @@ fn encode<D: Serialize>(
 }
 
 /// Writes several facts in ONE statement (the set-based worker path; [`record`] is this with one fact):
-/// `(type, subject, data, traceparent)` each — the trace is the one the fact was decided in, its deliveries'
-/// parent — each queued for every destination subscribed to its type. Returns how many were new.
+/// `(type, subject, data, traceparent, owner)` each — the trace is the one the fact was decided in, its
+/// deliveries' parent; the owner is who reads it in the events feed — each queued for every destination
+/// subscribed to its type. Returns how many were new.
 pub async fn record_many<D: Serialize>(
     tx: &mut PgConnection,
-    facts: &[(EventType, String, D, Option<String>)],
+    facts: &[(EventType, String, D, Option<String>, Owner<'_>)],
 ) -> Result<u64, RecordError> {
     if facts.is_empty() {
         return Ok(0);
@@ -217,20 +247,41 @@ pub async fn record_many<D: Serialize>(
     let mut types = Vec::with_capacity(facts.len());
     let mut bodies = Vec::with_capacity(facts.len());
     let mut traceparents = Vec::with_capacity(facts.len());
-    for (ty, subject, data, traceparent) in facts {
+    let mut clients = Vec::with_capacity(facts.len());
+    let mut owning_providers = Vec::with_capacity(facts.len());
+    let mut owning_payments = Vec::with_capacity(facts.len());
+    for (ty, subject, data, traceparent, owner) in facts {
         let (id, body) = encode(*ty, subject, data)?;
         ids.push(id);
         types.push(ty.as_str());
         bodies.push(body);
         // Only what hookline itself wrote (a span's context) ever gets here; the bound is the column's.
         traceparents.push(traceparent.as_deref().filter(|t| t.len() <= 64));
+        let (client, payment) = match *owner {
+            Owner::Nobody => (None, None),
+            Owner::Client(name) => (Some(name), None),
+            Owner::PaymentOf {
+                provider,
+                payment_ref,
+            } => (None, Some((provider, payment_ref))),
+        };
+        clients.push(client);
+        owning_providers.push(payment.map(|p| p.0));
+        owning_payments.push(payment.map(|p| p.1));
     }
+    // A payment's owner is read here rather than by the caller: the worker's batch would otherwise need a round
+    // trip to learn it, and this is one probe of `payment_intents_provider_payment_key` per fact, in the statement
+    // that writes it. (`payment_intents` is the intents module's table; this reads one column of it, nothing more.)
     let created: i64 = sqlx::query_scalar(
         "WITH ev AS (
-             INSERT INTO domain_events (id, type, body, traceparent)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[])
+             INSERT INTO domain_events (id, type, body, traceparent, client)
+             SELECT u.id, u.type, u.body, u.traceparent,
+                    coalesce(u.client, (SELECT p.client FROM payment_intents p
+                                         WHERE p.provider = u.provider AND p.provider_payment_id = u.payment_ref))
+               FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[])
+                    AS u(id, type, body, traceparent, client, provider, payment_ref)
              ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
-             RETURNING seq, type),
+             RETURNING seq, type, client),
          fanout AS (
              INSERT INTO domain_deliveries (destination, event_seq)
              SELECT d.name, ev.seq FROM ev JOIN destinations d
@@ -241,6 +292,9 @@ pub async fn record_many<D: Serialize>(
     .bind(&types)
     .bind(&bodies)
     .bind(&traceparents)
+    .bind(&clients)
+    .bind(&owning_providers)
+    .bind(&owning_payments)
     .fetch_one(&mut *tx)
     .await?;
     Ok(created as u64)
@@ -509,5 +563,11 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c == b'_'));
         }
         assert_eq!(EventType::parse("payment.refunded"), None);
+    }
+
+    #[test]
+    fn an_owner_of_nothing_is_nobody() {
+        assert_eq!(Owner::client(None), Owner::Nobody);
+        assert_eq!(Owner::client(Some("shop")), Owner::Client("shop"));
     }
 }
