@@ -17,7 +17,10 @@
 //! ([`put_back`]), moves the cursor ([`move_cursor`]) and commits. A fact's row is never updated: recording one
 //! writes that row and its index entries, nothing else.
 //!
-//! A fact names its owner (`client`, [`Owner`]): the merchant API client that owns what it is about.
+//! A fact names its owner (`client`, [`Owner`]): the merchant API client that owns what it is about. The events
+//! feed (`GET /v1/events`) reads a client's own facts, or every fact for a back office ([`list_for_client`],
+//! [`get_for_client`]). Facts are never deleted (the retention purge leaves this table alone), so the feed lists
+//! every fact ever recorded.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -531,6 +534,141 @@ pub async fn by_ids<'c>(
     .await
 }
 
+/// Largest page of the events feed (`limit`).
+pub const MAX_FEED_LIMIT: i64 = 100;
+
+/// Who reads the events feed (`GET /v1/events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader<'a> {
+    /// An API client: the facts it owns ([`Owner`]) and nothing else.
+    Client(&'a str),
+    /// A back office (`all_events = true`): every fact, owned by a client or by nobody.
+    Everything,
+}
+
+/// What a page of the feed selects besides its reader (each filter optional; all of them must hold).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FeedFilter {
+    /// Only facts of this type.
+    pub ty: Option<EventType>,
+    /// Only facts recorded at or after this instant (the `created_at` column: when the recording transaction
+    /// began, at most a few milliseconds before the body's `created_at`).
+    pub created_from: Option<OffsetDateTime>,
+}
+
+/// One page of the feed, newest first.
+#[derive(Debug)]
+pub struct FeedPage {
+    /// The facts' exact bodies, as every destination received them.
+    pub bodies: Vec<Vec<u8>>,
+    /// Older facts lie beyond the page.
+    pub has_more: bool,
+}
+
+/// Why a page of the feed could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The cursor is not a fact the reader may see (another client's is the same as none).
+    #[error("the cursor is not an event this reader can see")]
+    UnknownCursor,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// A page of the feed: its cursor fact (when given) must be visible, its rows are the newest `limit` older than
+/// it. `$1` reader, `$2` type, `$3` from, `$4` cursor id, `$5` rows to fetch. `$visible` is the reader's clause,
+/// written out per reader rather than `$1 IS NULL OR client = $1`: a prepared statement's generic plan can then
+/// walk `domain_events_client_seq_idx` (a client) or the primary key (a back office) backwards, and stop after a
+/// page.
+macro_rules! feed_page {
+    ($visible:literal) => {
+        concat!(
+            "WITH c AS (SELECT seq FROM domain_events WHERE id = $4 AND ",
+            $visible,
+            ")
+             SELECT $4::text IS NULL OR EXISTS (SELECT 1 FROM c) AS known, e.body
+               FROM (SELECT 1) one
+               LEFT JOIN LATERAL (
+                   SELECT seq, body FROM domain_events
+                    WHERE ",
+            $visible,
+            "       AND ($4::text IS NULL OR seq < (SELECT seq FROM c))
+                      AND ($2::text IS NULL OR type = $2)
+                      AND ($3::timestamptz IS NULL OR created_at >= $3)
+                    ORDER BY seq DESC LIMIT $5) e ON true
+              ORDER BY e.seq DESC"
+        )
+    };
+}
+
+/// The page of the facts `reader` may see that `filter` selects, newest first (by `seq`, the order they were
+/// recorded in), older than the fact `starting_after` when given: at most `limit` (clamped to
+/// 1..=[`MAX_FEED_LIMIT`]). One statement; a cursor the reader may not see is [`FeedError::UnknownCursor`].
+///
+/// Pages are keyed by `seq`, never an offset: facts recorded while a reader pages do not shift its pages.
+pub async fn list_for_client<'c>(
+    conn: impl PgExecutor<'c>,
+    reader: Reader<'_>,
+    filter: &FeedFilter,
+    starting_after: Option<&str>,
+    limit: i64,
+) -> Result<FeedPage, FeedError> {
+    let limit = limit.clamp(1, MAX_FEED_LIMIT);
+    let (sql, client) = match reader {
+        Reader::Client(name) => (feed_page!("client = $1"), Some(name)),
+        // `$1` is NULL here; naming it keeps its type known to the statement.
+        Reader::Everything => (feed_page!("$1::text IS NULL"), None),
+    };
+    // One more than the page: whether it exists is `has_more`.
+    let rows: Vec<(bool, Option<Vec<u8>>)> = sqlx::query_as(sql)
+        .bind(client)
+        .bind(filter.ty.map(EventType::as_str))
+        .bind(filter.created_from)
+        .bind(starting_after)
+        .bind(limit + 1)
+        .fetch_all(conn)
+        .await?;
+    if rows.first().is_some_and(|(known, _)| !known) {
+        return Err(FeedError::UnknownCursor);
+    }
+    let mut bodies: Vec<Vec<u8>> = rows.into_iter().filter_map(|(_, body)| body).collect();
+    let has_more = bodies.len() as i64 > limit;
+    bodies.truncate(limit as usize);
+    Ok(FeedPage { bodies, has_more })
+}
+
+/// The body of the fact `id` if `reader` may see it (another client's is the same as none).
+pub async fn get_for_client<'c>(
+    conn: impl PgExecutor<'c>,
+    reader: Reader<'_>,
+    id: &str,
+) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    match reader {
+        Reader::Client(name) => {
+            sqlx::query_scalar("SELECT body FROM domain_events WHERE id = $1 AND client = $2")
+                .bind(id)
+                .bind(name)
+                .fetch_optional(conn)
+                .await
+        }
+        Reader::Everything => {
+            sqlx::query_scalar("SELECT body FROM domain_events WHERE id = $1")
+                .bind(id)
+                .fetch_optional(conn)
+                .await
+        }
+    }
+}
+
+/// Whether `id` has the shape of a fact's id ([`fact_id`]: `evt_` and 32 lowercase hex digits); any other text
+/// names no fact, and needs no query to say so.
+pub fn is_fact_id(id: &str) -> bool {
+    id.strip_prefix("evt_").is_some_and(|hex| {
+        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
 /// Number of facts recorded (all time); the replay tests compare it before and after.
 pub async fn count<'c>(conn: impl PgExecutor<'c>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM domain_events")
@@ -563,6 +701,23 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c == b'_'));
         }
         assert_eq!(EventType::parse("payment.refunded"), None);
+    }
+
+    #[test]
+    fn only_the_shape_of_a_fact_id_is_a_fact_id() {
+        assert!(is_fact_id(&fact_id(EventType::RefundApplied, "st/re_1")));
+        for not in [
+            "",
+            "evt_",
+            "evt_0123456789abcdef0123456789abcde",
+            "evt_0123456789abcdef0123456789abcdef0",
+            "evt_0123456789ABCDEF0123456789ABCDEF",
+            "evt_0123456789abcdef0123456789abcdeg",
+            "pi_0123456789abcdef0123456789abcdef",
+            "evt_0123456789abcdef0123456789abcd\u{e9}",
+        ] {
+            assert!(!is_fact_id(not), "{not:?}");
+        }
     }
 
     #[test]
