@@ -19,6 +19,7 @@
 mod auth;
 pub mod config;
 mod error;
+mod events;
 mod idempotency;
 mod intents;
 mod list;
@@ -131,6 +132,8 @@ enum Route {
     GetIntent,
     ListIntents,
     CreateRefund,
+    ListEvents,
+    GetEvent,
     Unknown,
 }
 
@@ -144,6 +147,8 @@ impl Route {
             Route::GetIntent => "get_payment_intent",
             Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
+            Route::ListEvents => "list_events",
+            Route::GetEvent => "get_event",
             Route::Unknown => "unknown",
         }
     }
@@ -269,6 +274,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/v1/payment_intents/{id}/refunds",
             web::post().to(intents::refund),
         )
+        .route("/v1/events", web::get().to(events::list))
+        .route("/v1/events/{id}", web::get().to(events::get))
         .default_service(web::to(not_found));
 }
 
