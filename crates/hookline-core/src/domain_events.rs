@@ -578,22 +578,24 @@ pub enum FeedError {
 
 /// A page of the feed: its cursor fact (when given) must be visible, its rows are the newest `limit` older than
 /// it. `$1` reader, `$2` type, `$3` from, `$4` cursor id, `$5` rows to fetch. `$visible` is the reader's clause,
-/// written out per reader rather than `$1 IS NULL OR client = $1`: a prepared statement's generic plan can then
-/// walk `domain_events_client_seq_idx` (a client) or the primary key (a back office) backwards, and stop after a
-/// page.
+/// written out per reader rather than `$1 IS NULL OR client = $1`, and the cursor is a bound on `seq` even when
+/// absent (`below`: the largest `seq` then), never `$4 IS NULL OR seq < …`: so a prepared statement's generic
+/// plan walks `domain_events_client_seq_idx` (a client) or the primary key (a back office) backwards from the
+/// cursor and stops after a page, however deep the cursor is. A cursor the reader may not see reads nothing.
 macro_rules! feed_page {
     ($visible:literal) => {
         concat!(
             "WITH c AS (SELECT seq FROM domain_events WHERE id = $4 AND ",
             $visible,
-            ")
-             SELECT $4::text IS NULL OR EXISTS (SELECT 1 FROM c) AS known, e.body
-               FROM (SELECT 1) one
-               LEFT JOIN LATERAL (
+            "),
+                  k AS (SELECT $4::text IS NULL OR EXISTS (SELECT 1 FROM c) AS known,
+                               coalesce((SELECT seq FROM c), 9223372036854775807) AS below)
+             SELECT k.known, e.body
+               FROM k LEFT JOIN LATERAL (
                    SELECT seq, body FROM domain_events
                     WHERE ",
             $visible,
-            "       AND ($4::text IS NULL OR seq < (SELECT seq FROM c))
+            "       AND k.known AND seq < k.below
                       AND ($2::text IS NULL OR type = $2)
                       AND ($3::timestamptz IS NULL OR created_at >= $3)
                     ORDER BY seq DESC LIMIT $5) e ON true
