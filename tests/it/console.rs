@@ -893,6 +893,7 @@ async fn deliveries_show_each_destination_and_redeliver_through_the_cli_code_pat
         hookline_core::domain_events::EventType::PaymentSucceeded,
         "stripe/pi_console",
         &serde_json::json!({"amount": 1}),
+        hookline_core::domain_events::Owner::Nobody,
     )
     .await
     .unwrap();

@@ -481,6 +481,7 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
                 EventType::RefundApplied,
                 "stripe/re_1",
                 &serde_json::json!({"n": i}),
+                hookline_core::domain_events::Owner::Nobody,
             )
             .await
             .unwrap();
@@ -498,6 +499,7 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
         EventType::PaymentFailed,
         "stripe/pi_9",
         &serde_json::json!({}),
+        hookline_core::domain_events::Owner::Nobody,
     )
     .await
     .unwrap();
@@ -508,6 +510,7 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
         EventType::PaymentSucceeded,
         "stripe/pi_1",
         &serde_json::json!({}),
+        hookline_core::domain_events::Owner::Nobody,
     )
     .await
     .unwrap();
@@ -544,6 +547,7 @@ async fn a_fact_is_recorded_once_and_fans_out_by_subscription() {
         EventType::RefundApplied,
         "stripe/re_2",
         &serde_json::json!({}),
+        hookline_core::domain_events::Owner::Nobody,
     )
     .await
     .unwrap();
@@ -767,6 +771,7 @@ async fn a_delivery_past_its_retry_window_is_dead_until_redelivered() {
         hookline_core::domain_events::EventType::PaymentSucceeded,
         "stripe/pi_dead",
         &serde_json::json!({"amount": 1}),
+        hookline_core::domain_events::Owner::Nobody,
     )
     .await
     .unwrap();
@@ -859,6 +864,7 @@ async fn the_domain_cursor_never_passes_a_fact_whose_transaction_is_still_runnin
                 EventType::PaymentSucceeded,
                 subject,
                 &serde_json::json!({}),
+                hookline_core::domain_events::Owner::Nobody,
             )
             .await
             .unwrap();

@@ -32,6 +32,7 @@ mod disruptive;
 mod domain_events;
 mod edge;
 mod edge_process;
+mod events_feed;
 mod faults_delivery;
 mod faults_dispatch;
 mod faults_edge;

@@ -16,6 +16,8 @@ use super::error::ApiError;
 pub struct Keys {
     digests: Vec<([u8; 32], u64)>,
     clients: Vec<String>,
+    /// The clients configured with `all_events = true` (back offices), by name.
+    all_events: Vec<String>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -42,7 +44,17 @@ impl Keys {
                 })
                 .collect(),
             clients: clients.iter().map(|c| c.name.clone()).collect(),
+            all_events: clients
+                .iter()
+                .filter(|c| c.all_events)
+                .map(|c| c.name.clone())
+                .collect(),
         }
+    }
+
+    /// Whether the client `name` (as [`Keys::authenticate`] returned it) reads every fact (`all_events`).
+    pub fn sees_all_events(&self, name: &str) -> bool {
+        self.all_events.iter().any(|n| n == name)
     }
 
     /// The client (its name) of a request, or 401.

@@ -99,6 +99,9 @@ pub enum ApiError {
     /// No such payment intent (for this API).
     #[error("no such payment intent")]
     IntentNotFound,
+    /// No such event for this client (another client's fact is the same as none).
+    #[error("no such event")]
+    EventNotFound,
     /// A refund of an intent that has not succeeded.
     #[error("the payment intent has not succeeded; nothing was captured to refund")]
     IntentNotCaptured,
@@ -192,6 +195,7 @@ impl ApiError {
             ApiError::BillingCycleInUse { .. } => "billing_cycle_in_use",
             ApiError::InvalidInput(e) => e.code(),
             ApiError::IntentNotFound => "intent_not_found",
+            ApiError::EventNotFound => "event_not_found",
             ApiError::IntentNotCaptured => "intent_not_captured",
             ApiError::RefundAboveCaptured { .. } => "refund_above_captured",
             ApiError::IntentInFlight { .. } => "intent_in_flight",
@@ -244,7 +248,9 @@ impl ResponseError for ApiError {
             | ApiError::BillingCycleInUse { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::IntentNotFound | ApiError::EventNotFound | ApiError::NotFound => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,

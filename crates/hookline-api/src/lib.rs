@@ -19,6 +19,7 @@
 mod auth;
 pub mod config;
 mod error;
+mod events;
 mod idempotency;
 mod intents;
 mod list;
@@ -132,6 +133,8 @@ enum Route {
     GetIntent,
     ListIntents,
     CreateRefund,
+    ListEvents,
+    GetEvent,
     Unknown,
 }
 
@@ -145,6 +148,8 @@ impl Route {
             Route::GetIntent => "get_payment_intent",
             Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
+            Route::ListEvents => "list_events",
+            Route::GetEvent => "get_event",
             Route::Unknown => "unknown",
         }
     }
@@ -287,6 +292,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         resource("/v1/payment_intents/{id}/refunds", &[Method::POST])
             .route(web::post().to(intents::refund)),
     )
+    .service(resource("/v1/events", &[Method::GET]).route(web::get().to(events::list)))
+    .service(resource("/v1/events/{id}", &[Method::GET]).route(web::get().to(events::get)))
     .default_service(web::to(not_found));
 }
 

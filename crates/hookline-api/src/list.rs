@@ -6,6 +6,8 @@
 //! bounds, a NUL or a control character is a 4xx naming it (`param`). A cursor that is not one of the client's
 //! intents (another client's included) is 422 `resource_missing`: the list never tells one client what another has.
 
+use std::borrow::Cow;
+
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::input;
@@ -186,51 +188,11 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
         limit: DEFAULT_LIMIT,
         ..ListQuery::default()
     };
-    let mut seen: Vec<&'static str> = Vec::new();
-    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-        let Some(&param) = PARAMS.iter().find(|p| **p == name) else {
-            let name: String = name.chars().take(64).collect();
-            return Err(ApiError::field(
-                "unknown_parameter",
-                name,
-                format!("unknown parameter; accepted: {}", PARAMS.join(", ")),
-            ));
-        };
-        if seen.contains(&param) {
-            return Err(ApiError::field(
-                "duplicate_parameter",
-                param,
-                "this parameter is given more than once",
-            ));
-        }
-        seen.push(param);
+    each_param(query, PARAMS, |param, value| {
         match param {
-            "limit" => {
-                q.limit = value
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|n| (1..=intents::MAX_LIST_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::field(
-                            "limit_invalid",
-                            "limit",
-                            format!(
-                                "limit must be an integer from 1 to {}",
-                                intents::MAX_LIST_LIMIT
-                            ),
-                        )
-                    })?
-            }
+            "limit" => q.limit = page_limit(&value, intents::MAX_LIST_LIMIT)?,
             "starting_after" | "ending_before" => {
-                // An id no intent can have is simply not one of the client's.
-                if value.is_empty() || value.len() > MAX_CURSOR_BYTES {
-                    return Err(ApiError::field(
-                        "resource_missing",
-                        param,
-                        "no such payment intent",
-                    ));
-                }
-                let id = input::line(param, &value, MAX_CURSOR_BYTES)?.to_owned();
+                let id = cursor(param, &value, "no such payment intent")?;
                 if param == "starting_after" {
                     q.starting_after = Some(id);
                 } else {
@@ -261,17 +223,7 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
                     Some(input::line(param, &value, MAX_ORDER_REFERENCE_CHARS)?.to_owned());
             }
             created => {
-                let secs = value
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|s| (0..=MAX_CREATED_SECS).contains(s))
-                    .ok_or_else(|| {
-                        ApiError::field(
-                            "created_invalid",
-                            created,
-                            format!("{created} must be a Unix time in seconds from 0 to {MAX_CREATED_SECS}"),
-                        )
-                    })?;
+                let secs = unix_secs(created, &value)?;
                 // Every form is a half-open range [from, until) of whole seconds.
                 let (from, until) = match created {
                     "created" => (Some(secs), Some(secs + 1)),
@@ -289,7 +241,8 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     if q.starting_after.is_some() && q.ending_before.is_some() {
         return Err(ApiError::field(
             "cursor_conflict",
@@ -298,6 +251,81 @@ fn parse(query: &str) -> Result<ListQuery, ApiError> {
         ));
     }
     Ok(q)
+}
+
+/// Walks a list's query string (percent-encoded, as the request carries it), handing `each` every parameter with
+/// its value: an unknown parameter (`accepted` lists the known ones) or one given twice is refused naming it,
+/// before `each` sees it.
+pub(crate) fn each_param<'q>(
+    query: &'q str,
+    accepted: &[&'static str],
+    mut each: impl FnMut(&'static str, Cow<'q, str>) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    let mut seen: Vec<&'static str> = Vec::new();
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let Some(&param) = accepted.iter().find(|p| **p == name) else {
+            // The name is the caller's text: bounded before it is echoed as `param`.
+            let name: String = name.chars().take(64).collect();
+            return Err(ApiError::field(
+                "unknown_parameter",
+                name,
+                format!("unknown parameter; accepted: {}", accepted.join(", ")),
+            ));
+        };
+        if seen.contains(&param) {
+            return Err(ApiError::field(
+                "duplicate_parameter",
+                param,
+                "this parameter is given more than once",
+            ));
+        }
+        seen.push(param);
+        each(param, value)?;
+    }
+    Ok(())
+}
+
+/// A page's size: an integer from 1 to `max`, or 422 naming `limit`.
+pub(crate) fn page_limit(value: &str, max: i64) -> Result<i64, ApiError> {
+    value
+        .parse::<i64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::field(
+                "limit_invalid",
+                "limit",
+                format!("limit must be an integer from 1 to {max}"),
+            )
+        })
+}
+
+/// A cursor's id (`starting_after`, `ending_before`): one no row can have (empty, longer than any id) is 422
+/// `resource_missing` with `missing` as its message, like an id of nobody's; a NUL or a control character is 400.
+pub(crate) fn cursor(
+    param: &'static str,
+    value: &str,
+    missing: &'static str,
+) -> Result<String, ApiError> {
+    if value.is_empty() || value.len() > MAX_CURSOR_BYTES {
+        return Err(ApiError::field("resource_missing", param, missing));
+    }
+    Ok(input::line(param, value, MAX_CURSOR_BYTES)?.to_owned())
+}
+
+/// A `created` bound: whole Unix seconds from 0 to the end of the year 9999, or 422 naming `param`.
+pub(crate) fn unix_secs(param: &'static str, value: &str) -> Result<i64, ApiError> {
+    value
+        .parse::<i64>()
+        .ok()
+        .filter(|s| (0..=MAX_CREATED_SECS).contains(s))
+        .ok_or_else(|| {
+            ApiError::field(
+                "created_invalid",
+                param,
+                format!("{param} must be a Unix time in seconds from 0 to {MAX_CREATED_SECS}"),
+            )
+        })
 }
 
 #[cfg(test)]

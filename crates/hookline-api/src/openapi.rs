@@ -39,14 +39,17 @@ an `Idempotency-Key`: its first answer is stored and replayed for 24 h. The fact
         crate::intents::cancel,
         crate::intents::capture,
         crate::intents::refund,
+        crate::events::list,
+        crate::events::get,
         openapi_json,
     ),
-    components(schemas(crate::error::ErrorBody, crate::error::ErrorType)),
+    components(schemas(crate::error::ErrorBody, crate::error::ErrorType, EventTypeName, AnyEvent)),
     modifiers(&Bearer),
     security(("bearer" = [])),
     tags(
         (name = "payment_intents", description = "A payment, from checkout to its outcome"),
         (name = "refunds", description = "Money back, never beyond what was captured"),
+        (name = "events", description = "The facts hookline hands on, to read again: the same payload as pushed"),
         (name = "meta", description = "This document"),
     ),
 )]
@@ -130,27 +133,42 @@ impl Modify for Bearer {
     }
 }
 
-/// OpenAPI links from a created intent to what can be done with it: a client (or a stateful fuzzer) follows
-/// `id` from the 201 of `create_payment_intent` into the other operations. Written as JSON: utoipa 5 spells a
+/// OpenAPI links from a created intent to what can be done with it, and from a page of events to one event: a
+/// client (or a stateful fuzzer) follows `id` from the 201 of `create_payment_intent` into the other operations. Written as JSON: utoipa 5 spells a
 /// link's `operationId` as `operation_id`.
 fn add_links(doc: &mut Value) {
-    let Some(created) = doc.pointer_mut("/paths/~1v1~1payment_intents/post/responses/201") else {
-        return;
-    };
-    let mut links = serde_json::Map::new();
-    for op in [
-        "get_payment_intent",
-        "confirm_payment_intent",
-        "cancel_payment_intent",
-        "capture_payment_intent",
-        "create_refund",
-    ] {
-        links.insert(
-            op.to_owned(),
-            json!({"operationId": op, "parameters": {"id": "$response.body#/id"}}),
-        );
+    // (the answer's pointer, the id it yields, the operations that take it as `id`)
+    let links: [(&str, &str, &[&str]); 2] = [
+        (
+            "/paths/~1v1~1payment_intents/post/responses/201",
+            "$response.body#/id",
+            &[
+                "get_payment_intent",
+                "confirm_payment_intent",
+                "cancel_payment_intent",
+                "capture_payment_intent",
+                "create_refund",
+            ],
+        ),
+        (
+            "/paths/~1v1~1events/get/responses/200",
+            "$response.body#/data/0/id",
+            &["get_event"],
+        ),
+    ];
+    for (pointer, id, ops) in links {
+        let Some(answer) = doc.pointer_mut(pointer) else {
+            continue;
+        };
+        let mut map = serde_json::Map::new();
+        for op in ops {
+            map.insert(
+                (*op).to_owned(),
+                json!({"operationId": op, "parameters": {"id": id}}),
+            );
+        }
+        answer["links"] = Value::Object(map);
     }
-    created["links"] = Value::Object(links);
 }
 
 /// The intent's path id.
@@ -285,6 +303,20 @@ pub(crate) enum ReadErrors {
 /// [`add_webhooks`], told apart by `type`.
 pub(crate) struct AnyEvent;
 
+/// A fact type's name (the schema `EventTypeName`): exactly [`EventType::ALL`].
+pub(crate) struct EventTypeName;
+
+impl utoipa::PartialSchema for EventTypeName {
+    fn schema() -> RefOr<Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(EventType::ALL.iter().map(|t| t.as_str())))
+            .into()
+    }
+}
+
+impl ToSchema for EventTypeName {}
+
 /// The schema name of a fact type's envelope (`Event_payment_intent_succeeded`).
 fn event_schema_name(ty: EventType) -> String {
     format!("Event_{}", ty.as_str().replace('.', "_"))
@@ -296,9 +328,10 @@ impl utoipa::PartialSchema for AnyEvent {
         let mut discriminator = utoipa::openapi::Discriminator::new("type");
         for ty in EventType::ALL {
             let name = event_schema_name(ty);
-            discriminator
-                .mapping
-                .insert(ty.as_str().to_owned(), format!("#/components/schemas/{name}"));
+            discriminator.mapping.insert(
+                ty.as_str().to_owned(),
+                format!("#/components/schemas/{name}"),
+            );
             one_of = one_of.item(utoipa::openapi::Ref::from_schema_name(name));
         }
         one_of.discriminator(Some(discriminator)).into()
@@ -339,7 +372,8 @@ fn fact_data(ty: EventType) -> Named {
             deps.extend(more);
             deps.push((billed.clone(), billed_schema));
             deps.push((invoiced.clone(), invoiced_schema));
-            let one_of = utoipa::openapi::schema::OneOfBuilder::new()
+            // anyOf, not oneOf: nothing forbids one payload from matching both shapes.
+            let one_of = utoipa::openapi::schema::AnyOfBuilder::new()
                 .item(utoipa::openapi::Ref::from_schema_name(billed))
                 .item(utoipa::openapi::Ref::from_schema_name(invoiced))
                 .description(Some(
@@ -463,6 +497,8 @@ mod tests {
             ("/v1/payment_intents/{id}/cancel", "post"),
             ("/v1/payment_intents/{id}/capture", "post"),
             ("/v1/payment_intents/{id}/refunds", "post"),
+            ("/v1/events", "get"),
+            ("/v1/events/{id}", "get"),
             ("/v1/openapi.json", "get"),
         ] {
             assert!(doc["paths"][path][method].is_object(), "{method} {path}");
@@ -552,6 +588,15 @@ mod tests {
             .unwrap_or_default();
         names.sort_unstable();
         let mut params = crate::list::PARAMS.to_vec();
+        params.sort_unstable();
+        assert_eq!(names, params);
+        let feed = &doc["paths"]["/v1/events"]["get"]["parameters"];
+        let mut names: Vec<&str> = feed
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
+        let mut params = crate::events::PARAMS.to_vec();
         params.sort_unstable();
         assert_eq!(names, params);
     }

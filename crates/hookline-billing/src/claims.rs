@@ -20,7 +20,7 @@
 //! Locks: the subscription row first, then the claim (the billing run takes them in the same order), so a run and
 //! a completing charge never wait on each other in a circle.
 
-use hookline_core::domain_events::{self, EventType, RecordError};
+use hookline_core::domain_events::{self, EventType, Owner, RecordError};
 use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -442,6 +442,8 @@ pub async fn on_charge_final(
                 provider_payment_id: charge.provider_payment_id,
                 attempt: attempts,
             },
+            // Subscriptions belong to no API client yet: only a back office reads their facts.
+            Owner::Nobody,
         )
         .await?;
         return Ok(());
@@ -515,6 +517,7 @@ pub async fn on_charge_final(
             next_attempt_at,
             subscription_status: sub_status,
         },
+        Owner::Nobody,
     )
     .await?;
     if status == ClaimStatus::PastDue {
@@ -533,6 +536,7 @@ pub async fn on_charge_final(
                 failure_code: charge.failure_code,
                 failure_message: charge.failure_message,
             },
+            Owner::Nobody,
         )
         .await?;
     }

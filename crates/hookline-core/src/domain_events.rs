@@ -16,6 +16,11 @@
 //! `domain_outbox` ([`claim_unpublished`]), publishes, puts what RabbitMQ did not confirm in `domain_outbox`
 //! ([`put_back`]), moves the cursor ([`move_cursor`]) and commits. A fact's row is never updated: recording one
 //! writes that row and its index entries, nothing else.
+//!
+//! A fact names its owner (`client`, [`Owner`]): the merchant API client that owns what it is about. The events
+//! feed (`GET /v1/events`) reads a client's own facts, or every fact for a back office ([`list_for_client`],
+//! [`get_for_client`]). Facts are never deleted (the retention purge leaves this table alone), so the feed lists
+//! every fact ever recorded.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -160,9 +165,35 @@ impl From<RecordError> for sqlx::Error {
     }
 }
 
-/// Writes the fact `ty` about `subject` with `data`, in the caller's transaction, and queues it for every
-/// destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created it
-/// (`false`: the same fact was already recorded, nothing changed).
+/// Who may read a fact in the events feed (`domain_events.client`): the merchant API client that owns what the
+/// fact is about. A client configured with `all_events` (a back office) reads every fact whatever its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// No API client owns it (a subscription, hookline's own billing): only a back office reads it.
+    Nobody,
+    /// The API client of this name (`[[api.clients]] name`: the intent's `client`).
+    Client(&'a str),
+    /// Whoever owns the payment intent whose gateway payment this is (`payment_intents` by provider and provider
+    /// payment id), looked up by the statement that records the fact; nobody when no intent has that payment (it
+    /// arrived only by webhook).
+    PaymentOf {
+        /// Configured provider name.
+        provider: &'a str,
+        /// The provider's payment id.
+        payment_ref: &'a str,
+    },
+}
+
+impl<'a> Owner<'a> {
+    /// The client of something that may have none (an intent of hookline's own has no `client`).
+    pub fn client(client: Option<&'a str>) -> Owner<'a> {
+        client.map_or(Owner::Nobody, Owner::Client)
+    }
+}
+
+/// Writes the fact `ty` about `subject` with `data`, owned by `owner`, in the caller's transaction, and queues it
+/// for every destination subscribed to `ty` (one statement). Returns the fact's id and whether this call created
+/// it (`false`: the same fact was already recorded, nothing changed).
 ///
 /// It is [`record_many`] with one fact, so one statement owns the insert and its fan-out.
 pub async fn record<D: Serialize>(
@@ -170,10 +201,11 @@ pub async fn record<D: Serialize>(
     ty: EventType,
     subject: &str,
     data: &D,
+    owner: Owner<'_>,
 ) -> Result<(String, bool), RecordError> {
     // The fact joins the trace of the span recording it (the worker's apply, the dispatcher's attempt).
     let traceparent = crate::telemetry::current_traceparent();
-    let created = record_many(tx, &[(ty, subject.to_owned(), data, traceparent)]).await?;
+    let created = record_many(tx, &[(ty, subject.to_owned(), data, traceparent, owner)]).await?;
     Ok((fact_id(ty, subject), created > 0))
 }
 
@@ -204,11 +236,12 @@ fn encode<D: Serialize>(
 }
 
 /// Writes several facts in ONE statement (the set-based worker path; [`record`] is this with one fact):
-/// `(type, subject, data, traceparent)` each — the trace is the one the fact was decided in, its deliveries'
-/// parent — each queued for every destination subscribed to its type. Returns how many were new.
+/// `(type, subject, data, traceparent, owner)` each — the trace is the one the fact was decided in, its
+/// deliveries' parent; the owner is who reads it in the events feed — each queued for every destination
+/// subscribed to its type. Returns how many were new.
 pub async fn record_many<D: Serialize>(
     tx: &mut PgConnection,
-    facts: &[(EventType, String, D, Option<String>)],
+    facts: &[(EventType, String, D, Option<String>, Owner<'_>)],
 ) -> Result<u64, RecordError> {
     if facts.is_empty() {
         return Ok(0);
@@ -217,20 +250,41 @@ pub async fn record_many<D: Serialize>(
     let mut types = Vec::with_capacity(facts.len());
     let mut bodies = Vec::with_capacity(facts.len());
     let mut traceparents = Vec::with_capacity(facts.len());
-    for (ty, subject, data, traceparent) in facts {
+    let mut clients = Vec::with_capacity(facts.len());
+    let mut owning_providers = Vec::with_capacity(facts.len());
+    let mut owning_payments = Vec::with_capacity(facts.len());
+    for (ty, subject, data, traceparent, owner) in facts {
         let (id, body) = encode(*ty, subject, data)?;
         ids.push(id);
         types.push(ty.as_str());
         bodies.push(body);
         // Only what hookline itself wrote (a span's context) ever gets here; the bound is the column's.
         traceparents.push(traceparent.as_deref().filter(|t| t.len() <= 64));
+        let (client, payment) = match *owner {
+            Owner::Nobody => (None, None),
+            Owner::Client(name) => (Some(name), None),
+            Owner::PaymentOf {
+                provider,
+                payment_ref,
+            } => (None, Some((provider, payment_ref))),
+        };
+        clients.push(client);
+        owning_providers.push(payment.map(|p| p.0));
+        owning_payments.push(payment.map(|p| p.1));
     }
+    // A payment's owner is read here rather than by the caller: the worker's batch would otherwise need a round
+    // trip to learn it, and this is one probe of `payment_intents_provider_payment_key` per fact, in the statement
+    // that writes it. (`payment_intents` is the intents module's table; this reads one column of it, nothing more.)
     let created: i64 = sqlx::query_scalar(
         "WITH ev AS (
-             INSERT INTO domain_events (id, type, body, traceparent)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[])
+             INSERT INTO domain_events (id, type, body, traceparent, client)
+             SELECT u.id, u.type, u.body, u.traceparent,
+                    coalesce(u.client, (SELECT p.client FROM payment_intents p
+                                         WHERE p.provider = u.provider AND p.provider_payment_id = u.payment_ref))
+               FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[], $7::text[])
+                    AS u(id, type, body, traceparent, client, provider, payment_ref)
              ON CONFLICT ON CONSTRAINT domain_events_id_key DO NOTHING
-             RETURNING seq, type),
+             RETURNING seq, type, client),
          fanout AS (
              INSERT INTO domain_deliveries (destination, event_seq)
              SELECT d.name, ev.seq FROM ev JOIN destinations d
@@ -241,6 +295,9 @@ pub async fn record_many<D: Serialize>(
     .bind(&types)
     .bind(&bodies)
     .bind(&traceparents)
+    .bind(&clients)
+    .bind(&owning_providers)
+    .bind(&owning_payments)
     .fetch_one(&mut *tx)
     .await?;
     Ok(created as u64)
@@ -477,6 +534,143 @@ pub async fn by_ids<'c>(
     .await
 }
 
+/// Largest page of the events feed (`limit`).
+pub const MAX_FEED_LIMIT: i64 = 100;
+
+/// Who reads the events feed (`GET /v1/events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader<'a> {
+    /// An API client: the facts it owns ([`Owner`]) and nothing else.
+    Client(&'a str),
+    /// A back office (`all_events = true`): every fact, owned by a client or by nobody.
+    Everything,
+}
+
+/// What a page of the feed selects besides its reader (each filter optional; all of them must hold).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FeedFilter {
+    /// Only facts of this type.
+    pub ty: Option<EventType>,
+    /// Only facts recorded at or after this instant (the `created_at` column: when the recording transaction
+    /// began, at most a few milliseconds before the body's `created_at`).
+    pub created_from: Option<OffsetDateTime>,
+}
+
+/// One page of the feed, newest first.
+#[derive(Debug)]
+pub struct FeedPage {
+    /// The facts' exact bodies, as every destination received them.
+    pub bodies: Vec<Vec<u8>>,
+    /// Older facts lie beyond the page.
+    pub has_more: bool,
+}
+
+/// Why a page of the feed could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The cursor is not a fact the reader may see (another client's is the same as none).
+    #[error("the cursor is not an event this reader can see")]
+    UnknownCursor,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// A page of the feed: its cursor fact (when given) must be visible, its rows are the newest `limit` older than
+/// it. `$1` reader, `$2` type, `$3` from, `$4` cursor id, `$5` rows to fetch. `$visible` is the reader's clause,
+/// written out per reader rather than `$1 IS NULL OR client = $1`, and the cursor is a bound on `seq` even when
+/// absent (`below`: the largest `seq` then), never `$4 IS NULL OR seq < …`: so a prepared statement's generic
+/// plan walks `domain_events_client_seq_idx` (a client) or the primary key (a back office) backwards from the
+/// cursor and stops after a page, however deep the cursor is. A cursor the reader may not see reads nothing.
+macro_rules! feed_page {
+    ($visible:literal) => {
+        concat!(
+            "WITH c AS (SELECT seq FROM domain_events WHERE id = $4 AND ",
+            $visible,
+            "),
+                  k AS (SELECT $4::text IS NULL OR EXISTS (SELECT 1 FROM c) AS known,
+                               coalesce((SELECT seq FROM c), 9223372036854775807) AS below)
+             SELECT k.known, e.body
+               FROM k LEFT JOIN LATERAL (
+                   SELECT seq, body FROM domain_events
+                    WHERE ",
+            $visible,
+            "       AND k.known AND seq < k.below
+                      AND ($2::text IS NULL OR type = $2)
+                      AND ($3::timestamptz IS NULL OR created_at >= $3)
+                    ORDER BY seq DESC LIMIT $5) e ON true
+              ORDER BY e.seq DESC"
+        )
+    };
+}
+
+/// The page of the facts `reader` may see that `filter` selects, newest first (by `seq`, the order they were
+/// recorded in), older than the fact `starting_after` when given: at most `limit` (clamped to
+/// 1..=[`MAX_FEED_LIMIT`]). One statement; a cursor the reader may not see is [`FeedError::UnknownCursor`].
+///
+/// Pages are keyed by `seq`, never an offset: facts recorded while a reader pages do not shift its pages.
+pub async fn list_for_client<'c>(
+    conn: impl PgExecutor<'c>,
+    reader: Reader<'_>,
+    filter: &FeedFilter,
+    starting_after: Option<&str>,
+    limit: i64,
+) -> Result<FeedPage, FeedError> {
+    let limit = limit.clamp(1, MAX_FEED_LIMIT);
+    let (sql, client) = match reader {
+        Reader::Client(name) => (feed_page!("client = $1"), Some(name)),
+        // `$1` is NULL here; naming it keeps its type known to the statement.
+        Reader::Everything => (feed_page!("$1::text IS NULL"), None),
+    };
+    // One more than the page: whether it exists is `has_more`.
+    let rows: Vec<(bool, Option<Vec<u8>>)> = sqlx::query_as(sql)
+        .bind(client)
+        .bind(filter.ty.map(EventType::as_str))
+        .bind(filter.created_from)
+        .bind(starting_after)
+        .bind(limit + 1)
+        .fetch_all(conn)
+        .await?;
+    if rows.first().is_some_and(|(known, _)| !known) {
+        return Err(FeedError::UnknownCursor);
+    }
+    let mut bodies: Vec<Vec<u8>> = rows.into_iter().filter_map(|(_, body)| body).collect();
+    let has_more = bodies.len() as i64 > limit;
+    bodies.truncate(limit as usize);
+    Ok(FeedPage { bodies, has_more })
+}
+
+/// The body of the fact `id` if `reader` may see it (another client's is the same as none).
+pub async fn get_for_client<'c>(
+    conn: impl PgExecutor<'c>,
+    reader: Reader<'_>,
+    id: &str,
+) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    match reader {
+        Reader::Client(name) => {
+            sqlx::query_scalar("SELECT body FROM domain_events WHERE id = $1 AND client = $2")
+                .bind(id)
+                .bind(name)
+                .fetch_optional(conn)
+                .await
+        }
+        Reader::Everything => {
+            sqlx::query_scalar("SELECT body FROM domain_events WHERE id = $1")
+                .bind(id)
+                .fetch_optional(conn)
+                .await
+        }
+    }
+}
+
+/// Whether `id` has the shape of a fact's id ([`fact_id`]: `evt_` and 32 lowercase hex digits); any other text
+/// names no fact, and needs no query to say so.
+pub fn is_fact_id(id: &str) -> bool {
+    id.strip_prefix("evt_").is_some_and(|hex| {
+        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
 /// Number of facts recorded (all time); the replay tests compare it before and after.
 pub async fn count<'c>(conn: impl PgExecutor<'c>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM domain_events")
@@ -509,5 +703,28 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c == b'_'));
         }
         assert_eq!(EventType::parse("payment.refunded"), None);
+    }
+
+    #[test]
+    fn only_the_shape_of_a_fact_id_is_a_fact_id() {
+        assert!(is_fact_id(&fact_id(EventType::RefundApplied, "st/re_1")));
+        for not in [
+            "",
+            "evt_",
+            "evt_0123456789abcdef0123456789abcde",
+            "evt_0123456789abcdef0123456789abcdef0",
+            "evt_0123456789ABCDEF0123456789ABCDEF",
+            "evt_0123456789abcdef0123456789abcdeg",
+            "pi_0123456789abcdef0123456789abcdef",
+            "evt_0123456789abcdef0123456789abcd\u{e9}",
+        ] {
+            assert!(!is_fact_id(not), "{not:?}");
+        }
+    }
+
+    #[test]
+    fn an_owner_of_nothing_is_nobody() {
+        assert_eq!(Owner::client(None), Owner::Nobody);
+        assert_eq!(Owner::client(Some("shop")), Owner::Client("shop"));
     }
 }

@@ -9,7 +9,7 @@
 //! Every payment-related fact carries `payment_version`, the payment row's version after the change: a
 //! receiver that keeps the payment's state ignores a fact whose version is not above the one it holds.
 
-use hookline_core::domain_events::{self, EventType};
+use hookline_core::domain_events::{self, EventType, Owner};
 use serde::Serialize;
 use sqlx::PgConnection;
 
@@ -92,7 +92,11 @@ pub async fn payment(
     fact: &PaymentFact<'_>,
 ) -> Result<(), HandleError> {
     let subject = subject(fact.provider, fact.provider_payment_id);
-    domain_events::record(tx, ty, &subject, fact).await?;
+    let owner = Owner::PaymentOf {
+        provider: fact.provider,
+        payment_ref: fact.provider_payment_id,
+    };
+    domain_events::record(tx, ty, &subject, fact, owner).await?;
     Ok(())
 }
 
@@ -124,7 +128,12 @@ pub struct RefundFact<'a> {
 /// Records `refund.applied`.
 pub async fn refund(tx: &mut PgConnection, fact: &RefundFact<'_>) -> Result<(), HandleError> {
     let subject = subject(fact.provider, fact.provider_refund_id);
-    domain_events::record(tx, EventType::RefundApplied, &subject, fact).await?;
+    // A refund is its payment's client's, as the payment is.
+    let owner = Owner::PaymentOf {
+        provider: fact.provider,
+        payment_ref: fact.provider_payment_id,
+    };
+    domain_events::record(tx, EventType::RefundApplied, &subject, fact, owner).await?;
     Ok(())
 }
 
@@ -160,7 +169,12 @@ pub async fn dispute(
     fact: &DisputeFact<'_>,
 ) -> Result<(), HandleError> {
     let subject = subject(fact.provider, fact.provider_dispute_id);
-    domain_events::record(tx, ty, &subject, fact).await?;
+    // A dispute is about its payment: the client whose intent it paid sees it, as it sees the payment.
+    let owner = Owner::PaymentOf {
+        provider: fact.provider,
+        payment_ref: fact.provider_payment_id,
+    };
+    domain_events::record(tx, ty, &subject, fact, owner).await?;
     Ok(())
 }
 
@@ -189,6 +203,14 @@ pub async fn subscription_charged(
     fact: &SubscriptionFact<'_>,
 ) -> Result<(), HandleError> {
     let subject = format!("{}/{}", fact.subscription_id, fact.billing_cycle);
-    domain_events::record(tx, EventType::SubscriptionCharged, &subject, fact).await?;
+    // Subscriptions belong to no API client yet: a back office sees their facts.
+    domain_events::record(
+        tx,
+        EventType::SubscriptionCharged,
+        &subject,
+        fact,
+        Owner::Nobody,
+    )
+    .await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::PgConnection;
 
-use hookline_core::domain_events::EventType;
+use hookline_core::domain_events::{EventType, Owner};
 use hookline_core::handler::{BatchError, HandleError, OutcomeKind};
 
 use super::row::read_error;
@@ -97,7 +97,14 @@ struct Changes<'a> {
     /// `(payment id, event id, from, to)`.
     transitions: Vec<(i64, i64, PaymentStatus, PaymentStatus)>,
     /// The payment facts (`payment.succeeded`, …), in event order, with their event's trace.
-    facts: Vec<(EventType, String, serde_json::Value, Option<String>)>,
+    /// Each is owned by the client of the intent whose payment it is (looked up when it is recorded).
+    facts: Vec<(
+        EventType,
+        String,
+        serde_json::Value,
+        Option<String>,
+        Owner<'a>,
+    )>,
     /// Intents to complete.
     completed: Vec<crate::intents::Completed<'a>>,
     /// Captures to post.
@@ -277,9 +284,13 @@ fn step<'a>(
             error: HandleError::Permanent(anyhow::Error::new(e)),
         })?;
         let subject = crate::facts::subject(item.provider, &item.payment_ref);
+        let owner = Owner::PaymentOf {
+            provider: item.provider,
+            payment_ref: &item.payment_ref,
+        };
         changes
             .facts
-            .push((ty, subject, data, item.traceparent.clone()));
+            .push((ty, subject, data, item.traceparent.clone(), owner));
     }
     // A payment intent hookline dispatched (linked by the gateway's payment id) follows the final status.
     if let Some(intent) = item.status.intent_status() {

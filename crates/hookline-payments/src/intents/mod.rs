@@ -26,7 +26,7 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use hookline_core::domain_events::{self, EventType, RecordError};
+use hookline_core::domain_events::{self, EventType, Owner, RecordError};
 
 use crate::model::IntentStatus;
 use crate::params::PaymentParams;
@@ -999,6 +999,8 @@ async fn announce_if_completed(
             subscription_id: i.subscription_id.map(|id| id.to_string()),
             billing_cycle: i.billing_cycle.as_deref(),
         },
+        // The intent's client sees its facts; hookline's own intents (billing, the CLI) have none.
+        Owner::client(i.client.as_deref()),
     )
     .await?;
     if !now.is_final() {
