@@ -8,6 +8,7 @@
 //!
 //! It must never: decide a business effect; import payments or any other feature crate.
 
+pub mod address;
 pub mod config;
 pub mod deliver;
 pub mod destinations;
