@@ -139,6 +139,20 @@ pub enum ApiError {
     /// Anything else: a bug. The client sees an opaque 500; the log gets the cause chain.
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
+    /// No such webhook endpoint (for this client).
+    #[error("no such webhook endpoint")]
+    EndpointNotFound,
+    /// No such fact (that this client may see).
+    #[error("no such event")]
+    EventNotFound,
+    /// The client already has its most live webhook endpoints: 409 with the bound (delete one first).
+    #[error(
+        "this client already has {limit} webhook endpoints, the most it may have; delete one first"
+    )]
+    EndpointLimitReached {
+        /// The bound.
+        limit: i16,
+    },
 }
 
 impl std::fmt::Debug for ApiError {
@@ -193,6 +207,9 @@ impl ApiError {
             ApiError::NotFound => "not_found",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Unexpected(_) => "internal_error",
+            ApiError::EndpointNotFound => "endpoint_not_found",
+            ApiError::EventNotFound => "event_not_found",
+            ApiError::EndpointLimitReached { .. } => "webhook_endpoint_limit_reached",
         }
     }
 
@@ -240,6 +257,8 @@ impl ResponseError for ApiError {
             ApiError::IntentNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::EndpointNotFound | ApiError::EventNotFound => StatusCode::NOT_FOUND,
+            ApiError::EndpointLimitReached { .. } => StatusCode::CONFLICT,
         }
     }
 
@@ -291,6 +310,9 @@ impl ResponseError for ApiError {
             ApiError::IntentInFlight { status }
             | ApiError::IntentUnexpectedState { status, .. } => {
                 error["status"] = serde_json::Value::from(*status);
+            }
+            ApiError::EndpointLimitReached { limit } => {
+                error["limit"] = serde_json::Value::from(*limit);
             }
             _ => {}
         }

@@ -18,6 +18,7 @@
 
 mod auth;
 pub mod config;
+mod endpoints;
 mod error;
 mod idempotency;
 mod intents;
@@ -78,6 +79,10 @@ pub struct ApiState {
     body_read_timeout: Duration,
     /// How long a cancel or capture waits for the gateway's answer (`api.gateway_wait_ms`).
     gateway_wait: Duration,
+    /// `[api] allow_private_webhook_urls`: webhook endpoints may point at non-public addresses.
+    allow_private_webhook_urls: bool,
+    /// The clients configured with `all_events = true` (their endpoints receive every fact).
+    all_events_clients: std::collections::HashSet<String>,
 }
 
 impl ApiState {
@@ -132,6 +137,14 @@ enum Route {
     ListIntents,
     CreateRefund,
     Unknown,
+    CreateWebhookEndpoint,
+    GetWebhookEndpoint,
+    ListWebhookEndpoints,
+    UpdateWebhookEndpoint,
+    DeleteWebhookEndpoint,
+    RotateWebhookEndpointSecret,
+    ListWebhookDeliveries,
+    ResendEvent,
 }
 
 impl Route {
@@ -145,6 +158,14 @@ impl Route {
             Route::ListIntents => "list_payment_intents",
             Route::CreateRefund => "create_refund",
             Route::Unknown => "unknown",
+            Route::CreateWebhookEndpoint => "create_webhook_endpoint",
+            Route::GetWebhookEndpoint => "get_webhook_endpoint",
+            Route::ListWebhookEndpoints => "list_webhook_endpoints",
+            Route::UpdateWebhookEndpoint => "update_webhook_endpoint",
+            Route::DeleteWebhookEndpoint => "delete_webhook_endpoint",
+            Route::RotateWebhookEndpointSecret => "rotate_webhook_endpoint_secret",
+            Route::ListWebhookDeliveries => "list_webhook_deliveries",
+            Route::ResendEvent => "resend_event",
         }
     }
 }
@@ -269,6 +290,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/v1/payment_intents/{id}/refunds",
             web::post().to(intents::refund),
         )
+        .route("/v1/webhook_endpoints", web::post().to(endpoints::create))
+        .route("/v1/webhook_endpoints", web::get().to(endpoints::list))
+        .route("/v1/webhook_endpoints/{id}", web::get().to(endpoints::get))
+        .route(
+            "/v1/webhook_endpoints/{id}",
+            web::post().to(endpoints::update),
+        )
+        .route(
+            "/v1/webhook_endpoints/{id}",
+            web::delete().to(endpoints::delete),
+        )
+        .route(
+            "/v1/webhook_endpoints/{id}/rotate_secret",
+            web::post().to(endpoints::rotate_secret),
+        )
+        .route(
+            "/v1/webhook_endpoints/{id}/deliveries",
+            web::get().to(endpoints::deliveries),
+        )
+        .route("/v1/events/{id}/resend", web::post().to(endpoints::resend))
         .default_service(web::to(not_found));
 }
 
@@ -311,6 +352,8 @@ pub fn start(
         db_timeout: edge.db_timeout,
         body_read_timeout: edge.body_read_timeout,
         gateway_wait: api.gateway_wait,
+        allow_private_webhook_urls: api.allow_private_webhook_urls,
+        all_events_clients: state_clients_all_events(api).into_iter().collect(),
     });
     let server = hookline_web::serve(
         move || {
@@ -325,7 +368,14 @@ pub fn start(
     let handle = server.handle();
     let prune = CancellationToken::new();
     spawn_pruning(pool.clone(), api.idempotency_window, supervisor, &prune);
-    spawn_expiry(pool, api.intent_expiry, supervisor, &prune);
+    spawn_expiry(pool.clone(), api.intent_expiry, supervisor, &prune);
+    endpoints::spawn_refresh(
+        pool,
+        state_clients_all_events(api),
+        api.allow_private_webhook_urls,
+        supervisor,
+        &prune,
+    );
     tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
     Ok(ApiServer {
         port,
@@ -333,6 +383,15 @@ pub fn start(
         handle,
         prune,
     })
+}
+
+/// The names of the clients configured with `all_events = true`.
+fn state_clients_all_events(api: &ApiConfig) -> Vec<String> {
+    api.clients
+        .iter()
+        .filter(|c| c.all_events)
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, and asks the
