@@ -917,3 +917,50 @@ async fn concurrent_creates_never_pass_the_bound() {
     let refused = answers.iter().filter(|a| a.status == 409).count();
     assert_eq!((made, refused), (6, 10), "{answers:?}");
 }
+
+/// Through the whole pipeline: `shop`'s intent succeeds at the sandboxed gateway (the real dispatcher), and the
+/// back office's endpoint subscribed to `payment_intent.succeeded` receives that fact, signed with its secret (the
+/// reference verifier, `hookline-signature`). A back office sees every fact, whoever owns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_intent_that_succeeds_reaches_the_back_offices_endpoint() {
+    let gw = crate::merchant_api::Gatewayed::start_with(&api_section(true)).await;
+    let api = &gw.api;
+    let hooks = Hooks::start(None);
+    let delivery = start_delivery(api, "", None);
+    let (_, secret) = endpoint(
+        api,
+        KEY_BACK,
+        &format!("{}/hooks/back", hooks.base),
+        json!(["payment_intent.succeeded"]),
+    )
+    .await;
+    let created = api
+        .create("we-intent-1", &crate::merchant_api::order(2000))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let intent = created.json()["id"].as_str().unwrap().to_owned();
+    let got = hooks.wait("/hooks/back", 1).await;
+    let body: Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(body["type"], "payment_intent.succeeded", "{body}");
+    assert_eq!(body["data"]["intent_id"], intent.as_str(), "{body}");
+    let headers: Vec<(&str, &[u8])> = got[0]
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let verified = hookline_signature::Verifier {
+        scheme: hookline_signature::Scheme::StandardWebhooks,
+        secrets: &[secret.as_bytes()],
+        tolerance_secs: None,
+        now_unix: hookline_tests::now(),
+    }
+    .verify(&hookline_signature::Request {
+        headers: &headers,
+        query: "",
+        body: got[0].body.as_bytes(),
+    });
+    assert!(verified.is_ok(), "{verified:?}");
+    stop_delivery(delivery).await;
+    hooks.stop().await;
+    gw.stop().await;
+}

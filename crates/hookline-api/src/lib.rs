@@ -353,7 +353,7 @@ pub fn start(
         body_read_timeout: edge.body_read_timeout,
         gateway_wait: api.gateway_wait,
         allow_private_webhook_urls: api.allow_private_webhook_urls,
-        all_events_clients: state_clients_all_events(api).into_iter().collect(),
+        all_events_clients: all_events_clients(api).into_iter().collect(),
     });
     let server = hookline_web::serve(
         move || {
@@ -371,7 +371,7 @@ pub fn start(
     spawn_expiry(pool.clone(), api.intent_expiry, supervisor, &prune);
     endpoints::spawn_refresh(
         pool,
-        state_clients_all_events(api),
+        all_events_clients(api),
         api.allow_private_webhook_urls,
         supervisor,
         &prune,
@@ -386,7 +386,7 @@ pub fn start(
 }
 
 /// The names of the clients configured with `all_events = true`.
-fn state_clients_all_events(api: &ApiConfig) -> Vec<String> {
+fn all_events_clients(api: &ApiConfig) -> Vec<String> {
     api.clients
         .iter()
         .filter(|c| c.all_events)

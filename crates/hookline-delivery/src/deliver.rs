@@ -268,7 +268,8 @@ impl Delivery {
         }
     }
 
-    /// Where this round sends: `None` while the destination is not usable (disabled, removed).
+    /// Where this round sends, or what the loop does instead while the destination is not usable (disabled,
+    /// removed).
     async fn target(&self, name: &str, source: &Source) -> anyhow::Result<Result<Target, Next>> {
         let idle = Next::Pause(self.settings.poll_interval * 4);
         match source {

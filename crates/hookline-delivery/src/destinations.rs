@@ -2,8 +2,11 @@
 //! delivery is doing. This module owns those tables' SQL.
 //!
 //! - The configuration's `[[destinations]]` are written to `destinations` at start ([`sync`]); the fan-out in
-//!   [`hookline_core::domain_events::record`] reads that table. Secrets are never stored here: they stay in the
-//!   configuration.
+//!   [`hookline_core::domain_events::record`] reads that table. Their secrets are never stored here: they stay in
+//!   the configuration.
+//! - The webhook endpoints merchants make through the API are rows of the same table with a `client` (their
+//!   secrets live here: no configuration holds them): [`create_endpoint`] and its siblings, every statement scoped
+//!   to the owning client. The fan-out gives such an endpoint only the facts its client may see.
 //! - One `domain_deliveries` row per (destination, fact) carries its own status, attempts and schedule: a slow
 //!   or failing destination only delays its own rows. Delivery loops claim due rows with a lease
 //!   ([`claim_due`], `FOR UPDATE SKIP LOCKED`), send, and record the outcome ([`record_attempt`]) only if the
