@@ -964,3 +964,74 @@ async fn an_intent_that_succeeds_reaches_the_back_offices_endpoint() {
     hooks.stop().await;
     gw.stop().await;
 }
+
+/// The operator sees the merchants' endpoints in `hookline destinations status` (with their client), but one its
+/// merchant disabled does not make the operator's check fail; an operator's own disabled destination still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_merchant_endpoints_without_failing_its_check() {
+    let api = Api::spawn_with(&api_section(true)).await;
+    let (id, _) = endpoint(&api, KEY_ONE, "http://127.0.0.1:9/hooks", json!(["*"])).await;
+    let off = api
+        .post(
+            &format!("/v1/webhook_endpoints/{id}"),
+            Some(KEY_ONE),
+            None,
+            r#"{"disabled": true}"#,
+        )
+        .await;
+    assert_eq!(off.json()["status"], "disabled", "{off:?}");
+    let dir = std::env::temp_dir().join(format!("hookline-we-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hookline.toml");
+    std::fs::write(&path, test_config_toml(&api.db.url, "", "")).unwrap();
+    let status = || {
+        hookline_tests::output_within(
+            WAIT,
+            std::process::Command::new(hookline_tests::binary("hookline"))
+                .arg("--config")
+                .arg(&path)
+                .args(["destinations", "status", "--json"]),
+        )
+    };
+    let out = status();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let row = v["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == id.as_str())
+        .cloned()
+        .expect("the endpoint is listed");
+    assert_eq!(row["client"], "shop");
+    assert_eq!(row["state"], "disabled");
+    assert_eq!(row["needs_attention"], false);
+
+    hookline_delivery::destinations::sync(
+        &api.db.pool,
+        &[hookline_delivery::destinations::Declared {
+            name: "erp",
+            url: "http://127.0.0.1:9/erp",
+            events: &["*".to_owned()],
+        }],
+    )
+    .await
+    .unwrap();
+    hookline_delivery::destinations::set_disabled(&api.db.pool, "erp", Some("maintenance"))
+        .await
+        .unwrap();
+    assert_eq!(
+        status().status.code(),
+        Some(1),
+        "the operator's own destination counts"
+    );
+    // The sync left the API endpoint alone.
+    let still: bool =
+        sqlx::query_scalar("SELECT removed_at IS NULL FROM destinations WHERE name = $1")
+            .bind(&id)
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert!(still, "sync touches only the operator's rows");
+    let _ = std::fs::remove_dir_all(&dir);
+}

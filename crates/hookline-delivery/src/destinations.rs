@@ -353,6 +353,8 @@ pub struct Status {
     pub last_failure_status: Option<i16>,
     /// Error of the last failed attempt.
     pub last_failure_error: Option<String>,
+    /// The API client owning it (a webhook endpoint made through the API), `None` for the operator's.
+    pub client: Option<String>,
 }
 
 /// Every known destination's figures, by name.
@@ -363,7 +365,7 @@ pub async fn status<'c>(conn: impl PgExecutor<'c>) -> Result<Vec<Status>, sqlx::
                 coalesce(c.dead, 0) AS dead, coalesce(c.delivered, 0) AS delivered,
                 coalesce(c.oldest_pending_secs, 0) AS oldest_pending_secs,
                 c.last_success_at, f.at AS last_failure_at, f.http_status AS last_failure_status,
-                f.error AS last_failure_error
+                f.error AS last_failure_error, d.client
            FROM destinations d
            LEFT JOIN LATERAL (
                SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
