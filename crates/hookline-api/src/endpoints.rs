@@ -133,7 +133,11 @@ pub async fn create(
         };
         let description = description(&m)?.flatten();
         let op = Operation::CreateWebhookEndpoint(Box::new(CreateEndpoint {
-            id: format!("we_{}", hex::encode(random::<16>())),
+            id: format!(
+                "{}{}",
+                destinations::ENDPOINT_ID_PREFIX,
+                hex::encode(random::<16>())
+            ),
             url,
             events,
             description,

@@ -540,6 +540,9 @@ pub async fn redeliver(
 // endpoint is simply not found. A deleted endpoint keeps its row (its delivery history) with `removed_at` set, its
 // slot freed and its secrets wiped.
 
+/// How the id of an endpoint made through the API starts (`we_` + 32 hex); refused as a configured name.
+pub const ENDPOINT_ID_PREFIX: &str = "we_";
+
 /// Most live endpoints one API client may have (the `slot` column's range).
 pub const MAX_ENDPOINTS_PER_CLIENT: i16 = 16;
 
