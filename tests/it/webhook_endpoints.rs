@@ -275,12 +275,14 @@ async fn a_fact_verifies_with_the_returned_secret_and_a_rotation_overlaps() {
     assert_eq!(got[0].headers["webhook-id"], fact);
     wait_delivered(&api.db.pool, &id, &fact).await;
 
+    // A short overlap, long enough for one resend to be delivered inside it on a loaded machine (the request is
+    // checked to carry two signatures); its end is then waited for, with a deadline.
     let rotated = api
         .post(
             &format!("/v1/webhook_endpoints/{id}/rotate_secret"),
             Some(KEY_BACK),
             None,
-            r#"{"expires_in_secs": 4}"#,
+            r#"{"expires_in_secs": 8}"#,
         )
         .await;
     assert_eq!(rotated.status, 200, "{rotated:?}");
