@@ -57,4 +57,5 @@ mod purge;
 mod redelivery;
 mod sdk;
 mod traces;
+mod webhook_endpoints;
 mod worker_crash;

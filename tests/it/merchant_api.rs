@@ -65,7 +65,7 @@ impl Api {
         Api::spawn_with(&clients_section()).await
     }
 
-    async fn spawn_with(api_section: &str) -> Api {
+    pub(crate) async fn spawn_with(api_section: &str) -> Api {
         let db = TestDb::new().await;
         let (edge, api) = start_edge(&db.url, api_section, PROVIDERS).await;
         Api::on(db, edge, api)
@@ -89,7 +89,7 @@ impl Api {
     }
 
     /// The same database behind an edge restarted with another `[api]` section.
-    async fn restart(self, api_section: &str) -> Api {
+    pub(crate) async fn restart(self, api_section: &str) -> Api {
         let (edge, api) = start_edge(&self.db.url, api_section, PROVIDERS).await;
         Api { edge, api, ..self }
     }
@@ -137,6 +137,15 @@ impl Api {
 
     pub(crate) async fn get(&self, path: &str, auth: Option<&str>) -> Answer {
         let mut req = self.client.get(format!("{}{path}", self.api));
+        if let Some(auth) = auth {
+            req = req.header("authorization", format!("Bearer {auth}"));
+        }
+        Answer::of(req.send().await.expect("request reaches the API")).await
+    }
+
+    /// `DELETE {path}` on the API.
+    pub(crate) async fn delete(&self, path: &str, auth: Option<&str>) -> Answer {
+        let mut req = self.client.delete(format!("{}{path}", self.api));
         if let Some(auth) = auth {
             req = req.header("authorization", format!("Bearer {auth}"));
         }

@@ -148,6 +148,17 @@ pub enum ApiError {
     /// Anything else: a bug. The client sees an opaque 500; the log gets the cause chain.
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
+    /// No such webhook endpoint (for this client).
+    #[error("no such webhook endpoint")]
+    EndpointNotFound,
+    /// The client already has its most live webhook endpoints: 409 with the bound (delete one first).
+    #[error(
+        "this client already has {limit} webhook endpoints, the most it may have; delete one first"
+    )]
+    EndpointLimitReached {
+        /// The bound.
+        limit: i16,
+    },
 }
 
 impl std::fmt::Debug for ApiError {
@@ -204,6 +215,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Unexpected(_) => "internal_error",
+            ApiError::EndpointNotFound => "endpoint_not_found",
+            ApiError::EndpointLimitReached { .. } => "webhook_endpoint_limit_reached",
         }
     }
 
@@ -254,6 +267,8 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::EndpointNotFound => StatusCode::NOT_FOUND,
+            ApiError::EndpointLimitReached { .. } => StatusCode::CONFLICT,
         }
     }
 
@@ -288,6 +303,7 @@ impl ResponseError for ApiError {
             param: None,
             intent: None,
             status: None,
+            limit: None,
         };
         match self {
             ApiError::InvalidField { param, .. }
@@ -312,6 +328,9 @@ impl ResponseError for ApiError {
             ApiError::IntentInFlight { status }
             | ApiError::IntentUnexpectedState { status, .. } => {
                 error.status = Some(status);
+            }
+            ApiError::EndpointLimitReached { limit } => {
+                error.limit = Some(i64::from(*limit));
             }
             _ => {}
         }
@@ -350,6 +369,9 @@ pub struct ErrorDetail {
     /// The payment intent's status (`intent_in_flight`, `payment_intent_unexpected_state`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<&'static str>,
+    /// The bound reached (`webhook_endpoint_limit_reached`: the most endpoints a client may have).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
 }
 
 /// The error `type`s (the OpenAPI schema `ErrorType`: exactly what [`ApiError::kind`] answers).

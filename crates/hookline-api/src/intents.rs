@@ -475,7 +475,7 @@ fn path_id(id: String) -> Result<String, ApiError> {
 }
 
 /// The body as a JSON object whose every key and string is storable (no NUL).
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => {
             // Field "" so the error's param is the JSON pointer of the string: `/customer` → `customer`.
@@ -489,7 +489,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// Unknown fields are refused (a typo must not silently drop a setting).
-fn refuse_unknown(m: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
+pub(crate) fn refuse_unknown(m: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match m.keys().find(|k| !allowed.contains(&k.as_str())) {
         None => Ok(()),
         Some(k) => {

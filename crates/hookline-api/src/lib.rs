@@ -18,6 +18,7 @@
 
 mod auth;
 pub mod config;
+mod endpoints;
 mod error;
 mod events;
 mod idempotency;
@@ -80,6 +81,10 @@ pub struct ApiState {
     body_read_timeout: Duration,
     /// How long a cancel or capture waits for the gateway's answer (`api.gateway_wait_ms`).
     gateway_wait: Duration,
+    /// `[api] allow_private_webhook_urls`: webhook endpoints may point at non-public addresses.
+    allow_private_webhook_urls: bool,
+    /// The clients configured with `all_events = true` (their endpoints receive every fact).
+    all_events_clients: std::collections::HashSet<String>,
 }
 
 impl ApiState {
@@ -136,6 +141,14 @@ enum Route {
     ListEvents,
     GetEvent,
     Unknown,
+    CreateWebhookEndpoint,
+    GetWebhookEndpoint,
+    ListWebhookEndpoints,
+    UpdateWebhookEndpoint,
+    DeleteWebhookEndpoint,
+    RotateWebhookEndpointSecret,
+    ListWebhookDeliveries,
+    ResendEvent,
 }
 
 impl Route {
@@ -151,6 +164,14 @@ impl Route {
             Route::ListEvents => "list_events",
             Route::GetEvent => "get_event",
             Route::Unknown => "unknown",
+            Route::CreateWebhookEndpoint => "create_webhook_endpoint",
+            Route::GetWebhookEndpoint => "get_webhook_endpoint",
+            Route::ListWebhookEndpoints => "list_webhook_endpoints",
+            Route::UpdateWebhookEndpoint => "update_webhook_endpoint",
+            Route::DeleteWebhookEndpoint => "delete_webhook_endpoint",
+            Route::RotateWebhookEndpointSecret => "rotate_webhook_endpoint_secret",
+            Route::ListWebhookDeliveries => "list_webhook_deliveries",
+            Route::ResendEvent => "resend_event",
         }
     }
 }
@@ -294,6 +315,32 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/events", &[Method::GET]).route(web::get().to(events::list)))
     .service(resource("/v1/events/{id}", &[Method::GET]).route(web::get().to(events::get)))
+    .service(
+        resource("/v1/events/{id}/resend", &[Method::POST])
+            .route(web::post().to(endpoints::resend)),
+    )
+    .service(
+        resource("/v1/webhook_endpoints", &[Method::GET, Method::POST])
+            .route(web::post().to(endpoints::create))
+            .route(web::get().to(endpoints::list)),
+    )
+    .service(
+        resource(
+            "/v1/webhook_endpoints/{id}",
+            &[Method::GET, Method::POST, Method::DELETE],
+        )
+        .route(web::get().to(endpoints::get))
+        .route(web::post().to(endpoints::update))
+        .route(web::delete().to(endpoints::delete)),
+    )
+    .service(
+        resource("/v1/webhook_endpoints/{id}/rotate_secret", &[Method::POST])
+            .route(web::post().to(endpoints::rotate_secret)),
+    )
+    .service(
+        resource("/v1/webhook_endpoints/{id}/deliveries", &[Method::GET])
+            .route(web::get().to(endpoints::deliveries)),
+    )
     .default_service(web::to(not_found));
 }
 
@@ -352,6 +399,8 @@ pub fn start(
         db_timeout: edge.db_timeout,
         body_read_timeout: edge.body_read_timeout,
         gateway_wait: api.gateway_wait,
+        allow_private_webhook_urls: api.allow_private_webhook_urls,
+        all_events_clients: all_events_clients(api).into_iter().collect(),
     });
     let server = hookline_web::serve(
         move || {
@@ -366,7 +415,14 @@ pub fn start(
     let handle = server.handle();
     let prune = CancellationToken::new();
     spawn_pruning(pool.clone(), api.idempotency_window, supervisor, &prune);
-    spawn_expiry(pool, api.intent_expiry, supervisor, &prune);
+    spawn_expiry(pool.clone(), api.intent_expiry, supervisor, &prune);
+    endpoints::spawn_refresh(
+        pool,
+        all_events_clients(api),
+        api.allow_private_webhook_urls,
+        supervisor,
+        &prune,
+    );
     tracing::info!(listen = %api.listen, port, clients = api.clients.len(), "merchant API listening");
     Ok(ApiServer {
         port,
@@ -374,6 +430,15 @@ pub fn start(
         handle,
         prune,
     })
+}
+
+/// The names of the clients configured with `all_events = true`.
+fn all_events_clients(api: &ApiConfig) -> Vec<String> {
+    api.clients
+        .iter()
+        .filter(|c| c.all_events)
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, and asks the

@@ -52,6 +52,8 @@ pub enum Operation {
         /// Why.
         reason: String,
     },
+    /// Make a webhook endpoint (`POST /v1/webhook_endpoints` with an `Idempotency-Key`).
+    CreateWebhookEndpoint(Box<crate::endpoints::CreateEndpoint>),
 }
 
 /// A validated `POST /v1/payment_intents` body.
@@ -216,6 +218,9 @@ impl Operation {
                         status: "requires_dispatch",
                     },
                 )
+            }
+            Operation::CreateWebhookEndpoint(c) => {
+                crate::endpoints::execute_create(tx, client, &c).await
             }
         }
     }

@@ -234,8 +234,11 @@ async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> 
         }
     }
     let max_age = args.max_age.as_secs_f64();
+    // A merchant's own endpoint (made through the API) failing or disabled is the merchant's to fix (it sees its
+    // deliveries through the API): listed, but it does not make the operator's check fail.
     let needs_attention = |d: &destinations::Status| {
         d.removed_at.is_none()
+            && d.client.is_none()
             && (d.dead > 0 || d.disabled_at.is_some() || d.oldest_pending_secs > max_age)
     };
     let attention = all.iter().any(needs_attention);
@@ -244,7 +247,7 @@ async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> 
             .iter()
             .map(|d| {
                 serde_json::json!({
-                    "name": d.name, "state": state(d), "url": redacted_url(&d.url),
+                    "name": d.name, "client": d.client, "state": state(d), "url": redacted_url(&d.url),
                     "pending": d.pending, "failing": d.failing, "dead": d.dead, "delivered": d.delivered,
                     "oldest_pending_secs": d.oldest_pending_secs,
                     "last_success_at": d.last_success_at.map(rfc3339),

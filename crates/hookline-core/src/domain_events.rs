@@ -288,7 +288,10 @@ pub async fn record_many<D: Serialize>(
          fanout AS (
              INSERT INTO domain_deliveries (destination, event_seq)
              SELECT d.name, ev.seq FROM ev JOIN destinations d
-                 ON d.removed_at IS NULL AND (ev.type = ANY (d.events) OR '*' = ANY (d.events)))
+                 ON d.removed_at IS NULL AND (ev.type = ANY (d.events) OR '*' = ANY (d.events))
+                -- The operator's destinations get every subscribed fact; an API client's endpoint only what its
+                -- client may see (its own facts, or all of them for a back office: `all_events`).
+                AND (d.client IS NULL OR d.all_events OR d.client = ev.client))
          SELECT count(*) FROM ev",
     )
     .bind(&ids)

@@ -30,14 +30,20 @@ pub fn client(
     connect_timeout: Duration,
     request_timeout: Duration,
 ) -> anyhow::Result<reqwest::Client> {
+    builder(connect_timeout, request_timeout)
+        .build()
+        .context("build the outbound HTTP client")
+}
+
+/// [`client`]'s settings, not yet built: for a caller that adds to them (the delivery to merchant-made webhook
+/// endpoints adds a resolver that refuses non-public addresses). Nothing added may undo them.
+pub fn builder(connect_timeout: Duration, request_timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(connect_timeout)
         .timeout(request_timeout)
         .user_agent(USER_AGENT)
-        .build()
-        .context("build the outbound HTTP client")
 }
 
 /// `Location` of a redirect answer, for the reason recorded with it: scheme, host, port and path only (a

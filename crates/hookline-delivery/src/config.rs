@@ -245,6 +245,18 @@ fn destinations(
                 format!("'{name}' is declared twice"),
             ));
         }
+        // The ids of the webhook endpoints merchants make through the API share the `destinations` table's names:
+        // a configured destination never takes one (it would sign with the configuration's secrets for the
+        // endpoint's deliveries).
+        if name.starts_with(crate::destinations::ENDPOINT_ID_PREFIX) {
+            return Err(ConfigError::invalid(
+                at("name"),
+                format!(
+                    "names starting with '{}' are the merchant API's webhook endpoints",
+                    crate::destinations::ENDPOINT_ID_PREFIX
+                ),
+            ));
+        }
         let text = d
             .url
             .ok_or_else(|| ConfigError::invalid(at("url"), "is required"))?;
@@ -403,6 +415,11 @@ mod tests {
         .starts_with("destinations[0].events: 'payment.nope' is not an event type"));
         assert!(err(destinations(&format!("{}{}", one(""), one("")), &env))
             .starts_with("destinations[1].name: 'shop' is declared twice"));
+        assert!(err(destinations(
+            &one("").replace("name = \"shop\"", "name = \"we_shop\""),
+            &env
+        ))
+        .starts_with("destinations[0].name: names starting with 'we_'"));
         assert!(err(destinations(
             &one("").replace("https://shop.example", "ftp://shop.example"),
             &env

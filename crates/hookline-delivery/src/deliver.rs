@@ -21,16 +21,24 @@
 //! - **Bounded**: the whole attempt has `timeout`, redirects are not followed (the URL is the contract), at
 //!   most `max_response_bytes` of an answer are read and 1 KiB recorded. Transport errors are recorded without
 //!   the URL (it may carry a token).
+//! - **The merchant's own endpoints** (made through the API: rows of `destinations` with a `client`) get the
+//!   same loops, found in the table every few seconds ([`Delivery::run`]); each round reads the endpoint's URL
+//!   and secrets afresh (they change through the API), the previous secret signing too while its rotation
+//!   overlap lasts. Unless the endpoint's row allows private addresses, its requests go through a client whose
+//!   resolver drops every non-public address ([`crate::address`]) and a literal address is checked before
+//!   sending: the address actually connected to is the one judged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::address::{self, GuardedResolver, Lookups, SystemLookups};
 use crate::config::{destinations_from_config, DeliveryConfig, DestinationConfig};
 use crate::destinations::{self, Answer, AttemptOutcome, Declared, Due};
 use anyhow::Context;
 use hookline_core::telemetry;
 use hookline_core::Config;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
@@ -65,13 +73,43 @@ pub const TASK: &str = "delivery";
 /// Characters of an answer kept in `domain_delivery_attempts`.
 const RECORDED_CHARS: usize = 1024;
 
-/// The delivery of domain events to every configured destination.
+/// The delivery of domain events to every configured destination and every endpoint made through the API.
 #[derive(Clone)]
 pub struct Delivery {
     pool: PgPool,
     http: reqwest::Client,
+    /// For API endpoints whose row does not allow private addresses: resolves through [`GuardedResolver`].
+    guarded: reqwest::Client,
     settings: DeliveryConfig,
     destinations: Arc<HashMap<String, DestinationConfig>>,
+}
+
+/// What one loop delivers to.
+#[derive(Clone)]
+enum Source {
+    /// An operator's `[[destinations]]` entry: URL and secrets from the configuration.
+    Configured(DestinationConfig),
+    /// An endpoint made through the API: URL and secrets read from its row each round.
+    Api,
+}
+
+/// Where one round sends, and how it signs.
+struct Target {
+    url: url::Url,
+    /// Newest first; each signs every request.
+    secrets: Vec<SecretString>,
+    /// The address policy applies (an API endpoint made without `allow_private_webhook_urls`).
+    guarded: bool,
+}
+
+/// What a round tells its loop.
+enum Next {
+    /// Pause this long.
+    Pause(Duration),
+    /// Go on at once: there may be more due.
+    Now,
+    /// The endpoint was deleted: the loop ends (its queued deliveries stay, as history).
+    Stop,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -95,9 +133,11 @@ impl Delivery {
             settings.timeout,
         )
         .context("build the delivery HTTP client")?;
+        let guarded = guarded_client(&settings, Arc::new(SystemLookups))?;
         Ok(Delivery {
             pool,
             http,
+            guarded,
             settings,
             destinations: Arc::new(
                 destinations_from_config(config, &hookline_core::config::ProcessEnv)?
@@ -106,6 +146,13 @@ impl Delivery {
                     .collect(),
             ),
         })
+    }
+
+    /// The same delivery, the API endpoints' names resolved through `lookups` (tests play a DNS answer that changes
+    /// after an endpoint was validated).
+    pub fn with_lookups(mut self, lookups: Arc<dyn Lookups>) -> anyhow::Result<Delivery> {
+        self.guarded = guarded_client(&self.settings, lookups)?;
+        Ok(self)
     }
 
     /// Writes the configured destinations to the `destinations` table (the fan-out reads it).
@@ -121,50 +168,87 @@ impl Delivery {
 
     /// Runs every destination's loop until `cancel`. Returns an error (the supervisor restarts it) when the
     /// destinations cannot be synced or a loop panicked.
+    /// The API endpoints made since this process started are found in the table every `discovery_interval` and get
+    /// their own loop; a deleted one's loop ends.
     pub async fn run(&self, cancel: CancellationToken) -> anyhow::Result<()> {
         self.sync()
             .await
             .context("sync [[destinations]] to the database")?;
         let loops = cancel.child_token();
         let mut set = JoinSet::new();
-        for name in self.destinations.keys() {
+        let mut running: HashSet<String> = HashSet::new();
+        for (name, config) in self.destinations.iter() {
             let (this, name, cancel) = (self.clone(), name.clone(), loops.clone());
-            set.spawn(async move { this.destination_loop(&name, cancel).await });
+            running.insert(name.clone());
+            let source = Source::Configured(config.clone());
+            set.spawn(async move { this.destination_loop(&name, source, cancel).await });
         }
         tracing::info!(
             destinations = self.destinations.len(),
             "delivering domain events"
         );
+        let mut discovery = tokio::time::interval(self.discovery_interval());
+        discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                Some(joined) = set.join_next(), if !set.is_empty() => {
+                    if let Err(e) = joined {
+                        // A panicking loop takes the others down with it, and the supervisor restarts them all
+                        // (their claimed deliveries' leases expire and are sent again with the same webhook-id).
+                        loops.cancel();
+                        set.shutdown().await;
+                        return Err(anyhow::anyhow!("a destination loop stopped: {e}"));
+                    }
+                }
+                _ = discovery.tick() => match destinations::live_endpoints(&self.pool).await {
+                    Ok(names) => {
+                        for name in names {
+                            if running.insert(name.clone()) {
+                                let (this, cancel) = (self.clone(), loops.clone());
+                                set.spawn(async move { this.destination_loop(&name, Source::Api, cancel).await });
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        error.cause_chain = %format!("{e:#}"),
+                        "delivery: cannot list the API's webhook endpoints; retrying"
+                    ),
+                },
+            }
+        }
         while let Some(joined) = set.join_next().await {
             if let Err(e) = joined {
-                // A panicking loop takes the others down with it, and the supervisor restarts them all (their
-                // claimed deliveries' leases expire and are sent again with the same webhook-id).
-                loops.cancel();
-                set.shutdown().await;
                 return Err(anyhow::anyhow!("a destination loop stopped: {e}"));
             }
         }
         Ok(())
     }
 
-    async fn destination_loop(&self, name: &str, cancel: CancellationToken) {
-        let Some(config) = self.destinations.get(name).cloned() else {
-            return;
-        };
+    /// How often the table is read for new API endpoints: a few polls, between 200 ms and 5 s.
+    fn discovery_interval(&self) -> Duration {
+        (self.settings.poll_interval * 4).clamp(Duration::from_millis(200), Duration::from_secs(5))
+    }
+
+    async fn destination_loop(&self, name: &str, source: Source, cancel: CancellationToken) {
         let mut breaker = Breaker::new(
             self.settings.breaker_threshold,
             self.settings.breaker_cooldown,
         );
         let mut db_pause = self.settings.poll_interval;
         while !cancel.is_cancelled() {
-            let pause = match self.round(&config, &mut breaker).await {
-                Ok(Some(pause)) => {
+            let pause = match self.round(name, &source, &mut breaker).await {
+                Ok(Next::Pause(pause)) => {
                     db_pause = self.settings.poll_interval;
                     pause
                 }
-                Ok(None) => {
+                Ok(Next::Now) => {
                     db_pause = self.settings.poll_interval;
                     continue;
+                }
+                Ok(Next::Stop) => {
+                    tracing::info!(destination = %name, "webhook endpoint deleted: its delivery loop ends");
+                    return;
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -184,27 +268,73 @@ impl Delivery {
         }
     }
 
-    /// One round for one destination: returns how long to pause (`None`: go on at once, there may be more).
+    /// Where this round sends, or what the loop does instead while the destination is not usable (disabled,
+    /// removed).
+    async fn target(&self, name: &str, source: &Source) -> anyhow::Result<Result<Target, Next>> {
+        let idle = Next::Pause(self.settings.poll_interval * 4);
+        match source {
+            Source::Configured(config) => {
+                let state = destinations::get(&self.pool, name)
+                    .await
+                    .context("read the destination's state")?;
+                let usable = state
+                    .as_ref()
+                    .is_some_and(|s| s.disabled_at.is_none() && s.removed_at.is_none());
+                if !usable {
+                    // Disabled (410 Gone or an operator): its deliveries wait until `hookline destinations enable`.
+                    return Ok(Err(idle));
+                }
+                Ok(Ok(Target {
+                    url: config.url.clone(),
+                    secrets: config.secrets.clone(),
+                    guarded: false,
+                }))
+            }
+            Source::Api => {
+                let Some(t) = destinations::endpoint_target(&self.pool, name)
+                    .await
+                    .context("read the webhook endpoint")?
+                else {
+                    return Ok(Err(Next::Stop));
+                };
+                if t.removed {
+                    return Ok(Err(Next::Stop));
+                }
+                // Disabled (by its client, an operator or a 410): its deliveries wait until it is enabled.
+                let (false, Some(secret)) = (t.disabled, t.secret) else {
+                    return Ok(Err(idle));
+                };
+                let Ok(url) = url::Url::parse(&t.url) else {
+                    // The API validated it; a row that does not parse is left waiting, loudly.
+                    tracing::warn!(destination = %name, "webhook endpoint URL does not parse; not delivering");
+                    return Ok(Err(idle));
+                };
+                let mut secrets = vec![SecretString::from(secret)];
+                secrets.extend(t.previous_secret.map(SecretString::from));
+                Ok(Ok(Target {
+                    url,
+                    secrets,
+                    guarded: !t.allow_private,
+                }))
+            }
+        }
+    }
+
+    /// One round for one destination: what its loop does next.
     async fn round(
         &self,
-        config: &DestinationConfig,
+        name: &str,
+        source: &Source,
         breaker: &mut Breaker,
-    ) -> anyhow::Result<Option<Duration>> {
-        let name = config.name.as_str();
-        let state = destinations::get(&self.pool, name)
-            .await
-            .context("read the destination's state")?;
-        let usable = state
-            .as_ref()
-            .is_some_and(|s| s.disabled_at.is_none() && s.removed_at.is_none());
-        if !usable {
-            // Disabled (410 Gone or an operator): its deliveries wait until `hookline destinations enable`.
-            return Ok(Some(self.settings.poll_interval * 4));
-        }
+    ) -> anyhow::Result<Next> {
+        let target = match self.target(name, source).await? {
+            Ok(target) => target,
+            Err(next) => return Ok(next),
+        };
         let trial = match breaker.state(Instant::now()) {
             BreakerState::Open { wait } => {
                 metrics::gauge!(metric::CIRCUIT_OPEN, "destination" => name.to_owned()).set(1.0);
-                return Ok(Some(wait.min(self.settings.poll_interval * 4)));
+                return Ok(Next::Pause(wait.min(self.settings.poll_interval * 4)));
             }
             BreakerState::HalfOpen => true,
             BreakerState::Closed => false,
@@ -218,7 +348,7 @@ impl Delivery {
         };
         // Fault tests: `return` stops this process from sending anything (its facts stay queued).
         #[cfg(feature = "failpoints")]
-        fail::fail_point!("deliver.before_claim", |_| Ok(Some(
+        fail::fail_point!("deliver.before_claim", |_| Ok(Next::Pause(
             self.settings.poll_interval
         )));
         let due = if trial {
@@ -228,7 +358,7 @@ impl Delivery {
         }
         .context("claim due deliveries")?;
         if due.is_empty() {
-            return Ok(Some(self.settings.poll_interval));
+            return Ok(Next::Pause(self.settings.poll_interval));
         }
         let claimed = due.len() as i64;
         // One span per attempt, child of the trace the fact was decided in (the event's apply, the dispatcher's
@@ -253,7 +383,7 @@ impl Delivery {
         let answers = futures::future::join_all(
             due.iter()
                 .zip(&spans)
-                .map(|(d, span)| self.attempt(config, d).instrument(span.clone())),
+                .map(|(d, span)| self.attempt(&target, d).instrument(span.clone())),
         )
         .await;
         let decided: Vec<(Answer, AttemptOutcome)> = due
@@ -287,7 +417,7 @@ impl Delivery {
             }
             span.record("outcome", outcome.as_str());
             #[cfg(feature = "failpoints")]
-            fail::fail_point!("deliver.after_send", |_| Ok(Some(
+            fail::fail_point!("deliver.after_send", |_| Ok(Next::Pause(
                 self.settings.poll_interval
             )));
             metrics::counter!(metric::ATTEMPTS, "destination" => name.to_owned(), "outcome" => outcome.as_str())
@@ -330,24 +460,48 @@ impl Delivery {
             }
         }
         // A full batch: there may be more due right now.
-        Ok((claimed < limit).then_some(self.settings.poll_interval))
+        Ok(if claimed < limit {
+            Next::Pause(self.settings.poll_interval)
+        } else {
+            Next::Now
+        })
     }
 
     /// Sends one delivery and returns what happened, with the answer's `Retry-After` (never an error: a failure
     /// is an answer to record).
-    async fn attempt(&self, config: &DestinationConfig, d: &Due) -> (Answer, Option<Duration>) {
+    async fn attempt(&self, target: &Target, d: &Due) -> (Answer, Option<Duration>) {
         let started = Instant::now();
         let timestamp = OffsetDateTime::now_utc().unix_timestamp();
-        let signatures: Vec<String> = config
-            .secret_bytes()
-            .into_iter()
+        let signatures: Vec<String> = target
+            .secrets
+            .iter()
             .filter_map(|s| {
-                hookline_signature::sign::standard_webhooks(s, &d.event_id, timestamp, &d.body).ok()
+                hookline_signature::sign::standard_webhooks(
+                    s.expose_secret().as_bytes(),
+                    &d.event_id,
+                    timestamp,
+                    &d.body,
+                )
+                .ok()
             })
             .collect();
-        let mut request = self
-            .http
-            .post(config.url.clone())
+        let http = if target.guarded {
+            // A literal address is connected to without any resolver: judged here, before anything is sent.
+            if let Err(refused) = address::check_url_host(&target.url) {
+                let answer = Answer {
+                    http_status: None,
+                    latency: started.elapsed(),
+                    error: Some(format!("refused: {refused}")),
+                    response: None,
+                };
+                return (answer, None);
+            }
+            &self.guarded
+        } else {
+            &self.http
+        };
+        let mut request = http
+            .post(target.url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header("webhook-id", &d.event_id)
             .header("webhook-timestamp", timestamp.to_string())
@@ -447,6 +601,21 @@ impl Delivery {
             }
         }
     }
+}
+
+/// The client for API endpoints under the address policy: [`hookline_core::http::client`]'s settings (no redirect,
+/// no proxy, timeouts) with a resolver that keeps only public addresses.
+fn guarded_client(
+    settings: &DeliveryConfig,
+    lookups: Arc<dyn Lookups>,
+) -> anyhow::Result<reqwest::Client> {
+    hookline_core::http::builder(
+        settings.timeout.min(Duration::from_secs(10)),
+        settings.timeout,
+    )
+    .dns_resolver(Arc::new(GuardedResolver::new(lookups)))
+    .build()
+    .context("build the guarded delivery HTTP client")
 }
 
 /// Writes `destinations` to the `destinations` table.

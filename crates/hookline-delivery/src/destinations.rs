@@ -2,8 +2,11 @@
 //! delivery is doing. This module owns those tables' SQL.
 //!
 //! - The configuration's `[[destinations]]` are written to `destinations` at start ([`sync`]); the fan-out in
-//!   [`hookline_core::domain_events::record`] reads that table. Secrets are never stored here: they stay in the
-//!   configuration.
+//!   [`hookline_core::domain_events::record`] reads that table. Their secrets are never stored here: they stay in
+//!   the configuration.
+//! - The webhook endpoints merchants make through the API are rows of the same table with a `client` (their
+//!   secrets live here: no configuration holds them): [`create_endpoint`] and its siblings, every statement scoped
+//!   to the owning client. The fan-out gives such an endpoint only the facts its client may see.
 //! - One `domain_deliveries` row per (destination, fact) carries its own status, attempts and schedule: a slow
 //!   or failing destination only delays its own rows. Delivery loops claim due rows with a lease
 //!   ([`claim_due`], `FOR UPDATE SKIP LOCKED`), send, and record the outcome ([`record_attempt`]) only if the
@@ -31,7 +34,9 @@ pub struct Declared<'a> {
 /// Makes the `destinations` table match the configuration: declared ones are inserted or updated (and
 /// un-removed), the others are marked removed (they get no new facts; their queued deliveries stay visible).
 /// A destination disabled by a 410 stays disabled until `hookline destinations enable`. Idempotent; every
-/// process that delivers or records facts calls it at start.
+/// process that delivers or records facts calls it at start. Only the operator's rows (`client IS NULL`) are
+/// touched: the endpoints merchants made through the API are not in the configuration, and a configured name that
+/// happens to equal an API endpoint's id leaves that endpoint alone.
 pub async fn sync(pool: &PgPool, declared: &[Declared<'_>]) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     // One writer at a time: two processes starting together with different configurations serialise here.
@@ -43,9 +48,10 @@ pub async fn sync(pool: &PgPool, declared: &[Declared<'_>]) -> Result<(), sqlx::
             "INSERT INTO destinations (name, url, events) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE
                 SET url = EXCLUDED.url, events = EXCLUDED.events, removed_at = NULL, updated_at = now()
-              WHERE destinations.url IS DISTINCT FROM EXCLUDED.url
-                 OR destinations.events IS DISTINCT FROM EXCLUDED.events
-                 OR destinations.removed_at IS NOT NULL",
+              WHERE destinations.client IS NULL
+                AND (destinations.url IS DISTINCT FROM EXCLUDED.url
+                     OR destinations.events IS DISTINCT FROM EXCLUDED.events
+                     OR destinations.removed_at IS NOT NULL)",
         )
         .bind(d.name)
         .bind(d.url)
@@ -56,7 +62,7 @@ pub async fn sync(pool: &PgPool, declared: &[Declared<'_>]) -> Result<(), sqlx::
     let names: Vec<&str> = declared.iter().map(|d| d.name).collect();
     sqlx::query(
         "UPDATE destinations SET removed_at = now(), updated_at = now()
-          WHERE removed_at IS NULL AND NOT (name = ANY ($1))",
+          WHERE removed_at IS NULL AND client IS NULL AND NOT (name = ANY ($1))",
     )
     .bind(&names)
     .execute(&mut *tx)
@@ -347,6 +353,8 @@ pub struct Status {
     pub last_failure_status: Option<i16>,
     /// Error of the last failed attempt.
     pub last_failure_error: Option<String>,
+    /// The API client owning it (a webhook endpoint made through the API), `None` for the operator's.
+    pub client: Option<String>,
 }
 
 /// Every known destination's figures, by name.
@@ -357,7 +365,7 @@ pub async fn status<'c>(conn: impl PgExecutor<'c>) -> Result<Vec<Status>, sqlx::
                 coalesce(c.dead, 0) AS dead, coalesce(c.delivered, 0) AS delivered,
                 coalesce(c.oldest_pending_secs, 0) AS oldest_pending_secs,
                 c.last_success_at, f.at AS last_failure_at, f.http_status AS last_failure_status,
-                f.error AS last_failure_error
+                f.error AS last_failure_error, d.client
            FROM destinations d
            LEFT JOIN LATERAL (
                SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
@@ -446,7 +454,8 @@ pub async fn attempts_of_facts<'c>(
     .await
 }
 
-/// Which deliveries `hookline events redeliver` selects.
+/// Which deliveries `hookline events redeliver` selects (an API client's endpoint only ever gets the facts its
+/// client may see: the fan-out's rule).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RedeliverFilter {
     /// Only this destination (else every configured destination subscribed to the fact's type).
@@ -463,6 +472,7 @@ pub struct RedeliverFilter {
 const REDELIVER_SELECTION: &str = "
     FROM domain_events e
     JOIN destinations d ON d.removed_at IS NULL AND (e.type = ANY (d.events) OR '*' = ANY (d.events))
+                       AND (d.client IS NULL OR d.all_events OR d.client = e.client)
    WHERE ($1::text IS NULL OR d.name = $1)
      AND ($2::text IS NULL OR e.type = $2)
      AND ($3::timestamptz IS NULL OR e.created_at >= $3)
@@ -521,4 +531,462 @@ pub async fn redeliver(
     )
     .await?;
     Ok((run, queued))
+}
+
+// --- The endpoints merchants manage through the API -----------------------------------------------------------
+//
+// Rows of `destinations` with `client` set (migration 20261206000026): the same fan-out, outbox, loops and retry
+// rules as the operator's. Every statement below is scoped to the owning client (`client = $…`): another client's
+// endpoint is simply not found. A deleted endpoint keeps its row (its delivery history) with `removed_at` set, its
+// slot freed and its secrets wiped.
+
+/// How the id of an endpoint made through the API starts (`we_` + 32 hex); refused as a configured name.
+pub const ENDPOINT_ID_PREFIX: &str = "we_";
+
+/// Most live endpoints one API client may have (the `slot` column's range).
+pub const MAX_ENDPOINTS_PER_CLIENT: i16 = 16;
+
+/// The columns an [`Endpoint`] is read from.
+const ENDPOINT_COLUMNS: &str =
+    "name, client, url, events, description, disabled_at, disabled_reason, created_at,
+    previous_secret_expires_at";
+
+/// An endpoint made through the API, as its client sees it (never with its secrets).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Endpoint {
+    /// Its public id (`we_…`), the row's `name`.
+    pub name: String,
+    /// The owning API client.
+    pub client: Option<String>,
+    /// Where facts are POSTed.
+    pub url: String,
+    /// Subscribed types; `*` = all.
+    pub events: Vec<String>,
+    /// The merchant's note.
+    pub description: Option<String>,
+    /// Disabled since (by its client, an operator or a 410 Gone).
+    pub disabled_at: Option<OffsetDateTime>,
+    /// Why.
+    pub disabled_reason: Option<String>,
+    /// When it was made.
+    pub created_at: OffsetDateTime,
+    /// Until when the secret before the last rotation still signs (as a second signature).
+    pub previous_secret_expires_at: Option<OffsetDateTime>,
+}
+
+/// A new endpoint, validated by the caller (the URL's address policy included).
+#[derive(Clone)]
+pub struct NewEndpoint<'a> {
+    /// Public id (`we_…`, fits the name's CHECK).
+    pub id: &'a str,
+    /// The owning API client.
+    pub client: &'a str,
+    /// Where facts go.
+    pub url: &'a str,
+    /// Subscribed types; `*` = all.
+    pub events: &'a [String],
+    /// The merchant's note.
+    pub description: Option<&'a str>,
+    /// `whsec_…`.
+    pub secret: &'a str,
+    /// The client's `all_events`.
+    pub all_events: bool,
+    /// `[api] allow_private_webhook_urls` as the API sees it.
+    pub allow_private: bool,
+}
+
+impl std::fmt::Debug for NewEndpoint<'_> {
+    // By hand: never the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewEndpoint")
+            .field("id", &self.id)
+            .field("client", &self.client)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes an endpoint in the lowest free slot of its client; `None` when the client already has
+/// [`MAX_ENDPOINTS_PER_CLIENT`] live ones. The bound is decided by `destinations_client_slot` in the INSERT itself:
+/// two requests that picked the same free slot at once cannot both insert (the loser's `ON CONFLICT … DO NOTHING`
+/// inserts nothing and it tries the next free slot).
+pub async fn create_endpoint(
+    conn: &mut PgConnection,
+    new: &NewEndpoint<'_>,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    for _ in 0..MAX_ENDPOINTS_PER_CLIENT {
+        let made: Option<Endpoint> = sqlx::query_as(&format!(
+            "INSERT INTO destinations
+                 (name, url, events, client, all_events, description, secret, allow_private, slot)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, s::smallint
+               FROM generate_series(1, {MAX_ENDPOINTS_PER_CLIENT}) s
+              WHERE NOT EXISTS (SELECT 1 FROM destinations WHERE client = $4 AND slot = s)
+              ORDER BY s LIMIT 1
+             ON CONFLICT ON CONSTRAINT destinations_client_slot DO NOTHING
+             RETURNING {ENDPOINT_COLUMNS}"
+        ))
+        .bind(new.id)
+        .bind(new.url)
+        .bind(new.events)
+        .bind(new.client)
+        .bind(new.all_events)
+        .bind(new.description)
+        .bind(new.secret)
+        .bind(new.allow_private)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if made.is_some() {
+            return Ok(made);
+        }
+        // Nothing inserted: every slot taken, or another request took the one this statement picked.
+        let live: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM destinations WHERE client = $1 AND slot IS NOT NULL",
+        )
+        .bind(new.client)
+        .fetch_one(&mut *conn)
+        .await?;
+        if live >= i64::from(MAX_ENDPOINTS_PER_CLIENT) {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// A client's live endpoint `id`.
+pub async fn get_endpoint<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+    id: &str,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM destinations
+          WHERE name = $1 AND client = $2 AND removed_at IS NULL"
+    ))
+    .bind(id)
+    .bind(client)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A client's live endpoints, newest first (at most [`MAX_ENDPOINTS_PER_CLIENT`], so the caller pages in memory).
+pub async fn list_endpoints<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+) -> Result<Vec<Endpoint>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM destinations
+          WHERE client = $1 AND removed_at IS NULL
+          ORDER BY created_at DESC, name DESC"
+    ))
+    .bind(client)
+    .fetch_all(conn)
+    .await
+}
+
+/// What an update changes (`None`: unchanged).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointChange<'a> {
+    /// A new URL (validated by the caller).
+    pub url: Option<&'a str>,
+    /// New subscribed types.
+    pub events: Option<&'a [String]>,
+    /// A new description (`Some(None)` clears it).
+    pub description: Option<Option<&'a str>>,
+    /// Disable (`true`) or enable (`false`; also lifts a 410's or an operator's disabling).
+    pub disabled: Option<bool>,
+}
+
+/// Why the client disabled its endpoint (`disabled_reason`).
+pub const DISABLED_BY_CLIENT: &str = "disabled through the API";
+
+/// Changes a client's live endpoint in one statement, refreshing its `all_events` and `allow_private`; `None`
+/// when it is not one of the client's.
+pub async fn update_endpoint<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+    id: &str,
+    change: &EndpointChange<'_>,
+    all_events: bool,
+    allow_private: bool,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE destinations
+            SET url = coalesce($3, url), events = coalesce($4, events),
+                description = CASE WHEN $5 THEN $6 ELSE description END,
+                disabled_at = CASE WHEN $7 IS NULL THEN disabled_at
+                                   WHEN $7 THEN coalesce(disabled_at, now()) ELSE NULL END,
+                disabled_reason = CASE WHEN $7 IS NULL THEN disabled_reason
+                                       WHEN $7 THEN coalesce(disabled_reason, $8) ELSE NULL END,
+                all_events = $9, allow_private = $10, updated_at = now()
+          WHERE name = $1 AND client = $2 AND removed_at IS NULL
+         RETURNING {ENDPOINT_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(client)
+    .bind(change.url)
+    .bind(change.events)
+    .bind(change.description.is_some())
+    .bind(change.description.flatten())
+    .bind(change.disabled)
+    .bind(DISABLED_BY_CLIENT)
+    .bind(all_events)
+    .bind(allow_private)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Rotates a client's endpoint's secret to `secret`: the current one becomes the previous one, which keeps
+/// signing (a second signature) for `overlap`; a previous one still in its overlap is dropped. One statement.
+pub async fn rotate_endpoint_secret<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+    id: &str,
+    secret: &str,
+    overlap: Duration,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE destinations
+            SET previous_secret = secret, previous_secret_expires_at = now() + make_interval(secs => $4),
+                secret = $3, updated_at = now()
+          WHERE name = $1 AND client = $2 AND removed_at IS NULL
+         RETURNING {ENDPOINT_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(client)
+    .bind(secret)
+    .bind(overlap.as_secs_f64())
+    .fetch_optional(conn)
+    .await
+}
+
+/// Deletes a client's endpoint: it gets no new facts (`removed_at`), its slot is freed and its secrets wiped; the
+/// row and its deliveries stay (history). Returns whether it was one of the client's live endpoints.
+pub async fn delete_endpoint<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+    id: &str,
+) -> Result<bool, sqlx::Error> {
+    let n = sqlx::query(
+        "UPDATE destinations
+            SET removed_at = now(), slot = NULL, secret = NULL, previous_secret = NULL,
+                previous_secret_expires_at = NULL, updated_at = now()
+          WHERE name = $1 AND client = $2 AND removed_at IS NULL",
+    )
+    .bind(id)
+    .bind(client)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(n > 0)
+}
+
+/// Sets every API endpoint's `all_events` from its client's configuration (`all_events_clients`: the clients
+/// configured with `all_events = true`) and `allow_private` from `[api] allow_private_webhook_urls`: run when the
+/// API starts, so a changed configuration applies to the endpoints made before it. One statement.
+pub async fn refresh_endpoints<'c>(
+    conn: impl PgExecutor<'c>,
+    all_events_clients: &[String],
+    allow_private: bool,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE destinations
+            SET all_events = (client = ANY ($1)), allow_private = $2, updated_at = now()
+          WHERE client IS NOT NULL AND removed_at IS NULL
+            AND (all_events IS DISTINCT FROM (client = ANY ($1)) OR allow_private IS DISTINCT FROM $2)",
+    )
+    .bind(all_events_clients)
+    .bind(allow_private)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// One fact's delivery to an endpoint, as its client sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EndpointDelivery {
+    /// The fact's id (`evt_…`, the `webhook-id`).
+    pub event_id: String,
+    /// The fact's type.
+    pub event_type: String,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    /// Attempts made.
+    pub attempts: i32,
+    /// The last answer's HTTP status.
+    pub last_status: Option<i16>,
+    /// The last failure (transport error or `HTTP nnn`), without the URL.
+    pub last_error: Option<String>,
+    /// When the next attempt is due (pending only).
+    pub next_attempt_at: Option<OffsetDateTime>,
+    /// When it was delivered.
+    pub delivered_at: Option<OffsetDateTime>,
+    /// When it was queued.
+    pub created_at: OffsetDateTime,
+}
+
+/// A page of an endpoint's deliveries.
+#[derive(Debug, Clone)]
+pub enum DeliveryPage {
+    /// Not one of the client's live endpoints.
+    NoEndpoint,
+    /// `starting_after` is not a fact delivered to this endpoint.
+    UnknownCursor,
+    /// Newest fact first; `has_more` when older ones follow.
+    Page {
+        /// The deliveries.
+        deliveries: Vec<EndpointDelivery>,
+        /// Whether more follow.
+        has_more: bool,
+    },
+}
+
+/// A client's endpoint's deliveries, newest fact first, `limit` at a time after the fact `starting_after`. Reads
+/// only: a page reflects the moment it was read.
+pub async fn endpoint_deliveries(
+    conn: &mut PgConnection,
+    client: &str,
+    id: &str,
+    starting_after: Option<&str>,
+    limit: i64,
+) -> Result<DeliveryPage, sqlx::Error> {
+    if get_endpoint(&mut *conn, client, id).await?.is_none() {
+        return Ok(DeliveryPage::NoEndpoint);
+    }
+    let before = match starting_after {
+        None => i64::MAX,
+        Some(cursor) => {
+            let seq: Option<i64> = sqlx::query_scalar(
+                "SELECT d.event_seq FROM domain_deliveries d JOIN domain_events e ON e.seq = d.event_seq
+                  WHERE d.destination = $1 AND e.id = $2",
+            )
+            .bind(id)
+            .bind(cursor)
+            .fetch_optional(&mut *conn)
+            .await?;
+            match seq {
+                Some(seq) => seq,
+                None => return Ok(DeliveryPage::UnknownCursor),
+            }
+        }
+    };
+    let mut deliveries: Vec<EndpointDelivery> = sqlx::query_as(
+        "SELECT e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.last_status, d.last_error,
+                CASE WHEN d.status = 'pending' THEN d.next_attempt_at END AS next_attempt_at,
+                d.delivered_at, d.created_at
+           FROM domain_deliveries d JOIN domain_events e ON e.seq = d.event_seq
+          WHERE d.destination = $1 AND d.event_seq < $2
+          ORDER BY d.event_seq DESC LIMIT $3",
+    )
+    .bind(id)
+    .bind(before)
+    .bind(limit + 1)
+    .fetch_all(&mut *conn)
+    .await?;
+    let has_more = deliveries.len() as i64 > limit;
+    deliveries.truncate(usize::try_from(limit).unwrap_or(0));
+    Ok(DeliveryPage::Page {
+        deliveries,
+        has_more,
+    })
+}
+
+/// What a resend came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resend {
+    /// Not one of the client's live endpoints.
+    NoEndpoint,
+    /// No fact the client may see has this id.
+    NoEvent,
+    /// Queued again (or already waiting for its next attempt).
+    Queued,
+}
+
+/// Queues the fact `event_id` to the client's endpoint `id` again — same fact, so the same `webhook-id` — if the
+/// client may see it (it owns it, or `all_events`): a delivered or dead delivery goes back to `pending` with a new
+/// retry window, a missing one is made, a pending one is left to its loop. One statement decides and writes.
+pub async fn resend<'c>(
+    conn: impl PgExecutor<'c>,
+    client: &str,
+    all_events: bool,
+    id: &str,
+    event_id: &str,
+) -> Result<Resend, sqlx::Error> {
+    let (endpoint, event): (bool, bool) = sqlx::query_as(
+        "WITH ep AS (SELECT name FROM destinations WHERE name = $1 AND client = $2 AND removed_at IS NULL),
+              ev AS (SELECT seq FROM domain_events WHERE id = $3 AND (client = $2 OR $4)),
+              queued AS (
+                  INSERT INTO domain_deliveries (destination, event_seq)
+                  SELECT ep.name, ev.seq FROM ep, ev
+                  ON CONFLICT ON CONSTRAINT domain_deliveries_pkey DO UPDATE
+                     SET status = 'pending', attempts = 0, next_attempt_at = now(), window_start = now(),
+                         lease_until = NULL, dead_reason = NULL, updated_at = now()
+                   WHERE domain_deliveries.status <> 'pending'
+                  RETURNING 1)
+         SELECT EXISTS (SELECT 1 FROM ep), EXISTS (SELECT 1 FROM ev)",
+    )
+    .bind(id)
+    .bind(client)
+    .bind(event_id)
+    .bind(all_events)
+    .fetch_one(conn)
+    .await?;
+    Ok(match (endpoint, event) {
+        (false, _) => Resend::NoEndpoint,
+        (true, false) => Resend::NoEvent,
+        (true, true) => Resend::Queued,
+    })
+}
+
+/// The names of the live API endpoints (the delivery discovers them here).
+pub async fn live_endpoints<'c>(conn: impl PgExecutor<'c>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT name FROM destinations WHERE client IS NOT NULL AND removed_at IS NULL ORDER BY name",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// What the delivery loop of an API endpoint needs for one round, read fresh each round (its URL and secrets may
+/// change through the API at any time).
+#[derive(Clone, sqlx::FromRow)]
+pub struct EndpointTarget {
+    /// Where to POST.
+    pub url: String,
+    /// The current secret (`whsec_…`); `None` once the endpoint is deleted.
+    pub secret: Option<String>,
+    /// The previous secret while its overlap lasts (the database's clock decides).
+    pub previous_secret: Option<String>,
+    /// Whether non-public addresses may be reached.
+    pub allow_private: bool,
+    /// Disabled (by its client, an operator or a 410).
+    pub disabled: bool,
+    /// Deleted.
+    pub removed: bool,
+}
+
+impl std::fmt::Debug for EndpointTarget {
+    // By hand: never the secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointTarget")
+            .field("allow_private", &self.allow_private)
+            .field("disabled", &self.disabled)
+            .field("removed", &self.removed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The API endpoint `name`'s target, if it is one.
+pub async fn endpoint_target<'c>(
+    conn: impl PgExecutor<'c>,
+    name: &str,
+) -> Result<Option<EndpointTarget>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT url, secret,
+                CASE WHEN previous_secret_expires_at > now() THEN previous_secret END AS previous_secret,
+                allow_private, disabled_at IS NOT NULL AS disabled, removed_at IS NOT NULL AS removed
+           FROM destinations WHERE name = $1 AND client IS NOT NULL",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await
 }

@@ -1,6 +1,8 @@
 //! `hookline-delivery`: the facts hookline hands on to the merchant's systems, once each.
 //!
-//! It owns the merchant's destinations and their deliveries ([`destinations`]), and the two ways out: the
+//! It owns the merchant's destinations — the configured ones and the webhook endpoints merchants make through the
+//! API — and their deliveries ([`destinations`]), the address policy of the latter (no SSRF, [`address`]), and the
+//! two ways out: the
 //! RabbitMQ domain exchange ([`relay`], which reads `domain_events` past its cursor) and signed HTTP (Standard Webhooks) to
 //! each destination ([`deliver`]). The facts themselves are written by the crate that decides them, in the same
 //! transaction, through [`hookline_core::domain_events`] — the seam between effects and delivery, in core so
@@ -8,6 +10,7 @@
 //!
 //! It must never: decide a business effect; import payments or any other feature crate.
 
+pub mod address;
 pub mod config;
 pub mod deliver;
 pub mod destinations;

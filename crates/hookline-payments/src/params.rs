@@ -44,6 +44,7 @@ pub struct StripeParams {
     pub customer: Option<String>,
     /// A merchant-initiated charge (the customer is not present: billing runs).
     #[serde(default)]
+    #[schema(nullable)] // the API takes null for absent, in every field of a provider object
     pub off_session: bool,
     /// Where the customer comes back after a redirect (3-D Secure); https.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,6 +92,7 @@ pub struct MercadoPagoParams {
     pub issuer_id: Option<String>,
     /// Who pays: `email` is required, except for a saved card (the payer is then the customer).
     #[serde(default)]
+    #[schema(nullable)] // the API takes null for absent, in every field of a provider object
     pub payer: Payer,
 }
 

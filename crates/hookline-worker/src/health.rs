@@ -89,7 +89,9 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
 async fn delivery_gauges(pool: &PgPool) -> Result<(), sqlx::Error> {
     use hookline_delivery::deliver::metric;
     for d in hookline_delivery::destinations::status(pool).await? {
-        if d.removed_at.is_some() {
+        // The merchants' own endpoints (made through the API) are theirs to watch (their deliveries are listed by
+        // the API): the operator's alerts and these labels cover the configured destinations only.
+        if d.removed_at.is_some() || d.client.is_some() {
             continue;
         }
         let name = d.name;
