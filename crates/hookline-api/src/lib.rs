@@ -6,7 +6,11 @@
 //! * `POST /v1/payment_intents/{id}/confirm` — the checkout's submit: queue the charge once, however many
 //!   times it is confirmed (a second confirm answers the intent's current state);
 //! * `GET /v1/payment_intents/{id}` — read one;
-//! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured.
+//! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured;
+//! * `GET /v1/payment_intents` (the list), `POST …/{id}/cancel`, `POST …/{id}/capture` — the intent's lifecycle;
+//! * `GET /v1/events`, `GET /v1/events/{id}` — the facts the client may see ([`events`]);
+//! * `/v1/webhook_endpoints…`, `POST /v1/events/{id}/resend` — the endpoints the client manages ([`endpoints`]);
+//! * `GET /v1/openapi.json` — the OpenAPI 3.1 document of all of it, without a key ([`openapi`]).
 //!
 //! Every request carries `Authorization: Bearer KEY`, a key of one `[[api.clients]]` entry (or of the legacy
 //! `[api] keys`, the client `default`); the request acts as that client's NAME: it sees and refunds only that
