@@ -24,6 +24,13 @@ async fn tool(
     env: Vec<(&'static str, String)>,
 ) -> (bool, String) {
     let program = program.to_owned();
+    // A fresh directory of its own (removed after): schemathesis and hypothesis keep caches in the working
+    // directory, which must never be the source tree.
+    let cwd = std::env::temp_dir().join(format!(
+        "hookline-contract-cwd-{}-{}",
+        std::process::id(),
+        time::OffsetDateTime::now_utc().unix_timestamp_nanos()
+    ));
     tokio::task::spawn_blocking(move || {
         let python = sdk::contract_python().context("the contract venv")?;
         let bin = python.parent().context("venv bin")?.to_path_buf();
@@ -32,17 +39,19 @@ async fn tool(
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
+        std::fs::create_dir_all(&cwd).context("the tool's directory")?;
         let out = Command::new("timeout")
             .arg(format!("{}s", TOOL_TIMEOUT.as_secs()))
             .arg(bin.join(&program))
             .args(&args)
-            .current_dir(sdk::contract_dir())
+            .current_dir(&cwd)
             .env("PATH", path)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("PYTHONUNBUFFERED", "1")
             .envs(env)
             .output()
             .with_context(|| format!("run {program}"))?;
+        let _ = std::fs::remove_dir_all(&cwd);
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
         anyhow::Ok((out.status.success(), text))
@@ -194,7 +203,10 @@ async fn contract_generated_client_drives_the_checkout_once() {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("python"),
-        vec!["checkout.py".into()],
+        vec![sdk::contract_dir()
+            .join("checkout.py")
+            .display()
+            .to_string()],
         vec![
             ("PYTHONPATH", out.display().to_string()),
             ("HOOKLINE_API_URL", gw.api.base().to_owned()),
