@@ -40,7 +40,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
-use super::intents::{parse_object, refuse_unknown};
+use super::intents::{parse_object, refuse_unknown, run_optionally_keyed};
 use super::operation::Operation;
 use super::{idempotency, read_body, serve, ApiState, Reply, Route};
 
@@ -157,19 +157,7 @@ pub async fn create(
             all_events: state.all_events_clients.contains(client),
             allow_private: state.allow_private_webhook_urls,
         }));
-        match key {
-            Some(key) => {
-                let hash = idempotency::request_hash("POST", req.path(), &body);
-                state
-                    .within_budget(idempotency::run(&state, client, &key, &hash, op))
-                    .await
-            }
-            None => {
-                state
-                    .within_budget(idempotency::run_unkeyed(&state, client, op))
-                    .await
-            }
-        }
+        run_optionally_keyed(&req, &state, client, key, &body, op).await
     })
     .await
 }

@@ -441,7 +441,7 @@ pub async fn refund(
 /// Runs `op` under the request's `Idempotency-Key` when it has one (replayed like every keyed write), else once
 /// in its own transaction — for the writes whose outcome the intent's status already makes safe to repeat
 /// (confirm, cancel).
-async fn run_optionally_keyed(
+pub(crate) async fn run_optionally_keyed(
     req: &HttpRequest,
     state: &ApiState,
     client: &str,
