@@ -89,10 +89,14 @@ pub async fn list_for_client(
     let fetch = limit + 1;
     let mut intents = match cursor {
         ListCursor::Newest | ListCursor::After(_) => {
+            // The cursor as a bound on `id` (the largest bigint when there is none), never `$2 IS NULL OR id < $2`:
+            // a prepared statement's generic plan then starts its backward scan at the cursor (an index condition)
+            // instead of walking from the newest row and filtering — 21 ms → 0.01 ms for a page deep in 100,000
+            // intents (EXPLAIN ANALYZE, plan_cache_mode = force_generic_plan).
             intent_query!(
                 r#"SELECT "#,
                 r#" FROM payment_intents
-                 WHERE client = $1 AND ($2::bigint IS NULL OR id < $2)
+                 WHERE client = $1 AND id < coalesce($2::bigint, 9223372036854775807)
                    AND ($3::text IS NULL OR status = $3)
                    AND ($4::text IS NULL OR order_reference = $4)
                    AND ($5::timestamptz IS NULL OR created_at >= $5)
