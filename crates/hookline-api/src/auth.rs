@@ -57,6 +57,11 @@ impl Keys {
         self.all_events.iter().any(|n| n == name)
     }
 
+    /// The clients configured with `all_events = true`.
+    pub fn all_events_clients(&self) -> &[String] {
+        &self.all_events
+    }
+
     /// The client (its name) of a request, or 401.
     pub fn authenticate(&self, req: &HttpRequest) -> Result<&str, ApiError> {
         let token = req

@@ -41,8 +41,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::intents::{parse_object, refuse_unknown, run_optionally_keyed};
+use super::list::{self, DEFAULT_LIMIT};
 use super::operation::Operation;
 use super::{idempotency, read_body, serve, ApiState, Reply, Route};
+use hookline_payments::intents::MAX_LIST_LIMIT;
 
 /// Longest `url`, in characters.
 pub const MAX_URL_CHARS: usize = 2048;
@@ -60,9 +62,6 @@ const SECRET_BYTES: usize = 32;
 const MAX_ID_BYTES: usize = 64;
 /// Longest a name's resolution may take when an endpoint is made or changed.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
-/// A page's size when `limit` is not given, and the largest.
-const DEFAULT_LIMIT: i64 = 10;
-const MAX_LIMIT: i64 = 100;
 
 /// A validated `POST /v1/webhook_endpoints`, with what the client's configuration says.
 pub struct CreateEndpoint {
@@ -154,7 +153,7 @@ pub async fn create(
             events,
             description,
             secret: new_secret(),
-            all_events: state.all_events_clients.contains(client),
+            all_events: state.keys.sees_all_events(client),
             allow_private: state.allow_private_webhook_urls,
         }));
         run_optionally_keyed(&req, &state, client, key, &body, op).await
@@ -299,7 +298,7 @@ pub async fn update(
                     client,
                     &id,
                     &change,
-                    state.all_events_clients.contains(client),
+                    state.keys.sees_all_events(client),
                     state.allow_private_webhook_urls,
                 )
                 .await
@@ -496,10 +495,8 @@ pub async fn resend(
                 })
             }
             Some(Value::String(s)) => {
-                if s.is_empty() || s.len() > MAX_ID_BYTES {
-                    return Err(ApiError::EndpointNotFound);
-                }
-                input::line("endpoint", s, MAX_ID_BYTES)?.to_owned()
+                super::object_id("endpoint", s, MAX_ID_BYTES, ApiError::EndpointNotFound)?;
+                s.clone()
             }
             Some(_) => {
                 return Err(ApiError::field(
@@ -509,7 +506,7 @@ pub async fn resend(
                 ))
             }
         };
-        let all_events = state.all_events_clients.contains(client);
+        let all_events = state.keys.sees_all_events(client);
         let outcome = state
             .within_budget(async {
                 let mut conn = state.conn().await?;
@@ -550,7 +547,8 @@ pub fn spawn_refresh(
     drop(
         supervisor.spawn(REFRESH_TASK, cancel, state, move |state, _| async move {
             let (pool, clients) = &*state;
-            let mut pause = Duration::from_millis(200);
+            let mut backoff =
+                hookline_core::retry::Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
             loop {
                 match destinations::refresh_endpoints(pool, clients, allow_private).await {
                     Ok(n) => {
@@ -561,8 +559,7 @@ pub fn spawn_refresh(
                     }
                     Err(e) => {
                         tracing::warn!(error.message = %e, "cannot refresh the webhook endpoints; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(30));
+                        tokio::time::sleep(backoff.failed()).await;
                     }
                 }
             }
@@ -575,13 +572,9 @@ pub const REFRESH_TASK: &str = "api_webhook_endpoints_refresh";
 
 // --- input -----------------------------------------------------------------------------------------------------
 
-/// A path id: one no endpoint or fact can have (empty, too long) is `missing` (404); NUL or a control character is
-/// 400 from [`input::line`].
+/// A path id (see [`super::object_id`]): one no endpoint or fact can have is `missing` (404).
 fn path_id(id: String, missing: ApiError) -> Result<String, ApiError> {
-    if id.is_empty() || id.len() > MAX_ID_BYTES {
-        return Err(missing);
-    }
-    input::line("id", &id, MAX_ID_BYTES)?;
+    super::object_id("id", &id, MAX_ID_BYTES, missing)?;
     Ok(id)
 }
 
@@ -714,55 +707,19 @@ fn description(m: &Map<String, Value>) -> Result<Option<Option<String>>, ApiErro
     }
 }
 
-/// `limit` (1..=100, default 10) and `starting_after` (an id), nothing else, each at most once.
+/// `limit` (1..=100, default 10) and `starting_after` (an id), nothing else, each at most once: the intents
+/// list's own checks ([`super::list::each_param`], [`super::list::page_limit`], [`super::list::cursor`]).
 fn page_query(query: &str) -> Result<(i64, Option<String>), ApiError> {
-    let mut limit = None;
+    let mut limit = DEFAULT_LIMIT;
     let mut after = None;
-    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-        match name.as_ref() {
-            "limit" if limit.is_none() => {
-                limit = Some(
-                    value
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|n| (1..=MAX_LIMIT).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::field(
-                                "limit_invalid",
-                                "limit",
-                                format!("limit must be an integer from 1 to {MAX_LIMIT}"),
-                            )
-                        })?,
-                );
-            }
-            "starting_after" if after.is_none() => {
-                if value.is_empty() || value.len() > MAX_ID_BYTES {
-                    return Err(ApiError::field(
-                        "resource_missing",
-                        "starting_after",
-                        "no such object",
-                    ));
-                }
-                after = Some(input::line("starting_after", &value, MAX_ID_BYTES)?.to_owned());
-            }
-            "limit" | "starting_after" => {
-                return Err(ApiError::field(
-                    "duplicate_parameter",
-                    name.into_owned(),
-                    "this parameter is given more than once",
-                ))
-            }
-            other => {
-                let name: String = other.chars().filter(|c| !c.is_control()).take(64).collect();
-                return Err(ApiError::field(
-                    "unknown_parameter",
-                    name,
-                    "unknown parameter; accepted: limit, starting_after",
-                ));
-            }
+    list::each_param(query, &["limit", "starting_after"], |param, value| {
+        match param {
+            "limit" => limit = list::page_limit(&value, MAX_LIST_LIMIT)?,
+            _ => after = Some(list::cursor(param, &value, "no such object")?),
         }
-    }
-    Ok((limit.unwrap_or(DEFAULT_LIMIT), after))
+        Ok(())
+    })?;
+    Ok((limit, after))
 }
 
 // --- output ----------------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use hookline_core::domain_events::{self, EventType, FeedError, FeedFilter, FeedPage, Reader};
-use hookline_core::input;
 use time::OffsetDateTime;
 
 use super::error::ApiError;
@@ -139,11 +138,7 @@ pub async fn get(
     serve(Route::GetEvent, async {
         let client = state.keys.authenticate(&req)?;
         let id = path.into_inner();
-        if id.is_empty() || id.len() > MAX_ID_BYTES {
-            return Err(ApiError::EventNotFound);
-        }
-        // A NUL or a control character is the caller's mistake (400 naming `id`), as on every path id.
-        input::line("id", &id, MAX_ID_BYTES)?;
+        super::object_id("id", &id, MAX_ID_BYTES, ApiError::EventNotFound)?;
         // Any other shape names no fact: no query needed to say so.
         if !domain_events::is_fact_id(&id) {
             return Err(ApiError::EventNotFound);

@@ -467,10 +467,7 @@ pub(crate) async fn run_optionally_keyed(
 /// An intent id from the path: an id no intent can have (empty, too long) is 404; one PostgreSQL cannot
 /// hold (NUL) or with a control character is 400 from [`input::line`].
 fn path_id(id: String) -> Result<String, ApiError> {
-    if id.is_empty() || id.len() > MAX_ID_BYTES {
-        return Err(ApiError::IntentNotFound);
-    }
-    input::line("id", &id, MAX_ID_BYTES)?;
+    super::object_id("id", &id, MAX_ID_BYTES, ApiError::IntentNotFound)?;
     Ok(id)
 }
 

@@ -87,8 +87,6 @@ pub struct ApiState {
     gateway_wait: Duration,
     /// `[api] allow_private_webhook_urls`: webhook endpoints may point at non-public addresses.
     allow_private_webhook_urls: bool,
-    /// The clients configured with `all_events = true` (their endpoints receive every fact).
-    all_events_clients: std::collections::HashSet<String>,
 }
 
 impl ApiState {
@@ -231,6 +229,22 @@ async fn not_found(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse
         Err(ApiError::NotFound)
     })
     .await
+}
+
+/// An object's id from a path or a body: one no object can have (empty, longer than `max` bytes) is `missing`
+/// (404, as an id of another client's); a NUL or a control character is 400 naming `field`
+/// ([`hookline_core::input::line`]). Every id the API looks up goes through here before SQL.
+pub(crate) fn object_id(
+    field: &'static str,
+    id: &str,
+    max: usize,
+    missing: ApiError,
+) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > max {
+        return Err(missing);
+    }
+    hookline_core::input::line(field, id, max)?;
+    Ok(())
 }
 
 /// Reads the body, refusing to buffer past [`MAX_BODY_BYTES`] and to wait past `edge.body_read_timeout`.
@@ -395,16 +409,18 @@ pub fn start(
     let listener = TcpListener::bind(api.listen)
         .with_context(|| format!("cannot listen on {} (api.listen)", api.listen))?;
     let port = listener.local_addr()?.port();
+    let keys = auth::Keys::new(&api.clients);
+    // The endpoints' `all_events` follow the configuration (refreshed once at start, below).
+    let all_events_clients = keys.all_events_clients().to_vec();
     let state = web::Data::new(ApiState {
         pool: pool.clone(),
-        keys: auth::Keys::new(&api.clients),
+        keys,
         providers,
         window: api.idempotency_window,
         db_timeout: edge.db_timeout,
         body_read_timeout: edge.body_read_timeout,
         gateway_wait: api.gateway_wait,
         allow_private_webhook_urls: api.allow_private_webhook_urls,
-        all_events_clients: all_events_clients(api).into_iter().collect(),
     });
     let server = hookline_web::serve(
         move || {
@@ -422,7 +438,7 @@ pub fn start(
     spawn_expiry(pool.clone(), api.intent_expiry, supervisor, &prune);
     endpoints::spawn_refresh(
         pool,
-        all_events_clients(api),
+        all_events_clients,
         api.allow_private_webhook_urls,
         supervisor,
         &prune,
@@ -434,15 +450,6 @@ pub fn start(
         handle,
         prune,
     })
-}
-
-/// The names of the clients configured with `all_events = true`.
-fn all_events_clients(api: &ApiConfig) -> Vec<String> {
-    api.clients
-        .iter()
-        .filter(|c| c.all_events)
-        .map(|c| c.name.clone())
-        .collect()
 }
 
 /// Cancels, as `expired`, the intents still `requires_confirmation` `expiry` after their creation, and asks the

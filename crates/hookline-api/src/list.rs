@@ -264,8 +264,9 @@ pub(crate) fn each_param<'q>(
     let mut seen: Vec<&'static str> = Vec::new();
     for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
         let Some(&param) = accepted.iter().find(|p| **p == name) else {
-            // The name is the caller's text: bounded before it is echoed as `param`.
-            let name: String = name.chars().take(64).collect();
+            // The name is the caller's text: bounded, and without control characters, before it is echoed as
+            // `param`.
+            let name: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
             return Err(ApiError::field(
                 "unknown_parameter",
                 name,
