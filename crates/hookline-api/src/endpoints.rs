@@ -30,19 +30,18 @@ use hookline_core::input;
 use hookline_core::supervisor::Supervisor;
 use hookline_delivery::address::{self, Lookups, SystemLookups};
 use hookline_delivery::destinations::{
-    self, DeliveryPage, Endpoint, EndpointChange, EndpointDelivery, NewEndpoint, Resend,
-    MAX_ENDPOINTS_PER_CLIENT,
+    self, DeliveryPage, EndpointChange, EndpointDelivery, Resend,
 };
 use rand::RngCore;
 use serde_json::{Map, Value};
-use sqlx::{PgConnection, PgPool};
-use time::OffsetDateTime;
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
 use super::intents::{parse_object, refuse_unknown, run_optionally_keyed};
 use super::list::{self, DEFAULT_LIMIT};
-use super::operation::Operation;
+use super::operation::{CreateEndpoint, Operation};
+use super::webhook_view::{object, unix, with_secret, EndpointObject};
 use super::{idempotency, read_body, serve, ApiState, Reply, Route};
 use hookline_payments::intents::MAX_LIST_LIMIT;
 
@@ -63,56 +62,17 @@ const MAX_ID_BYTES: usize = 64;
 /// Longest a name's resolution may take when an endpoint is made or changed.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A validated `POST /v1/webhook_endpoints`, with what the client's configuration says.
-pub struct CreateEndpoint {
-    id: String,
-    url: String,
-    events: Vec<String>,
-    description: Option<String>,
-    secret: String,
-    all_events: bool,
-    allow_private: bool,
-}
-
-/// Runs a create in the request's transaction (through [`idempotency`]): 201 with the endpoint and its secret, or
-/// 409 when the client has its 16.
-pub async fn execute_create(
-    tx: &mut PgConnection,
-    client: &str,
-    c: &CreateEndpoint,
-) -> Result<Reply, ApiError> {
-    let made = destinations::create_endpoint(
-        tx,
-        &NewEndpoint {
-            id: &c.id,
-            client,
-            url: &c.url,
-            events: &c.events,
-            description: c.description.as_deref(),
-            secret: &c.secret,
-            all_events: c.all_events,
-            allow_private: c.allow_private,
-        },
-    )
-    .await
-    .map_err(|e| ApiError::database(e, "create the webhook endpoint"))?
-    .ok_or(ApiError::EndpointLimitReached {
-        limit: MAX_ENDPOINTS_PER_CLIENT,
-    })?;
-    Reply::json(StatusCode::CREATED, &with_secret(&made, &c.secret))
-}
-
 /// `POST /v1/webhook_endpoints`.
 #[utoipa::path(
     post,
     path = "/v1/webhook_endpoints",
     operation_id = "create_webhook_endpoint",
     tag = "webhook_endpoints",
-    params(crate::openapi::IdempotencyKeyOptional),
+    params(crate::schema::IdempotencyKeyOptional),
     request_body(content = CreateEndpointBody),
     responses(
         (status = 201, description = "Made: the answer carries its `secret`, shown here and never again", body = EndpointObject),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn create(
@@ -168,7 +128,7 @@ pub async fn create(
     operation_id = "get_webhook_endpoint",
     tag = "webhook_endpoints",
     params(EndpointId),
-    responses((status = 200, description = "The endpoint (never its secret)", body = EndpointObject), crate::openapi::ReadErrors),
+    responses((status = 200, description = "The endpoint (never its secret)", body = EndpointObject), crate::schema::ReadErrors),
 )]
 pub async fn get(
     req: HttpRequest,
@@ -199,7 +159,7 @@ pub async fn get(
     operation_id = "list_webhook_endpoints",
     tag = "webhook_endpoints",
     params(PageQuery),
-    responses((status = 200, description = "The client's endpoints, newest first", body = EndpointList), crate::openapi::ReadErrors),
+    responses((status = 200, description = "The client's endpoints, newest first", body = EndpointList), crate::schema::ReadErrors),
 )]
 pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
     serve(Route::ListWebhookEndpoints, async {
@@ -250,7 +210,7 @@ pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
     tag = "webhook_endpoints",
     params(EndpointId),
     request_body(content = UpdateEndpointBody),
-    responses((status = 200, description = "Changed", body = EndpointObject), crate::openapi::WriteErrors),
+    responses((status = 200, description = "Changed", body = EndpointObject), crate::schema::WriteErrors),
 )]
 pub async fn update(
     req: HttpRequest,
@@ -319,7 +279,7 @@ pub async fn update(
     tag = "webhook_endpoints",
     params(EndpointId),
     request_body(content = Option<RotateBody>, description = "Optional: how long the old secret keeps signing"),
-    responses((status = 200, description = "The new `secret`, shown here only; the old one signs beside it until `previous_secret_expires_at`", body = EndpointObject), crate::openapi::WriteErrors),
+    responses((status = 200, description = "The new `secret`, shown here only; the old one signs beside it until `previous_secret_expires_at`", body = EndpointObject), crate::schema::WriteErrors),
 )]
 pub async fn rotate_secret(
     req: HttpRequest,
@@ -380,7 +340,7 @@ pub async fn rotate_secret(
     operation_id = "delete_webhook_endpoint",
     tag = "webhook_endpoints",
     params(EndpointId),
-    responses((status = 200, description = "Deleted: no new facts; its delivery history stays", body = DeletedEndpoint), crate::openapi::ReadErrors),
+    responses((status = 200, description = "Deleted: no new facts; its delivery history stays", body = DeletedEndpoint), crate::schema::ReadErrors),
 )]
 pub async fn delete(
     req: HttpRequest,
@@ -420,7 +380,7 @@ pub async fn delete(
     operation_id = "list_webhook_deliveries",
     tag = "webhook_endpoints",
     params(EndpointId, PageQuery),
-    responses((status = 200, description = "Each fact's delivery to this endpoint, newest first", body = DeliveryList), crate::openapi::ReadErrors),
+    responses((status = 200, description = "Each fact's delivery to this endpoint, newest first", body = DeliveryList), crate::schema::ReadErrors),
 )]
 pub async fn deliveries(
     req: HttpRequest,
@@ -474,7 +434,7 @@ pub async fn deliveries(
     tag = "events",
     params(crate::events::EventId),
     request_body(content = ResendBody),
-    responses((status = 202, description = "Queued to the endpoint again, with the same `webhook-id`", body = ResendObject), crate::openapi::WriteErrors),
+    responses((status = 202, description = "Queued to the endpoint again, with the same `webhook-id`", body = ResendObject), crate::schema::WriteErrors),
 )]
 pub async fn resend(
     req: HttpRequest,
@@ -737,82 +697,6 @@ fn new_secret() -> String {
         "whsec_{}",
         base64::engine::general_purpose::STANDARD.encode(random::<SECRET_BYTES>())
     )
-}
-
-fn unix(t: OffsetDateTime) -> i64 {
-    t.unix_timestamp()
-}
-
-/// Whether an endpoint receives its facts now.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EndpointStatus {
-    /// Facts are delivered.
-    Enabled,
-    /// Facts wait (the merchant's `disabled: true`, or its URL answered 410 Gone).
-    Disabled,
-}
-
-/// A webhook endpoint as its client sees it (the OpenAPI schema `WebhookEndpoint`).
-#[derive(serde::Serialize, utoipa::ToSchema)]
-#[schema(as = WebhookEndpoint)]
-pub(crate) struct EndpointObject {
-    /// `we_…`.
-    #[schema(example = "we_8c1f0e2d4b6a8c0e2f4a6b8d0c2e4f6a")]
-    id: String,
-    /// Always `webhook_endpoint`.
-    #[schema(value_type = String, example = "webhook_endpoint")]
-    object: &'static str,
-    /// Where facts are POSTed.
-    #[schema(example = "https://shop.example/hooks/hookline")]
-    url: String,
-    /// The fact types it receives (`*`: all it may see).
-    enabled_events: Vec<String>,
-    /// The merchant's note.
-    description: Option<String>,
-    /// `enabled` or `disabled`.
-    status: EndpointStatus,
-    /// Why it is disabled (`410 Gone`, or the merchant's).
-    disabled_reason: Option<String>,
-    /// When it was made (Unix seconds).
-    created: i64,
-    /// Until when the previous secret still signs, after a rotation (Unix seconds), else null.
-    previous_secret_expires_at: Option<i64>,
-    /// The signing secret (`whsec_…`): in the answers of create and `rotate_secret` only, never again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    secret: Option<String>,
-}
-
-/// The endpoint as its client sees it (never a secret).
-fn object(e: &Endpoint) -> EndpointObject {
-    let previous_until = e
-        .previous_secret_expires_at
-        .filter(|t| *t > OffsetDateTime::now_utc())
-        .map(unix);
-    EndpointObject {
-        id: e.name.clone(),
-        object: "webhook_endpoint",
-        url: e.url.clone(),
-        enabled_events: e.events.clone(),
-        description: e.description.clone(),
-        status: if e.disabled_at.is_some() {
-            EndpointStatus::Disabled
-        } else {
-            EndpointStatus::Enabled
-        },
-        disabled_reason: e.disabled_reason.clone(),
-        created: unix(e.created_at),
-        previous_secret_expires_at: previous_until,
-        secret: None,
-    }
-}
-
-/// [`object`] with its secret: the answers of create and rotate only.
-fn with_secret(e: &Endpoint, secret: &str) -> EndpointObject {
-    EndpointObject {
-        secret: Some(secret.to_owned()),
-        ..object(e)
-    }
 }
 
 /// A page of `GET /v1/webhook_endpoints` (the OpenAPI schema `WebhookEndpointList`).

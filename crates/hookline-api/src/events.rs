@@ -35,7 +35,7 @@ pub(crate) struct EventList {
     #[schema(value_type = String, example = "/v1/events")]
     url: &'static str,
     /// The page, newest first: each fact exactly as it was pushed.
-    data: Vec<crate::openapi::AnyEvent>,
+    data: Vec<crate::schema::AnyEvent>,
     /// Whether older facts follow (ask again with `starting_after` = the last id).
     has_more: bool,
 }
@@ -47,7 +47,7 @@ pub(crate) struct EventList {
 #[allow(dead_code)] // a schema: the parser reads the query itself
 pub(crate) struct EventsQuery {
     /// Only facts of this type.
-    #[param(rename = "type", value_type = Option<crate::openapi::EventTypeName>)]
+    #[param(rename = "type", value_type = Option<crate::schema::EventTypeName>)]
     kind: Option<String>,
     /// Only facts recorded at or after this second (Unix time).
     #[param(rename = "created[gte]", minimum = 0, maximum = 253_402_300_799_i64)]
@@ -82,7 +82,7 @@ pub(crate) struct EventId {
     params(EventsQuery),
     responses(
         (status = 200, description = "A page of the facts this client may see, newest first", body = EventList),
-        crate::openapi::ReadErrors,
+        crate::schema::ReadErrors,
     ),
 )]
 pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {
@@ -126,8 +126,8 @@ pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
     tag = "events",
     params(EventId),
     responses(
-        (status = 200, description = "The fact, exactly as it was pushed", body = crate::openapi::AnyEvent),
-        crate::openapi::ReadErrors,
+        (status = 200, description = "The fact, exactly as it was pushed", body = crate::schema::AnyEvent),
+        crate::schema::ReadErrors,
     ),
 )]
 pub async fn get(

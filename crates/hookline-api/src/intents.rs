@@ -175,12 +175,12 @@ pub(crate) struct RefundBody {
     path = "/v1/payment_intents",
     operation_id = "create_payment_intent",
     tag = "payment_intents",
-    params(crate::openapi::IdempotencyKeyRequired),
+    params(crate::schema::IdempotencyKeyRequired),
     request_body(content = CreateIntentBody, description = "The intent and, to charge at once, its provider object"),
     responses(
         (status = 201, description = "Created (or its first answer replayed: `Idempotent-Replayed: true`)",
             body = hookline_payments::intents::Intent, headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn create(
@@ -209,11 +209,11 @@ pub async fn create(
     path = "/v1/payment_intents/{id}/confirm",
     operation_id = "confirm_payment_intent",
     tag = "payment_intents",
-    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyOptional),
+    params(crate::schema::IntentId, crate::schema::IdempotencyKeyOptional),
     request_body(content = Option<ConfirmBody>, description = "Optional: the provider object, to supply the payment method at submit time"),
     responses(
         (status = 200, description = "The intent: confirmed now, or as it is (a second confirm changes nothing)", body = hookline_payments::intents::Intent),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn confirm(
@@ -242,12 +242,12 @@ pub async fn confirm(
     path = "/v1/payment_intents/{id}/cancel",
     operation_id = "cancel_payment_intent",
     tag = "payment_intents",
-    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyOptional),
+    params(crate::schema::IntentId, crate::schema::IdempotencyKeyOptional),
     request_body(content = Option<CancelBody>, description = "Optional: why"),
     responses(
         (status = 200, description = "Canceled", body = hookline_payments::intents::Intent),
         (status = 202, description = "Its cancel is asked of the gateway; `payment_intent.canceled` (or the outcome the gateway reports) follows", body = hookline_payments::intents::Intent),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn cancel(
@@ -333,12 +333,12 @@ async fn settle(
     path = "/v1/payment_intents/{id}/capture",
     operation_id = "capture_payment_intent",
     tag = "payment_intents",
-    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyRequired),
+    params(crate::schema::IntentId, crate::schema::IdempotencyKeyRequired),
     request_body(content = Option<CaptureBody>, description = "Optional: how much of the authorization to capture (all of it when absent)"),
     responses(
         (status = 200, description = "Captured: the intent `succeeded`", body = hookline_payments::intents::Intent),
         (status = 202, description = "Its capture is asked of the gateway; `payment_intent.succeeded` follows", body = hookline_payments::intents::Intent),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn capture(
@@ -372,10 +372,10 @@ pub async fn capture(
     path = "/v1/payment_intents/{id}",
     operation_id = "get_payment_intent",
     tag = "payment_intents",
-    params(crate::openapi::IntentId),
+    params(crate::schema::IntentId),
     responses(
         (status = 200, description = "The intent", body = hookline_payments::intents::Intent),
-        crate::openapi::ReadErrors,
+        crate::schema::ReadErrors,
     ),
 )]
 pub async fn get(
@@ -406,11 +406,11 @@ pub async fn get(
     path = "/v1/payment_intents/{id}/refunds",
     operation_id = "create_refund",
     tag = "refunds",
-    params(crate::openapi::IntentId, crate::openapi::IdempotencyKeyRequired),
+    params(crate::schema::IntentId, crate::schema::IdempotencyKeyRequired),
     request_body(content = RefundBody),
     responses(
         (status = 201, description = "Requested: sent to the gateway under its own key; `refund.applied` follows", body = crate::operation::RefundCreated),
-        crate::openapi::WriteErrors,
+        crate::schema::WriteErrors,
     ),
 )]
 pub async fn refund(

@@ -31,6 +31,8 @@ mod list;
 pub mod openapi;
 mod operation;
 mod params;
+mod schema;
+mod webhook_view;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -101,7 +101,7 @@ pub(crate) struct ListParams {
     params(ListParams),
     responses(
         (status = 200, description = "A page of the client's intents, newest first", body = IntentList),
-        crate::openapi::ReadErrors,
+        crate::schema::ReadErrors,
     ),
 )]
 pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse {

@@ -53,7 +53,7 @@ pub enum Operation {
         reason: String,
     },
     /// Make a webhook endpoint (`POST /v1/webhook_endpoints` with an `Idempotency-Key`).
-    CreateWebhookEndpoint(Box<crate::endpoints::CreateEndpoint>),
+    CreateWebhookEndpoint(Box<CreateEndpoint>),
 }
 
 /// A validated `POST /v1/payment_intents` body.
@@ -219,9 +219,7 @@ impl Operation {
                     },
                 )
             }
-            Operation::CreateWebhookEndpoint(c) => {
-                crate::endpoints::execute_create(tx, client, &c).await
-            }
+            Operation::CreateWebhookEndpoint(c) => execute_create(tx, client, &c).await,
         }
     }
 }
@@ -339,4 +337,46 @@ pub struct RefundCreated {
     /// `requires_dispatch`: queued for the gateway under its own key; `refund.applied` tells when it is applied.
     #[schema(value_type = String, example = "requires_dispatch")]
     pub status: &'static str,
+}
+
+/// A validated `POST /v1/webhook_endpoints`, with what the client's configuration says.
+pub struct CreateEndpoint {
+    pub(crate) id: String,
+    pub(crate) url: String,
+    pub(crate) events: Vec<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) secret: String,
+    pub(crate) all_events: bool,
+    pub(crate) allow_private: bool,
+}
+
+/// Runs a create in the request's transaction (through [`crate::idempotency`]): 201 with the endpoint and its secret, or
+/// 409 when the client has its 16.
+async fn execute_create(
+    tx: &mut PgConnection,
+    client: &str,
+    c: &CreateEndpoint,
+) -> Result<Reply, ApiError> {
+    let made = hookline_delivery::destinations::create_endpoint(
+        tx,
+        &hookline_delivery::destinations::NewEndpoint {
+            id: &c.id,
+            client,
+            url: &c.url,
+            events: &c.events,
+            description: c.description.as_deref(),
+            secret: &c.secret,
+            all_events: c.all_events,
+            allow_private: c.allow_private,
+        },
+    )
+    .await
+    .map_err(|e| ApiError::database(e, "create the webhook endpoint"))?
+    .ok_or(ApiError::EndpointLimitReached {
+        limit: hookline_delivery::destinations::MAX_ENDPOINTS_PER_CLIENT,
+    })?;
+    Reply::json(
+        StatusCode::CREATED,
+        &crate::webhook_view::with_secret(&made, &c.secret),
+    )
 }
