@@ -38,6 +38,7 @@ pub(crate) async fn billed(pool: &sqlx::PgPool, provider: &str, n: usize) -> (i6
         let mut conn = pool.acquire().await.expect("connection");
         billing::add(
             &mut conn,
+            None,
             &billing::NewSubscription {
                 provider,
                 customer: &customer,
@@ -47,9 +48,12 @@ pub(crate) async fn billed(pool: &sqlx::PgPool, provider: &str, n: usize) -> (i6
                 interval: billing::Interval::Month,
                 anchor: time::macros::datetime!(2026-10-05 12:00 UTC),
             },
+            // Created back then: its periods from the anchor on are its own.
+            time::macros::datetime!(2026-10-05 12:00 UTC),
         )
         .await
         .expect("add a subscription")
+        .id
     };
     let cycle = Some(billing::Cycle::parse(CYCLE).expect("a cycle"));
     // A moment inside the cycle's period, whatever the machine's clock says.

@@ -451,6 +451,7 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
             let (customer, method) = saved_card(&sandbox, &format!("cliente{i}")).await;
             let id = billing::add(
                 &mut conn,
+                None,
                 &billing::NewSubscription {
                     provider: "st",
                     customer: &customer,
@@ -460,9 +461,12 @@ async fn billing_runs_charge_each_subscription_once_per_cycle() {
                     interval: billing::Interval::Month,
                     anchor: time::macros::datetime!(2026-10-01 00:00 UTC),
                 },
+                // Created back then: its periods from the anchor on are its own.
+                time::macros::datetime!(2026-10-01 00:00 UTC),
             )
             .await
-            .unwrap();
+            .unwrap()
+            .id;
             ids.push(id);
         }
         assert_eq!(

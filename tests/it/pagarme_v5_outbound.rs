@@ -776,6 +776,14 @@ async fn parallel_refunds_never_cancel_more_than_the_charge() {
     sandbox.stop().await;
 }
 
+/// Makes every subscription created at its anchor, as if it had existed since then (the CLI stamps now).
+async fn backdate(p: &TestPipeline) {
+    sqlx::query("UPDATE subscriptions SET created_at = anchor")
+        .execute(p.pool())
+        .await
+        .expect("backdate the subscriptions");
+}
+
 /// The arguments of `hookline subscriptions add` for a monthly Pagar.me (`pg`) subscription of `amount` in
 /// `currency`, anchored on 2026-10-01.
 fn add_subscription(customer: &str, card: &str, amount: i64, currency: &str) -> Vec<String> {
@@ -835,6 +843,9 @@ async fn repeated_billing_runs_make_one_pagarme_order_per_cycle() {
             .expect("id");
         subs.push(id);
     }
+    // Subscriptions that existed since their anchor: October's period is theirs (a period that ended before a
+    // subscription was created never is).
+    backdate(&p).await;
     // Not a Pagar.me card: refused before anything is stored.
     let out = cli(add(good_customer.as_str(), "pm_card_visa", 100)).await;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -998,11 +1009,13 @@ async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
         .trim()
         .parse()
         .expect("id");
+    backdate(&p).await;
     // A row an older version let in.
     let old = {
         let mut conn = p.pool().acquire().await.unwrap();
         hookline_billing::add(
             &mut conn,
+            None,
             &hookline_billing::NewSubscription {
                 provider: "pg",
                 customer: &customer,
@@ -1012,9 +1025,12 @@ async fn pagarme_subscriptions_follow_the_currency_and_decline_rules() {
                 interval: hookline_billing::Interval::Month,
                 anchor: time::macros::datetime!(2026-10-01 00:00 UTC),
             },
+            // Created back then: its periods from the anchor on are its own.
+            time::macros::datetime!(2026-10-01 00:00 UTC),
         )
         .await
         .unwrap()
+        .id
     };
 
     let (cancel, task) = spawn(hookline_billing::dispatcher(

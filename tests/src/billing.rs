@@ -119,8 +119,34 @@ impl BillingRig {
         Self::start_with(name, dunning_retry_secs, "").await
     }
 
-    /// [`BillingRig::start`] with more configuration (sections not set above, e.g. `[telemetry]`).
+    /// [`BillingRig::start`] with more configuration (sections not set above, e.g. `[telemetry]`). The workers'
+    /// billing scheduler is off (`[billing] enabled = false`): these proofs drive `hookline billing run` by hand
+    /// and count what each run did.
     pub async fn start_with(name: &str, dunning_retry_secs: &[u32], extra: &str) -> BillingRig {
+        Self::start_billing(name, dunning_retry_secs, "enabled = false", extra).await
+    }
+
+    /// [`BillingRig::start`] with the workers billing by themselves every `schedule_secs`.
+    pub async fn start_scheduled(
+        name: &str,
+        dunning_retry_secs: &[u32],
+        schedule_secs: u32,
+    ) -> BillingRig {
+        Self::start_billing(
+            name,
+            dunning_retry_secs,
+            &format!("schedule_secs = {schedule_secs}"),
+            "",
+        )
+        .await
+    }
+
+    async fn start_billing(
+        name: &str,
+        dunning_retry_secs: &[u32],
+        billing: &str,
+        extra: &str,
+    ) -> BillingRig {
         let receiver = Receiver::start();
         receiver.configure(DESTINATION, Behaviour::Ok, &[secrets::STANDARD]);
         let sandbox_port = free_port();
@@ -131,7 +157,7 @@ impl BillingRig {
              fee_bps = 399\nfee_fixed = 39\n\
              api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"{STRIPE_KEY}\"\n\
              dunning_retry_secs = [{schedule}]\n\
-             [dispatcher]\nlease_secs = 2\n\
+             [dispatcher]\nlease_secs = 2\n[billing]\n{billing}\n\
              [delivery]\ntimeout_ms = 5000\nbackoff_base_ms = 50\nbackoff_max_secs = 1\npoll_interval_ms = 50\n\
              [[destinations]]\nname = \"{DESTINATION}\"\nurl = \"{url}\"\nsecrets = [\"{secret}\"]\n\
              events = [\"*\"]\n\
@@ -213,7 +239,19 @@ impl BillingRig {
                 ANCHOR,
             ])
             .await;
-        out.trim().parse().expect("subscriptions add prints the id")
+        let id = out.trim().parse().expect("subscriptions add prints the id");
+        // A subscription that existed since the anchor (the CLI stamps its creation now): its periods from the
+        // anchor on are its own.
+        sqlx::query(
+            "UPDATE subscriptions SET created_at = anchor, next_cycle = to_char(anchor AT TIME ZONE 'UTC', 'YYYY-MM'),
+                    next_period_at = anchor
+              WHERE id = $1",
+        )
+        .bind(id)
+        .execute(self.cluster.pool())
+        .await
+        .expect("backdate the subscription");
+        id
     }
 
     /// `hookline billing run --json`, for `cycle` (`--cycle C --allow-cycle C`) or each subscription's running

@@ -266,6 +266,22 @@ pub async fn due(
         .collect())
 }
 
+/// How many cycles' retries are due at `now`, and the oldest one's due time (the partial index
+/// `billing_claims_due_idx`).
+pub async fn due_retries(
+    conn: &mut PgConnection,
+    now: OffsetDateTime,
+) -> Result<(i64, Option<OffsetDateTime>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "count!", min(next_attempt_at) AS oldest FROM billing_claims
+          WHERE status = 'retry_scheduled' AND next_attempt_at <= $1"#,
+        now,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((row.count, row.oldest))
+}
+
 /// The first `limit` claims in `status`, by subscription and cycle.
 pub async fn with_status(
     conn: &mut PgConnection,
@@ -474,6 +490,13 @@ pub async fn on_charge_final(
             SubscriptionStatus::NeedsPaymentMethod,
         ),
     };
+    let outcome = match status {
+        ClaimStatus::RetryScheduled => "retry",
+        ClaimStatus::PastDue => "past_due",
+        ClaimStatus::NeedsPaymentMethod => "needs_payment_method",
+        _ => "canceled",
+    };
+    metrics::counter!(crate::schedule::metric::DECLINES, "outcome" => outcome).increment(1);
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
     sqlx::query!(
         "UPDATE billing_claims

@@ -9,7 +9,9 @@
 //!   completes;
 //! - [`declines`]: which declines mean the payment method is unusable (pure);
 //! - [`manage`]: cancel a subscription, give it a new payment method (both tables);
-//! - [`status`]: what is behind (`hookline billing status`, the console).
+//! - [`schedule`]: the workers' scheduler — due periods and due retries every `[billing] schedule_secs`
+//!   ([`config`]), with no command;
+//! - [`status`]: what is behind and what is due (`hookline billing status`, the console, the metrics).
 //!
 //! Three defences, each in the database: `billing_claims_cycle_key` (one claim per cycle: fifteen runs charge
 //! once), `payment_intents_live_cycle` (at most one live charge per cycle whichever channel — billing run or
@@ -33,17 +35,20 @@ use hookline_payments::PaymentsHandler;
 use sqlx::{PgConnection, PgPool};
 
 pub mod claims;
+pub mod config;
 pub mod declines;
 pub mod manage;
 pub mod period;
 pub mod run;
+pub mod schedule;
 pub mod status;
 pub mod subscriptions;
 
+pub use config::BillingConfig;
 pub use manage::{cancel, update_payment_method};
 pub use period::{valid_cycle, Cycle, Interval};
-pub use run::{bill, run, would_bill, Billed, ProviderBilling, RunSummary};
-pub use status::{status, totals, BillingStatus, Totals};
+pub use run::{bill, bill_locked, run, would_bill, Billed, ProviderBilling, RunSummary};
+pub use status::{schedule_gauges, status, totals, BillingStatus, ScheduleGauges, Totals};
 pub use subscriptions::{
     add, charge_params, get, list, valid_saved_method, NewSubscription, Subscription,
     SubscriptionStatus,
@@ -74,6 +79,19 @@ pub fn payments_handler<'a>(
         hookline_gateways::fetch::reader,
         Arc::new(Dunning),
     )
+}
+
+/// What billing needs of each configured provider that can be charged (a stripe, mercadopago or pagarme-v5
+/// scheme with an `api_base`): the scheduler's and `billing run`'s view of the configuration.
+pub fn providers(config: &Config) -> std::collections::HashMap<String, ProviderBilling> {
+    config
+        .providers
+        .iter()
+        .filter(|(_, p)| {
+            hookline_gateways::gateway::Api::of(p.scheme).is_some() && p.api_base.is_some()
+        })
+        .map(|(name, p)| (name.clone(), ProviderBilling::from_config(p)))
+        .collect()
 }
 
 /// The outbound dispatcher on `pool` for the configured providers, with [`Dunning`].

@@ -30,8 +30,16 @@ pub async fn update_payment_method(
     payment_method: &str,
 ) -> Result<Option<Subscription>, sqlx::Error> {
     let updated = subscriptions::set_payment_method(conn, id, payment_method).await?;
-    if updated.is_some() {
+    if let Some(sub) = &updated {
         claims::retry_parked_now(conn, id).await?;
+        // Periods that started while it was parked were not charged, and are not now: the scheduler resumes
+        // at the running period (its unpaid cycle is the retry above).
+        let now = time::OffsetDateTime::now_utc();
+        if let Some(current) = crate::period::current_cycle(sub.anchor, sub.interval, now) {
+            if let Some(starts) = crate::period::period_start(sub.anchor, sub.interval, current) {
+                subscriptions::advance(conn, id, current, starts).await?;
+            }
+        }
     }
     Ok(updated)
 }

@@ -185,6 +185,73 @@ pub fn current_cycle(
     None
 }
 
+/// The first cycle a subscription created at `created_at` is charged for: the period that contains its creation,
+/// or the one that starts at its anchor if that is later — never a period that ended before it existed.
+pub fn first_cycle(
+    anchor: OffsetDateTime,
+    interval: Interval,
+    created_at: OffsetDateTime,
+) -> Cycle {
+    if anchor >= created_at {
+        return Cycle::of(anchor);
+    }
+    current_cycle(anchor, interval, created_at).unwrap_or_else(|| Cycle::of(anchor))
+}
+
+/// Whether `cycle`'s period ended before the subscription was created (`created_at`): never charged.
+pub fn ended_before(
+    anchor: OffsetDateTime,
+    interval: Interval,
+    cycle: Cycle,
+    created_at: OffsetDateTime,
+) -> bool {
+    cycle < first_cycle(anchor, interval, created_at)
+}
+
+/// Which cycle the workers' scheduler bills next for a subscription whose first undecided cycle is `pointer`,
+/// at `now`: the pointer, moved forward past what may not be charged by itself — periods that ended before the
+/// subscription existed, and periods older than the previous one (the cycle rule's window: older ones only by
+/// the operator's `billing run --cycle … --allow-cycle …`). [`Scheduled::Due`] when that cycle's period has
+/// started, else [`Scheduled::Later`] with the cycle and when it starts.
+pub fn scheduled(
+    anchor: OffsetDateTime,
+    interval: Interval,
+    created_at: OffsetDateTime,
+    pointer: Cycle,
+    now: OffsetDateTime,
+) -> Scheduled {
+    let first = first_cycle(anchor, interval, created_at);
+    let mut cycle = pointer.max(first);
+    if let Some(current) = current_cycle(anchor, interval, now) {
+        cycle = cycle.max(current.previous(interval));
+    }
+    // A cycle that is not the subscription's (a yearly pointer moved to another month by hand) steps to the
+    // next one that is: at most one interval of months.
+    for _ in 0..12 {
+        if let Some(start) = period_start(anchor, interval, cycle) {
+            return if start <= now {
+                Scheduled::Due(cycle)
+            } else {
+                Scheduled::Later(cycle, start)
+            };
+        }
+        cycle = cycle.next(Interval::Month);
+    }
+    Scheduled::Later(
+        first,
+        period_start(anchor, interval, first).unwrap_or(anchor),
+    )
+}
+
+/// What [`scheduled`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduled {
+    /// This cycle's period has started: bill it.
+    Due(Cycle),
+    /// The next cycle, and when its period starts.
+    Later(Cycle, OffsetDateTime),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +318,58 @@ mod tests {
         assert_eq!(
             period_start(offset, Interval::Month, c("2026-04")),
             Some(datetime!(2026-04-28 22:00 UTC))
+        );
+    }
+
+    #[test]
+    fn the_scheduler_starts_at_creation_and_catches_up_within_the_window() {
+        let m = Interval::Month;
+        let anchor = datetime!(2026-09-10 08:00 UTC);
+        // Created in November with a September anchor: November's period (10 Nov – 10 Dec) contains the
+        // creation, September's and October's ended before it existed.
+        let created = datetime!(2026-11-20 00:00 UTC);
+        assert_eq!(first_cycle(anchor, m, created), c("2026-11"));
+        assert!(ended_before(anchor, m, c("2026-10"), created));
+        assert!(!ended_before(anchor, m, c("2026-11"), created));
+        let now = datetime!(2026-11-21 00:00 UTC);
+        assert_eq!(
+            scheduled(anchor, m, created, c("2026-09"), now),
+            Scheduled::Due(c("2026-11"))
+        );
+        // After November was decided: December is later, from its start.
+        assert_eq!(
+            scheduled(anchor, m, created, c("2026-12"), now),
+            Scheduled::Later(c("2026-12"), datetime!(2026-12-10 08:00 UTC))
+        );
+        // Down from December to February: January (the previous period) first, then February; December is
+        // outside the window.
+        let feb = datetime!(2027-02-11 00:00 UTC);
+        assert_eq!(
+            scheduled(anchor, m, created, c("2026-12"), feb),
+            Scheduled::Due(c("2027-01"))
+        );
+        assert_eq!(
+            scheduled(anchor, m, created, c("2027-02"), feb),
+            Scheduled::Due(c("2027-02"))
+        );
+        // An anchor later than the creation: its own period first, not before it starts.
+        let later = datetime!(2026-12-15 00:00 UTC);
+        assert_eq!(first_cycle(later, m, created), c("2026-12"));
+        assert_eq!(
+            scheduled(later, m, created, c("2026-12"), now),
+            Scheduled::Later(c("2026-12"), later)
+        );
+        // Yearly: a pointer on a month that is not its cycle steps to the anchor's month.
+        let y = Interval::Year;
+        assert_eq!(
+            scheduled(
+                anchor,
+                y,
+                anchor,
+                c("2027-01"),
+                datetime!(2027-09-10 09:00 UTC)
+            ),
+            Scheduled::Due(c("2027-09"))
         );
     }
 

@@ -103,6 +103,10 @@ pub fn decide(
     let Some(start) = period::period_start(sub.anchor, sub.interval, cycle) else {
         return Decision::Skip(Billed::NotItsCycle);
     };
+    // Never a period that ended before the subscription existed (an anchor set in the past).
+    if period::ended_before(sub.anchor, sub.interval, cycle, sub.created_at) {
+        return Decision::Skip(Billed::NotItsCycle);
+    }
     if start > now {
         return Decision::Skip(Billed::NotDue);
     }
@@ -147,20 +151,57 @@ pub async fn bill(
     let Some(cycle) = cycle_for(sub.anchor, sub.interval, cycle, now) else {
         return Ok(Billed::NotDue);
     };
+    let billed = bill_locked(&mut tx, &sub, cycle, provider_of, now).await?;
+    tx.commit().await?;
+    Ok(billed)
+}
+
+/// Bills `sub` — locked by the caller's transaction `tx` — for `cycle`, and moves its scheduler pointer past the
+/// cycle once the cycle is decided (charged, retried, claimed before, paid elsewhere). The caller commits (the
+/// one exception: [`Billed::AlreadyClaimed`] after an insert that lost a race, which [`bill`] rolls back).
+pub async fn bill_locked(
+    tx: &mut PgConnection,
+    sub: &Subscription,
+    cycle: Cycle,
+    provider_of: &(dyn Fn(&str) -> Option<ProviderBilling> + Sync),
+    now: OffsetDateTime,
+) -> Result<Billed, sqlx::Error> {
+    let billed = charge_locked(tx, sub, cycle, provider_of, now).await?;
+    if matches!(
+        billed,
+        Billed::Charged(_)
+            | Billed::Retried(_)
+            | Billed::AlreadyClaimed(_)
+            | Billed::PaidElsewhere(_)
+    ) {
+        let next = cycle.next(sub.interval);
+        if let Some(starts) = period::period_start(sub.anchor, sub.interval, next) {
+            subscriptions::advance(tx, sub.id, next, starts).await?;
+        }
+    }
+    Ok(billed)
+}
+
+async fn charge_locked(
+    tx: &mut PgConnection,
+    sub: &Subscription,
+    cycle: Cycle,
+    provider_of: &(dyn Fn(&str) -> Option<ProviderBilling> + Sync),
+    now: OffsetDateTime,
+) -> Result<Billed, sqlx::Error> {
     let cycle_text = cycle.to_string();
-    let claim = claims::lock(&mut tx, sub.id, &cycle_text).await?;
-    let decision = decide(&sub, claim.as_ref(), cycle, now);
+    let claim = claims::lock(tx, sub.id, &cycle_text).await?;
+    let decision = decide(sub, claim.as_ref(), cycle, now);
     let retry = match decision {
         Decision::Skip(Billed::CanceledAtPeriodEnd) => {
             subscriptions::set_status(
-                &mut tx,
+                tx,
                 sub.id,
                 SubscriptionStatus::Canceled,
                 Some("canceled at period end"),
             )
             .await?;
-            claims::cancel_open(&mut tx, sub.id).await?;
-            tx.commit().await?;
+            claims::cancel_open(tx, sub.id).await?;
             return Ok(Billed::CanceledAtPeriodEnd);
         }
         Decision::Skip(billed) => return Ok(billed),
@@ -181,12 +222,15 @@ pub async fn bill(
         billing_cycle: &cycle_text,
     };
     // Look again at the moment of charging: a charge of this cycle made through another channel is followed.
-    if let Some(live) = intents::live_for_cycle(&mut tx, cycle_ref).await? {
-        return follow(tx, &sub, &cycle_text, &live, &provider).await;
+    if let Some(live) = intents::live_for_cycle(tx, cycle_ref).await? {
+        return follow(tx, sub, &cycle_text, &live, &provider).await;
     }
     let attempt = claim.as_ref().map_or(1, |c| c.attempts + 1);
-    let description = format!("subscription {} {cycle_text} (attempt {attempt})", sub.id);
-    let params = charge_params(provider.scheme, &sub);
+    let description = format!(
+        "subscription {} {cycle_text} (attempt {attempt})",
+        sub.public_id
+    );
+    let params = charge_params(provider.scheme, sub);
     let new = NewIntent {
         provider: &sub.provider,
         amount: sub.amount,
@@ -199,18 +243,19 @@ pub async fn bill(
         cycle: Some(cycle_ref),
         capture_method: Default::default(),
     };
-    let Some(intent) = intents::create_cycle_intent(&mut tx, &new).await? else {
+    // The charge belongs to the subscription's client: it reads the intent and receives its facts.
+    let Some(intent) = intents::create_cycle_intent(tx, sub.client.as_deref(), &new).await? else {
         // Another channel's charge of the cycle committed between the read above and the insert: the index
         // decided. Follow it (it is visible now that its transaction committed).
-        return match intents::live_for_cycle(&mut tx, cycle_ref).await? {
-            Some(live) => follow(tx, &sub, &cycle_text, &live, &provider).await,
+        return match intents::live_for_cycle(tx, cycle_ref).await? {
+            Some(live) => follow(tx, sub, &cycle_text, &live, &provider).await,
             None => Ok(Billed::AlreadyClaimed(ClaimStatus::Charging)),
         };
     };
     if retry {
-        claims::start_attempt(&mut tx, sub.id, &cycle_text, intent.id).await?;
+        claims::start_attempt(tx, sub.id, &cycle_text, intent.id).await?;
     } else if !claims::insert(
-        &mut tx,
+        tx,
         sub.id,
         &cycle_text,
         intent.id,
@@ -219,12 +264,13 @@ pub async fn bill(
     )
     .await?
     {
-        // Claimed meanwhile (only possible without the subscription's lock, i.e. never; kept as the guard the
-        // constraint gives): the intent must not exist.
-        tx.rollback().await?;
-        return Ok(Billed::AlreadyClaimed(ClaimStatus::Charging));
+        // Claimed meanwhile: impossible under the subscription's lock; the constraint is the guard. The intent
+        // must not exist: an error rolls the caller's transaction back.
+        return Err(sqlx::Error::Protocol(format!(
+            "subscription {} cycle {cycle_text} was claimed under its lock",
+            sub.id
+        )));
     }
-    tx.commit().await?;
     Ok(if retry {
         Billed::Retried(intent.public_id)
     } else {
@@ -235,7 +281,7 @@ pub async fn bill(
 /// The cycle has a live charge made elsewhere: the claim follows it (with the provider's schedule, should that
 /// charge be declined); nothing is charged.
 async fn follow(
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    tx: &mut PgConnection,
     sub: &Subscription,
     cycle: &str,
     live: &intents::Intent,
@@ -243,7 +289,7 @@ async fn follow(
 ) -> Result<Billed, sqlx::Error> {
     let paid = live.status == hookline_payments::model::IntentStatus::Succeeded;
     claims::follow_other_channel(
-        &mut tx,
+        tx,
         sub.id,
         cycle,
         live.id,
@@ -251,7 +297,6 @@ async fn follow(
         &provider.retry_schedule_secs,
     )
     .await?;
-    tx.commit().await?;
     Ok(Billed::PaidElsewhere(live.public_id.clone()))
 }
 
@@ -433,6 +478,10 @@ mod tests {
             cancel_at_period_end,
             created_at: datetime!(2026-10-10 00:00 UTC),
             canceled_at: None,
+            public_id: "sub_hl_1".into(),
+            client: None,
+            next_cycle: "2026-10".into(),
+            next_period_at: datetime!(2026-10-10 00:00 UTC),
         }
     }
 

@@ -26,11 +26,50 @@ pub struct Totals {
     pub currency_not_accepted: i64,
 }
 
+/// What the workers' scheduler has to do at a moment, and what is behind: the figures of its metrics
+/// ([`crate::schedule::metric`]), of `hookline status` and of the console's Billing page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ScheduleGauges {
+    /// Active subscriptions whose next period has started and is not charged yet.
+    pub due_periods: i64,
+    /// Declined cycles whose retry is due.
+    pub due_retries: i64,
+    /// Age in seconds of the oldest due period or due retry (0 when none): a scheduler that stopped makes it grow.
+    pub oldest_due_secs: i64,
+    /// Declined cycles waiting for their scheduled retry.
+    pub in_retry: i64,
+    /// Subscriptions past due.
+    pub past_due: i64,
+    /// Subscriptions waiting for a new payment method.
+    pub needs_payment_method: i64,
+}
+
+/// The scheduler's figures at `now` (two index reads and the status counts).
+pub async fn schedule_gauges(
+    conn: &mut PgConnection,
+    now: time::OffsetDateTime,
+) -> Result<ScheduleGauges, sqlx::Error> {
+    let (due_periods, oldest_period) = subscriptions::due_periods(conn, now).await?;
+    let (due_retries, oldest_retry) = claims::due_retries(conn, now).await?;
+    let oldest = [oldest_period, oldest_retry].into_iter().flatten().min();
+    let totals = totals(conn).await?;
+    Ok(ScheduleGauges {
+        due_periods,
+        due_retries,
+        oldest_due_secs: oldest.map_or(0, |t| (now - t).whole_seconds().max(0)),
+        in_retry: totals.in_retry,
+        past_due: totals.past_due,
+        needs_payment_method: totals.needs_payment_method,
+    })
+}
+
 /// Where billing stands.
 #[derive(Debug, Clone, Serialize)]
 pub struct BillingStatus {
     /// The counts, in full.
     pub totals: Totals,
+    /// What the scheduler has due now.
+    pub schedule: ScheduleGauges,
     /// Subscriptions whose cycle declined every attempt (parked until the method is updated).
     pub past_due: Vec<Subscription>,
     /// Subscriptions whose payment method the gateway called unusable (parked until it is updated).
@@ -84,6 +123,7 @@ pub async fn status(
     limit: i64,
     accepted: &hookline_payments::currency::ProviderCurrencies,
 ) -> Result<BillingStatus, sqlx::Error> {
+    let schedule = schedule_gauges(conn, time::OffsetDateTime::now_utc()).await?;
     let mut totals = totals(conn).await?;
     let (wrong_currency, currency_not_accepted) =
         subscriptions::with_currency_not_accepted(conn, accepted, limit).await?;
@@ -105,6 +145,7 @@ pub async fn status(
     );
     Ok(BillingStatus {
         totals,
+        schedule,
         past_due,
         needs_payment_method,
         in_retry,

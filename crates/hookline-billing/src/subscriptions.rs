@@ -84,6 +84,10 @@ hookline_payments::string_enum_schema!(SubscriptionStatus, SubscriptionStatus::A
 pub struct Subscription {
     /// Its id.
     pub id: i64,
+    /// What the merchant API shows (`sub_hl_…`).
+    pub public_id: String,
+    /// The merchant API client that owns it (`None`: the operator's).
+    pub client: Option<String>,
     /// Configured provider name.
     pub provider: String,
     /// The customer at the provider (Stripe `cus_…`, Mercado Pago's customer id); a merchant's reference in
@@ -114,6 +118,11 @@ pub struct Subscription {
     /// When it was canceled.
     #[serde(with = "time::serde::rfc3339::option")]
     pub canceled_at: Option<OffsetDateTime>,
+    /// The first cycle billing has not decided yet (`YYYY-MM`): where the scheduler looks next.
+    pub next_cycle: String,
+    /// When `next_cycle`'s period starts: the subscription is due for the scheduler from then.
+    #[serde(with = "time::serde::rfc3339")]
+    pub next_period_at: OffsetDateTime,
 }
 
 impl TryFrom<String> for Interval {
@@ -124,8 +133,8 @@ impl TryFrom<String> for Interval {
 }
 
 const COLUMNS: &str =
-    "id, provider, customer, payment_method, amount, currency, interval, anchor, status, \
-                       status_reason, cancel_at_period_end, created_at, canceled_at";
+    "id, public_id, client, provider, customer, payment_method, amount, currency, interval, anchor, status, \
+     status_reason, cancel_at_period_end, created_at, canceled_at, next_cycle, next_period_at";
 
 /// What a new subscription charges, and with what.
 #[derive(Debug, Clone)]
@@ -243,13 +252,23 @@ pub fn charge_params(scheme: Scheme, sub: &Subscription) -> Option<PaymentParams
     }
 }
 
-/// Creates an active subscription; returns its id.
-pub async fn add(conn: &mut PgConnection, new: &NewSubscription<'_>) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "INSERT INTO subscriptions (provider, customer, payment_method, amount, currency, interval, anchor)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         RETURNING id",
-    )
+/// Creates an active subscription owned by `client` (`None`: the operator's), created at `now`; returns it. Its
+/// first cycle ([`crate::period::first_cycle`]) is where the scheduler starts.
+pub async fn add(
+    conn: &mut PgConnection,
+    client: Option<&str>,
+    new: &NewSubscription<'_>,
+    now: OffsetDateTime,
+) -> Result<Subscription, sqlx::Error> {
+    let first = crate::period::first_cycle(new.anchor, new.interval, now);
+    let starts = crate::period::period_start(new.anchor, new.interval, first).unwrap_or(new.anchor);
+    sqlx::query_as(&format!(
+        "INSERT INTO subscriptions (client, provider, customer, payment_method, amount, currency, interval, anchor,
+                                    created_at, next_cycle, next_period_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         RETURNING {COLUMNS}"
+    ))
+    .bind(client)
     .bind(new.provider)
     .bind(new.customer)
     .bind(new.payment_method)
@@ -257,6 +276,67 @@ pub async fn add(conn: &mut PgConnection, new: &NewSubscription<'_>) -> Result<i
     .bind(new.currency)
     .bind(new.interval.as_str())
     .bind(new.anchor)
+    .bind(now)
+    .bind(first.to_string())
+    .bind(starts)
+    .fetch_one(conn)
+    .await
+}
+
+/// The next active subscription whose next period has started at `now`, after `after` in the scheduler's order
+/// (`next_period_at`, `id`), locked (`FOR UPDATE SKIP LOCKED`: another worker's round, a `billing run` or a
+/// completing charge holding it is skipped, not waited for — it is decided there, or in the next round). The
+/// partial index `subscriptions_due_idx` serves it.
+pub async fn lock_next_due(
+    conn: &mut PgConnection,
+    now: OffsetDateTime,
+    after: (OffsetDateTime, i64),
+) -> Result<Option<Subscription>, sqlx::Error> {
+    // `status = 'active'` stays literal: the partial index's predicate.
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions
+          WHERE status = 'active' AND next_period_at <= $1 AND (next_period_at, id) > ($2, $3)
+          ORDER BY next_period_at, id LIMIT 1
+            FOR UPDATE SKIP LOCKED"
+    ))
+    .bind(now)
+    .bind(after.0)
+    .bind(after.1)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Moves a subscription's scheduler pointer forward to `cycle` (its period starting at `starts`); never back: a
+/// pointer already past it stays (`billing run --cycle` of an older cycle, a concurrent decision). Cycles
+/// (`YYYY-MM`) compare as text.
+pub async fn advance(
+    conn: &mut PgConnection,
+    id: i64,
+    cycle: crate::period::Cycle,
+    starts: OffsetDateTime,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE subscriptions SET next_cycle = $2, next_period_at = $3
+          WHERE id = $1 AND next_cycle < $2",
+    )
+    .bind(id)
+    .bind(cycle.to_string())
+    .bind(starts)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The due periods at `now` (active subscriptions whose next period has started) and the oldest one's start.
+pub async fn due_periods(
+    conn: &mut PgConnection,
+    now: OffsetDateTime,
+) -> Result<(i64, Option<OffsetDateTime>), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*), min(next_period_at) FROM subscriptions
+          WHERE status = 'active' AND next_period_at <= $1",
+    )
+    .bind(now)
     .fetch_one(conn)
     .await
 }
@@ -471,6 +551,10 @@ mod tests {
             cancel_at_period_end: false,
             created_at: OffsetDateTime::UNIX_EPOCH,
             canceled_at: None,
+            public_id: "sub_hl_1".into(),
+            client: None,
+            next_cycle: "2026-10".into(),
+            next_period_at: OffsetDateTime::UNIX_EPOCH,
         }
     }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use hookline_billing::{
-    self as billing, BillingStatus, Cycle, Interval, NewSubscription, ProviderBilling, RunSummary,
+    self as billing, BillingStatus, Cycle, Interval, NewSubscription, RunSummary,
 };
 use hookline_core::Config;
 use hookline_signature::Scheme;
@@ -206,8 +206,9 @@ pub async fn subscriptions(
             }
             let pool = ops::pool(config).await?;
             let mut conn = pool.acquire().await?;
-            let id = billing::add(
+            let sub = billing::add(
                 &mut conn,
+                None,
                 &NewSubscription {
                     provider,
                     customer,
@@ -217,9 +218,10 @@ pub async fn subscriptions(
                     interval: *interval,
                     anchor: anchor.unwrap_or_else(OffsetDateTime::now_utc),
                 },
+                OffsetDateTime::now_utc(),
             )
             .await?;
-            println!("{id}");
+            println!("{}", sub.id);
             Ok(ExitCode::SUCCESS)
         }
         SubscriptionsCommand::List { json } => {
@@ -349,11 +351,8 @@ pub async fn billing(config: &Config, cmd: &BillingCommand) -> anyhow::Result<Ex
         );
         pb
     });
-    let provider_of = |p: &str| {
-        let provider = config.providers.get(p)?;
-        (chargeable(config, p).is_ok() && provider.api_base.is_some())
-            .then(|| ProviderBilling::from_config(provider))
-    };
+    let providers = billing::providers(config);
+    let provider_of = |p: &str| providers.get(p).cloned();
     let summary = billing::run(
         &pool,
         cycle,

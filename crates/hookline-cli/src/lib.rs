@@ -207,6 +207,7 @@ pub(crate) fn validate_sections(config: &Config, env: &dyn Env) -> Result<(), Co
     hookline_delivery::DeliveryConfig::from_config(config)?;
     hookline_gateways::config::DispatcherConfig::from_config(config, env)?;
     hookline_gateways::config::ReconcileConfig::from_config(config)?;
+    hookline_billing::BillingConfig::from_config(config)?;
     Ok(())
 }
 

@@ -79,6 +79,20 @@ async fn metrics(state: web::Data<State>) -> HttpResponse {
         }
         Err(_) => tracing::warn!("reading delivery figures for /metrics timed out"),
     }
+    // What billing has due, read now: a scheduler that stopped (or is turned off) is seen in these, not hidden
+    // behind the figures of its last round.
+    match tokio::time::timeout(
+        SCRAPE_DB_BUDGET,
+        hookline_billing::schedule::publish_gauges(&state.pool, time::OffsetDateTime::now_utc()),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error.message = %e, "cannot read billing figures for /metrics")
+        }
+        Err(_) => tracing::warn!("reading billing figures for /metrics timed out"),
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(state.metrics.render())

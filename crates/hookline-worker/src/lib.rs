@@ -43,6 +43,8 @@ pub struct Sections {
     pub dispatcher: DispatcherConfig,
     /// `[reconcile]` (`hookline-gateways`): the periodic reconciliation.
     pub reconcile: ReconcileConfig,
+    /// `[billing]` (`hookline-billing`): the billing scheduler.
+    pub billing: hookline_billing::BillingConfig,
 }
 
 impl Sections {
@@ -55,6 +57,7 @@ impl Sections {
             destinations: hookline_delivery::destinations_from_config(config, env)?,
             dispatcher: DispatcherConfig::from_config(config, env)?,
             reconcile: ReconcileConfig::from_config(config)?,
+            billing: hookline_billing::BillingConfig::from_config(config)?,
         })
     }
 }
@@ -150,6 +153,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             d.run(cancel).await
         })
     });
+    // The billing scheduler: due periods and due dunning retries, every [billing] schedule_secs, unless
+    // [billing] enabled = false.
+    let billing = sections.billing.enabled.then(|| {
+        supervisor.spawn(
+            "billing",
+            &cancel,
+            (
+                consumer.pool().clone(),
+                hookline_billing::providers(&config),
+                sections.billing.schedule,
+            ),
+            |(pool, providers, every), cancel| {
+                hookline_billing::schedule::run_periodic(pool, providers, every, cancel)
+            },
+        )
+    });
     // Domain events out (the RabbitMQ domain relay and the HTTP destinations) unless [delivery] enabled = false.
     let delivery = if sections.delivery.enabled {
         hookline_delivery::spawn(&config, consumer.pool().clone(), &supervisor, &cancel)?
@@ -181,6 +200,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     reconcile.await.ok();
     if let Some(dispatcher) = dispatcher {
         dispatcher.await.ok();
+    }
+    if let Some(billing) = billing {
+        billing.await.ok();
     }
     for task in delivery {
         task.await.ok();

@@ -31,6 +31,7 @@
 //! | `[retention]` | `hookline_ops::config::RetentionConfig` |
 //! | `[worker]` | `hookline_worker::WorkerConfig` |
 //! | `[dispatcher]`, `[reconcile]` | `hookline_gateways::config` |
+//! | `[billing]` | `hookline_billing::BillingConfig` |
 //! | `[sandbox]` | `hookline_sandbox::SandboxConfig` |
 //!
 //! Here those sections are only accepted as tables (so that `deny_unknown_fields` still refuses a misspelt
@@ -171,6 +172,8 @@ struct RawConfig {
     _dispatcher: Option<toml::Table>,
     #[serde(default, rename = "reconcile")]
     _reconcile: Option<toml::Table>,
+    #[serde(default, rename = "billing")]
+    _billing: Option<toml::Table>,
     #[serde(default)]
     providers: BTreeMap<String, providers::RawProvider>,
     #[serde(default)]

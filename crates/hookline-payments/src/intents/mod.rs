@@ -298,16 +298,18 @@ pub async fn create_intent(
     .ok_or(sqlx::Error::RowNotFound)
 }
 
-/// Creates an intent of hookline's own paying the subscription cycle `new.cycle` (a billing run's charge) and,
+/// Creates an intent paying the subscription cycle `new.cycle` (a billing charge), owned by the subscription's
+/// API client `client` (`None`: an operator's subscription, hookline's own intent) and,
 /// when `new.confirm`, its charge request, in the caller's transaction. `None` when the cycle already has a
 /// live charge (partial UNIQUE index `payment_intents_live_cycle`: a concurrent one waits for the first to
 /// commit): nothing was written.
 pub async fn create_cycle_intent(
     tx: &mut PgConnection,
+    client: Option<&str>,
     new: &NewIntent<'_>,
 ) -> Result<Option<Intent>, sqlx::Error> {
     debug_assert!(new.cycle.is_some(), "a cycle intent names its cycle");
-    insert_intent(tx, None, new).await
+    insert_intent(tx, client, new).await
 }
 
 /// The live (neither failed nor canceled) charge of a subscription cycle, whoever created it.
