@@ -458,8 +458,8 @@ pub async fn on_charge_final(
                 provider_payment_id: charge.provider_payment_id,
                 attempt: attempts,
             },
-            // Subscriptions belong to no API client yet: only a back office reads their facts.
-            Owner::Nobody,
+            // The subscription's client reads it (an operator's subscription: only a back office).
+            Owner::client(sub.client.as_deref()),
         )
         .await?;
         return Ok(());
@@ -540,7 +540,7 @@ pub async fn on_charge_final(
             next_attempt_at,
             subscription_status: sub_status,
         },
-        Owner::Nobody,
+        Owner::client(sub.client.as_deref()),
     )
     .await?;
     if status == ClaimStatus::PastDue {
@@ -559,7 +559,7 @@ pub async fn on_charge_final(
                 failure_code: charge.failure_code,
                 failure_message: charge.failure_message,
             },
-            Owner::Nobody,
+            Owner::client(sub.client.as_deref()),
         )
         .await?;
     }
