@@ -379,6 +379,9 @@ pub fn after_decline(attempts: i32, schedule: &[i32], code: Option<&str>) -> Aft
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChargedFact<'a> {
     billed_by: &'static str,
+    /// The subscription's public id (`sub_hl_…`), what the merchant API shows.
+    subscription: &'a str,
+    /// The subscription's internal id (the operator's CLI).
     subscription_id: String,
     billing_cycle: &'a str,
     provider: &'a str,
@@ -392,6 +395,9 @@ pub struct ChargedFact<'a> {
 /// `subscription.payment_failed`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PaymentFailedFact<'a> {
+    /// The subscription's public id (`sub_hl_…`), what the merchant API shows.
+    subscription: &'a str,
+    /// The subscription's internal id (the operator's CLI).
     subscription_id: String,
     billing_cycle: &'a str,
     provider: &'a str,
@@ -410,6 +416,9 @@ pub struct PaymentFailedFact<'a> {
 /// `subscription.past_due`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PastDueFact<'a> {
+    /// The subscription's public id (`sub_hl_…`), what the merchant API shows.
+    subscription: &'a str,
+    /// The subscription's internal id (the operator's CLI).
     subscription_id: String,
     billing_cycle: &'a str,
     provider: &'a str,
@@ -449,6 +458,7 @@ pub async fn on_charge_final(
             &subject(sub.id, cycle),
             &ChargedFact {
                 billed_by: "hookline",
+                subscription: &sub.public_id,
                 subscription_id: sub.id.to_string(),
                 billing_cycle: cycle,
                 provider: charge.provider,
@@ -528,6 +538,7 @@ pub async fn on_charge_final(
         EventType::SubscriptionPaymentFailed,
         &format!("{subject_id}/{}", charge.public_id),
         &PaymentFailedFact {
+            subscription: &sub.public_id,
             subscription_id: sub.id.to_string(),
             billing_cycle: cycle,
             provider: charge.provider,
@@ -550,6 +561,7 @@ pub async fn on_charge_final(
             // Per attempt count: a cycle past due again after its method was updated is a new fact.
             &format!("{subject_id}/{}", claim.attempts),
             &PastDueFact {
+                subscription: &sub.public_id,
                 subscription_id: sub.id.to_string(),
                 billing_cycle: cycle,
                 provider: charge.provider,
