@@ -20,6 +20,7 @@
 
 mod billing_checkout;
 mod billing_dunning;
+mod billing_schedule;
 mod cluster;
 mod console;
 mod console_billing;

@@ -123,19 +123,25 @@ impl BillingRig {
     /// billing scheduler is off (`[billing] enabled = false`): these proofs drive `hookline billing run` by hand
     /// and count what each run did.
     pub async fn start_with(name: &str, dunning_retry_secs: &[u32], extra: &str) -> BillingRig {
-        Self::start_billing(name, dunning_retry_secs, "enabled = false", extra).await
+        Self::start_billing(name, dunning_retry_secs, "enabled = false", "", extra).await
     }
 
-    /// [`BillingRig::start`] with the workers billing by themselves every `schedule_secs`.
+    /// [`BillingRig::start`] with the workers billing by themselves every `schedule_secs`; with `metrics_port`,
+    /// the worker serves `/metrics` there (one worker at a time, then).
     pub async fn start_scheduled(
         name: &str,
         dunning_retry_secs: &[u32],
         schedule_secs: u32,
+        metrics_port: Option<u16>,
     ) -> BillingRig {
+        let worker = metrics_port
+            .map(|port| format!("listen = \"127.0.0.1:{port}\"\n"))
+            .unwrap_or_default();
         Self::start_billing(
             name,
             dunning_retry_secs,
             &format!("schedule_secs = {schedule_secs}"),
+            &worker,
             "",
         )
         .await
@@ -145,6 +151,7 @@ impl BillingRig {
         name: &str,
         dunning_retry_secs: &[u32],
         billing: &str,
+        worker: &str,
         extra: &str,
     ) -> BillingRig {
         let receiver = Receiver::start();
@@ -152,8 +159,9 @@ impl BillingRig {
         let sandbox_port = free_port();
         let api_port = free_port();
         let schedule: Vec<String> = dunning_retry_secs.iter().map(u32::to_string).collect();
+        // `worker` lands in the cluster's `[worker]` section, which the tail follows.
         let tail = format!(
-            "[providers.{PROVIDER}]\nscheme = \"stripe\"\nsecrets = [\"{WEBHOOK_SECRET}\"]\n\
+            "{worker}[providers.{PROVIDER}]\nscheme = \"stripe\"\nsecrets = [\"{WEBHOOK_SECRET}\"]\n\
              fee_bps = 399\nfee_fixed = 39\n\
              api_base = \"http://127.0.0.1:{sandbox_port}\"\napi_token = \"{STRIPE_KEY}\"\n\
              dunning_retry_secs = [{schedule}]\n\
@@ -252,6 +260,42 @@ impl BillingRig {
         .await
         .expect("backdate the subscription");
         id
+    }
+
+    /// `hookline subscriptions add` for a Stripe customer and saved card anchored at `anchor`, created now (no
+    /// backdating: the scheduler's own rule decides its first period); its id.
+    pub async fn subscribe(
+        &self,
+        customer: &str,
+        method: &str,
+        amount: i64,
+        anchor: OffsetDateTime,
+    ) -> i64 {
+        let amount = amount.to_string();
+        let anchor = anchor
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("an RFC 3339 anchor");
+        let out = self
+            .cli(&[
+                "subscriptions",
+                "add",
+                "--provider",
+                PROVIDER,
+                "--customer",
+                customer,
+                "--payment-method",
+                method,
+                "--amount",
+                &amount,
+                "--currency",
+                "brl",
+                "--interval",
+                "month",
+                "--anchor",
+                &anchor,
+            ])
+            .await;
+        out.trim().parse().expect("subscriptions add prints the id")
     }
 
     /// `hookline billing run --json`, for `cycle` (`--cycle C --allow-cycle C`) or each subscription's running

@@ -168,6 +168,10 @@ pub async fn round(
                 subscription_id = sub.id
             ))
             .await;
+        // A worker killed here holds an uncommitted charge and the row's lock: both vanish with it, and the next
+        // round decides the subscription again.
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("billing.schedule.before_commit");
         match &billed {
             Ok(_) => tx.commit().await?,
             Err(_) => tx.rollback().await?,
