@@ -35,6 +35,8 @@ pub mod metric {
     pub const ROUNDS: &str = "hookline_billing_rounds_total";
     /// How long the last round took.
     pub const ROUND_SECONDS: &str = "hookline_billing_round_seconds";
+    /// The configured `billing.schedule_secs` of a running scheduler (the alert's unit of lateness).
+    pub const SCHEDULE_SECONDS: &str = "hookline_billing_schedule_seconds";
     /// When the last round finished (Unix seconds).
     pub const LAST_ROUND: &str = "hookline_billing_last_round_timestamp_seconds";
     /// Declined cycle charges, by what dunning decided: `retry`, `past_due`, `needs_payment_method`.
@@ -203,6 +205,7 @@ pub async fn run_periodic(
     cancel: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     tracing::info!(every_secs = every.as_secs(), "billing scheduler enabled");
+    metrics::gauge!(metric::SCHEDULE_SECONDS).set(every.as_secs_f64());
     let provider_of = |name: &str| providers.get(name).cloned();
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
