@@ -304,6 +304,19 @@ async fn a_worker_down_across_a_period_boundary_catches_up_once() {
         status["schedule"]["oldest_due_secs"].as_i64() >= Some(1),
         "{status}"
     );
+    // `hookline status` says the same (its exit code is about attention, not asserted here).
+    let out = rig.cluster.hookline(&["status", "--json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    for figure in ["due_periods", "due_retries", "in_retry", "past_due"] {
+        assert_eq!(
+            report["billing"][figure], status["schedule"][figure],
+            "{figure}: {report}"
+        );
+    }
+    assert!(
+        report["billing"]["oldest_due_secs"].as_i64() >= Some(1),
+        "{report}"
+    );
 
     rig.cluster.start_worker(None).await;
     let (missed, new) = (

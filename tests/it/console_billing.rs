@@ -212,6 +212,16 @@ async fn the_billing_page_lists_subscriptions_behind_and_cycles_in_retry_chargin
         html.contains("1 past due, 1 waiting for a payment method, 1 cycle(s) in retry, 51 charging, 2 unpaid, 0 not charged (currency not accepted)."),
         "{html}"
     );
+    // What the scheduler has due, as the database says (the active subscriptions' next periods have started:
+    // no worker bills here).
+    assert!(status.schedule.due_periods > 0, "{:?}", status.schedule);
+    assert!(
+        html.contains(&format!(
+            "{} period(s) due, {} retr(ies) due",
+            status.schedule.due_periods, status.schedule.due_retries
+        )),
+        "{html}"
+    );
 
     // Subscriptions behind, with their reason (the last decline).
     let t = table(html, "past-due").expect("a past-due table");

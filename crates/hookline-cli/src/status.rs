@@ -100,6 +100,20 @@ fn print_table(r: &Report) {
         r.outbound.unresolved_refunds,
         hookline_ops::status::UNRESOLVED_AFTER.as_secs() / 60
     );
+    let b = &r.billing;
+    println!(
+        "billing: {} period(s) and {} retr(ies) due{}, {} cycle(s) in retry, {} past due, {} needing a payment method",
+        b.due_periods,
+        b.due_retries,
+        if b.due_periods + b.due_retries > 0 {
+            format!(" (oldest {}s)", b.oldest_due_secs)
+        } else {
+            String::new()
+        },
+        b.in_retry,
+        b.past_due,
+        b.needs_payment_method
+    );
     if r.attention.is_empty() {
         println!("status: OK");
     } else {

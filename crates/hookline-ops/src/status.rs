@@ -74,6 +74,8 @@ pub struct Report {
     pub queues: Queues,
     /// The gateway outbox.
     pub outbound: Outbound,
+    /// What billing has due (the workers' scheduler charges it every `billing.schedule_secs`) and what is behind.
+    pub billing: hookline_billing::ScheduleGauges,
     /// What needs an operator (empty = OK).
     pub attention: Vec<Attention>,
 }
@@ -280,8 +282,30 @@ pub async fn report(
             .page("/intents?status=requires_dispatch", "Outbound (queued)"),
         );
     }
+    let billing = {
+        let mut conn = pool.acquire().await.context("a connection")?;
+        hookline_billing::schedule_gauges(&mut conn, time::OffsetDateTime::now_utc())
+            .await
+            .context("read what billing has due")?
+    };
+    // The alert's rule (HooklineBillingBehind): later than three rounds and ten minutes.
+    let late_after = 3 * hookline_billing::BillingConfig::from_config(config)?
+        .schedule
+        .as_secs()
+        + 600;
+    if billing.oldest_due_secs > i64::try_from(late_after).unwrap_or(i64::MAX) {
+        attention.push(
+            Attention::new(format!(
+                "{} subscription period(s) and {} dunning retr(ies) due, oldest for {}s (> {late_after}s)",
+                billing.due_periods, billing.due_retries, billing.oldest_due_secs
+            ))
+            .cli("is a worker billing ([billing] enabled)? see `hookline billing status`")
+            .page("/billing", "Billing"),
+        );
+    }
     Ok(Report {
         outbound,
+        billing,
         providers,
         totals,
         queues,

@@ -28,6 +28,15 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
         Some(&s),
         html! {
             h1 { "Billing" }
+            p #billing-schedule {
+                (status.schedule.due_periods) " period(s) due, "
+                (status.schedule.due_retries) " retr(ies) due"
+                @if status.schedule.due_periods + status.schedule.due_retries > 0 {
+                    " (oldest for " (status.schedule.oldest_due_secs) " s)"
+                }
+                ". The workers charge what is due every " code { "[billing] schedule_secs" } "; what stays due longer than a few rounds means none is billing (the alert "
+                code { "HooklineBillingBehind" } ") or the subscription cannot be charged."
+            }
             p #billing-summary {
                 (status.totals.past_due) " past due, "
                 (status.totals.needs_payment_method) " waiting for a payment method, "
@@ -39,7 +48,7 @@ pub async fn billing(req: HttpRequest, state: State) -> Result<HttpResponse, Con
             p.muted {
                 "A subscription past due or waiting for a payment method is charged again once it has a new one: "
                 code { "hookline subscriptions update ID --payment-method ID" }
-                " (its unpaid cycles are retried by the next " code { "hookline billing run" } ")."
+                " or the merchant API's " code { "POST /v1/subscriptions/{id}" } " (its unpaid cycle is retried by the workers' next round)."
             }
             h2 { "Subscriptions past due" (count(status.totals.past_due)) }
             (subscriptions("past-due", &status.past_due, status.totals.past_due, "No subscription is past due."))
