@@ -506,7 +506,7 @@ pub async fn on_charge_final(
         ClaimStatus::NeedsPaymentMethod => "needs_payment_method",
         _ => "canceled",
     };
-    metrics::counter!(crate::schedule::metric::DECLINES, "outcome" => outcome).increment(1);
+    metrics::counter!(crate::metric::DECLINES, "outcome" => outcome).increment(1);
     let cut = |s: Option<&str>, max: usize| s.map(|s| s.chars().take(max).collect::<String>());
     sqlx::query!(
         "UPDATE billing_claims

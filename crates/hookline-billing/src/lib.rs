@@ -38,6 +38,7 @@ pub mod claims;
 pub mod config;
 pub mod declines;
 pub mod manage;
+pub mod metric;
 pub mod period;
 pub mod run;
 pub mod schedule;

@@ -27,7 +27,7 @@ pub struct Totals {
 }
 
 /// What the workers' scheduler has to do at a moment, and what is behind: the figures of its metrics
-/// ([`crate::schedule::metric`]), of `hookline status` and of the console's Billing page.
+/// ([`crate::metric`]), of `hookline status` and of the console's Billing page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ScheduleGauges {
     /// Active subscriptions whose next period has started and is not charged yet.
