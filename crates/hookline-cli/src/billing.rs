@@ -25,7 +25,8 @@ Stripe cus_… and pm_… (charged with off_session=true, confirm=true); Mercado
 id (charged as a merchant-initiated card-on-file payment: hookline mints the card token from the card id).
 
 Periods start on the anchor's day of the month (yearly: its month and day) at its time of day, UTC; a day the \
-month lacks is its last day. `hookline billing run` charges each subscription's running period once.")]
+month lacks is its last day. The workers charge each period once from its start, beginning with the period \
+that contains the subscription's creation.")]
     Add {
         /// Configured provider (stripe, mercadopago or pagarme-v5 scheme)
         #[arg(long)]
@@ -78,8 +79,8 @@ month lacks is its last day. `hookline billing run` charges each subscription's 
 #[derive(Subcommand, Debug)]
 pub enum BillingCommand {
     /// Charge each subscription's running period (or --cycle), and every declined cycle whose retry is due,
-    /// exactly once per cycle however often (or however many at once) it runs. The dispatcher sends the
-    /// charges. Exit codes: 0 ok, 1 some subscription needs attention, 2 usage.
+    /// exactly once per cycle however often (or however many at once, or beside the workers' own rounds) it
+    /// runs. The dispatcher sends the charges. Exit codes: 0 ok, 1 some subscription needs attention, 2 usage.
     #[command(after_help = "\
 Its idempotency key is derived, never typed: the business key (subscription, cycle) is claimed once \
 (billing_claims_cycle_key), a cycle has at most one live charge whatever channel made it \
@@ -90,7 +91,8 @@ Dunning: a declined cycle is charged again after providers.NAME.dunning_retry_se
 after the 1st, 2nd and 3rd decline), by whichever run comes after that; when every retry declined the cycle \
 and its subscription are past_due. A decline that says the method is unusable (expired, lost, authentication \
 required…) is needs_payment_method at once. Both park the subscription until `hookline subscriptions update`. \
-Run it from a timer (hourly is plenty).")]
+The workers bill by themselves every [billing] schedule_secs (due periods and due retries, through the same \
+claims): this command is for a backfill (--cycle with --allow-cycle), a dry run, or billing without workers.")]
     Run(BillingRunArgs),
     /// List what is behind: subscriptions past due or needing a payment method, cycles in retry or in flight.
     Status {
