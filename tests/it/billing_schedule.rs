@@ -134,6 +134,10 @@ async fn two_workers_charge_each_due_period_once_and_dun_by_themselves() {
 
     rig.cluster.start_worker(None).await;
     rig.cluster.start_worker(None).await;
+    // And an operator's run at the same moment: the same claims decide.
+    let run = rig.cli(&["billing", "run", "--json"]).await;
+    let run: serde_json::Value = serde_json::from_str(&run).expect("the run's summary");
+    assert_eq!(run["errors"], serde_json::json!([]), "{run}");
     let this = running(day_ago);
     let mut want: BTreeMap<(i64, String), (String, i32)> = paying
         .iter()

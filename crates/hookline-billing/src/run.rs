@@ -156,8 +156,8 @@ pub async fn bill(
     Ok(billed)
 }
 
-/// Bills `sub` — locked by the caller's transaction `tx` — for `cycle`, and moves its scheduler pointer past the
-/// cycle once the cycle is decided (charged, retried, claimed before, paid elsewhere). The caller commits (the
+/// Bills `sub` — locked by the caller's transaction `tx` — for `cycle`, and, when its scheduler pointer names that
+/// cycle, moves the pointer past it once the cycle is decided (charged, retried, claimed before, paid elsewhere). The caller commits (the
 /// one exception: [`Billed::AlreadyClaimed`] after an insert that lost a race, which [`bill`] rolls back).
 pub async fn bill_locked(
     tx: &mut PgConnection,
@@ -176,7 +176,7 @@ pub async fn bill_locked(
     ) {
         let next = cycle.next(sub.interval);
         if let Some(starts) = period::period_start(sub.anchor, sub.interval, next) {
-            subscriptions::advance(tx, sub.id, next, starts).await?;
+            subscriptions::advance_past(tx, sub.id, cycle, next, starts).await?;
         }
     }
     Ok(billed)

@@ -127,6 +127,10 @@ pub async fn round(
             Scheduled::Due(cycle) => cycle,
         };
         if cycle != pointer {
+            // The pointer moves to the cycle billed now (what it skips is not charged by the scheduler).
+            if let Some(starts) = period::period_start(sub.anchor, sub.interval, cycle) {
+                subscriptions::advance(&mut tx, sub.id, cycle, starts).await?;
+            }
             tracing::info!(
                 subscription_id = sub.id,
                 from = %pointer,

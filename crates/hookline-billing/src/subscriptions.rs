@@ -327,6 +327,29 @@ pub async fn advance(
     Ok(())
 }
 
+/// Moves a subscription's scheduler pointer past `decided` — to `next`, whose period starts at `starts` — when
+/// the pointer names `decided`: a cycle decided after the pointer (a `billing run` of the running period while the
+/// workers were down) leaves the pointer on the older undecided cycle, which the scheduler then catches up.
+pub async fn advance_past(
+    conn: &mut PgConnection,
+    id: i64,
+    decided: crate::period::Cycle,
+    next: crate::period::Cycle,
+    starts: OffsetDateTime,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE subscriptions SET next_cycle = $3, next_period_at = $4
+          WHERE id = $1 AND next_cycle = $2",
+    )
+    .bind(id)
+    .bind(decided.to_string())
+    .bind(next.to_string())
+    .bind(starts)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The due periods at `now` (active subscriptions whose next period has started) and the oldest one's start.
 pub async fn due_periods(
     conn: &mut PgConnection,
