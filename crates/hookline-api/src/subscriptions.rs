@@ -82,6 +82,35 @@ pub(crate) struct SavedCardParams {
     card_id: String,
 }
 
+/// Stripe's new saved method in an update (`customer`, when given, must be the subscription's own).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = SubscriptionStripeUpdate)]
+#[allow(dead_code)] // a schema: the parser reads the JSON itself
+pub(crate) struct StripeUpdate {
+    /// The subscription's own Stripe Customer (`cus_…`).
+    #[schema(min_length = 1, max_length = 255)]
+    customer: Option<String>,
+    /// The new saved PaymentMethod (`pm_…`).
+    #[schema(min_length = 1, max_length = 255, example = "pm_card_mastercard")]
+    payment_method: String,
+}
+
+/// A new card saved at Mercado Pago or Pagar.me, in an update (`customer_id`, when given, must be the
+/// subscription's own).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = SubscriptionSavedCardUpdate)]
+#[allow(dead_code)] // a schema: the parser reads the JSON itself
+pub(crate) struct SavedCardUpdate {
+    /// The subscription's own customer at the provider.
+    #[schema(min_length = 1, max_length = 64)]
+    customer_id: Option<String>,
+    /// The new saved card.
+    #[schema(min_length = 1, max_length = 64)]
+    card_id: String,
+}
+
 /// The body of `POST /v1/subscriptions` (the schema `CreateSubscription`); [`parse_create`] reads it, and a unit
 /// test holds this struct's fields to [`CREATE_FIELDS`].
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -128,11 +157,11 @@ pub(crate) struct UpdateBody {
     #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     amount: Option<i64>,
     /// Stripe's new saved method (`customer`, when given, must be the subscription's).
-    stripe: Option<StripeParams>,
+    stripe: Option<StripeUpdate>,
     /// Mercado Pago's new saved card.
-    mercadopago: Option<SavedCardParams>,
+    mercadopago: Option<SavedCardUpdate>,
     /// Pagar.me's new saved card.
-    pagarme: Option<SavedCardParams>,
+    pagarme: Option<SavedCardUpdate>,
 }
 
 /// The optional body of `POST /v1/subscriptions/{id}/cancel`.
@@ -449,14 +478,19 @@ fn saved_method(
     let text = |name: &'static str| -> Result<Option<String>, ApiError> {
         match fields.get(name) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            // What is stored is what was sent: no space or control character to trim away.
+            Some(Value::String(s))
+                if !s.is_empty() && !s.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+            {
+                Ok(Some(s.clone()))
+            }
             Some(Value::Number(n)) if object == "mercadopago" && n.as_u64().is_some() => {
                 Ok(Some(n.to_string()))
             }
             Some(_) => Err(ApiError::field(
                 "parameter_invalid",
                 format!("{object}.{name}"),
-                format!("{object}.{name} must be a string"),
+                format!("{object}.{name} must be a non-empty string without spaces or control characters"),
             )),
         }
     };
