@@ -57,6 +57,7 @@ mod provider_api;
 mod purge;
 mod redelivery;
 mod sdk;
+mod subscriptions_api;
 mod traces;
 mod webhook_endpoints;
 mod worker_crash;

@@ -151,6 +151,12 @@ pub enum ApiError {
     /// No such webhook endpoint (for this client).
     #[error("no such webhook endpoint")]
     EndpointNotFound,
+    /// No such subscription for this client (another client's, or an operator's, is the same as none).
+    #[error("no such subscription")]
+    SubscriptionNotFound,
+    /// A change to a canceled subscription: it cannot change any more.
+    #[error("the subscription is canceled: it cannot be changed")]
+    SubscriptionCanceled,
     /// The client already has its most live webhook endpoints: 409 with the bound (delete one first).
     #[error(
         "this client already has {limit} webhook endpoints, the most it may have; delete one first"
@@ -216,6 +222,8 @@ impl ApiError {
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Unexpected(_) => "internal_error",
             ApiError::EndpointNotFound => "endpoint_not_found",
+            ApiError::SubscriptionNotFound => "subscription_not_found",
+            ApiError::SubscriptionCanceled => "subscription_canceled",
             ApiError::EndpointLimitReached { .. } => "webhook_endpoint_limit_reached",
         }
     }
@@ -267,7 +275,8 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::EndpointNotFound => StatusCode::NOT_FOUND,
+            ApiError::EndpointNotFound | ApiError::SubscriptionNotFound => StatusCode::NOT_FOUND,
+            ApiError::SubscriptionCanceled => StatusCode::CONFLICT,
             ApiError::EndpointLimitReached { .. } => StatusCode::CONFLICT,
         }
     }

@@ -500,7 +500,10 @@ pub(crate) fn refuse_unknown(m: &Map<String, Value>, allowed: &[&str]) -> Result
     }
 }
 
-fn required<'a>(m: &'a Map<String, Value>, param: &'static str) -> Result<&'a Value, ApiError> {
+pub(crate) fn required<'a>(
+    m: &'a Map<String, Value>,
+    param: &'static str,
+) -> Result<&'a Value, ApiError> {
     match m.get(param) {
         None | Some(Value::Null) => Err(ApiError::ParameterMissing {
             param: param.to_owned(),
@@ -509,7 +512,7 @@ fn required<'a>(m: &'a Map<String, Value>, param: &'static str) -> Result<&'a Va
     }
 }
 
-fn amount(m: &Map<String, Value>) -> Result<i64, ApiError> {
+pub(crate) fn amount(m: &Map<String, Value>) -> Result<i64, ApiError> {
     required(m, "amount")?
         .as_i64()
         .filter(|a| (1..=MAX_AMOUNT).contains(a))

@@ -8,6 +8,9 @@
 //! * `GET /v1/payment_intents/{id}` — read one;
 //! * `POST /v1/payment_intents/{id}/refunds` — request a refund, never beyond what was captured;
 //! * `GET /v1/payment_intents` (the list), `POST …/{id}/cancel`, `POST …/{id}/capture` — the intent's lifecycle;
+//! * `POST /v1/subscriptions`, `GET /v1/subscriptions`, `GET|POST /v1/subscriptions/{id}`,
+//!   `POST /v1/subscriptions/{id}/cancel` — subscriptions charged every cycle with a saved method
+//!   ([`subscriptions`]; the rules are `hookline_billing::manage`'s, the CLI's too);
 //! * `GET /v1/events`, `GET /v1/events/{id}` — the facts the client may see ([`events`]);
 //! * `/v1/webhook_endpoints…`, `POST /v1/events/{id}/resend` — the endpoints the client manages ([`endpoints`]);
 //! * `GET /v1/openapi.json` — the OpenAPI 3.1 document of all of it, without a key ([`openapi`]).
@@ -32,6 +35,8 @@ pub mod openapi;
 mod operation;
 mod params;
 mod schema;
+mod subscription_view;
+mod subscriptions;
 mod webhook_view;
 
 use std::collections::HashMap;
@@ -153,6 +158,11 @@ enum Route {
     RotateWebhookEndpointSecret,
     ListWebhookDeliveries,
     ResendEvent,
+    CreateSubscription,
+    GetSubscription,
+    ListSubscriptions,
+    UpdateSubscription,
+    CancelSubscription,
 }
 
 impl Route {
@@ -176,6 +186,11 @@ impl Route {
             Route::RotateWebhookEndpointSecret => "rotate_webhook_endpoint_secret",
             Route::ListWebhookDeliveries => "list_webhook_deliveries",
             Route::ResendEvent => "resend_event",
+            Route::CreateSubscription => "create_subscription",
+            Route::GetSubscription => "get_subscription",
+            Route::ListSubscriptions => "list_subscriptions",
+            Route::UpdateSubscription => "update_subscription",
+            Route::CancelSubscription => "cancel_subscription",
         }
     }
 }
@@ -332,6 +347,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         resource("/v1/payment_intents/{id}/refunds", &[Method::POST])
             .route(web::post().to(intents::refund)),
+    )
+    .service(
+        resource("/v1/subscriptions", &[Method::GET, Method::POST])
+            .route(web::post().to(subscriptions::create))
+            .route(web::get().to(subscriptions::list)),
+    )
+    .service(
+        resource("/v1/subscriptions/{id}", &[Method::GET, Method::POST])
+            .route(web::get().to(subscriptions::get))
+            .route(web::post().to(subscriptions::update)),
+    )
+    .service(
+        resource("/v1/subscriptions/{id}/cancel", &[Method::POST])
+            .route(web::post().to(subscriptions::cancel)),
     )
     .service(resource("/v1/events", &[Method::GET]).route(web::get().to(events::list)))
     .service(resource("/v1/events/{id}", &[Method::GET]).route(web::get().to(events::get)))

@@ -49,6 +49,11 @@ an `Idempotency-Key`: its first answer is stored and replayed for 24 h. The fact
         crate::endpoints::delete,
         crate::endpoints::rotate_secret,
         crate::endpoints::deliveries,
+        crate::subscriptions::create,
+        crate::subscriptions::list,
+        crate::subscriptions::get,
+        crate::subscriptions::update,
+        crate::subscriptions::cancel,
         openapi_json,
     ),
     components(schemas(crate::error::ErrorBody, crate::error::ErrorType, EventTypeName, AnyEvent)),
@@ -57,6 +62,7 @@ an `Idempotency-Key`: its first answer is stored and replayed for 24 h. The fact
     tags(
         (name = "payment_intents", description = "A payment, from checkout to its outcome"),
         (name = "refunds", description = "Money back, never beyond what was captured"),
+        (name = "subscriptions", description = "Charged every cycle with the payment method saved at the provider"),
         (name = "events", description = "The facts hookline hands on, to read again: the same payload as pushed"),
         (name = "webhook_endpoints", description = "Where the client's facts are POSTed, signed per Standard Webhooks"),
         (name = "meta", description = "This document"),
@@ -149,7 +155,7 @@ fn add_links(doc: &mut Value) {
     // (the answer's pointer, the id it yields, the operations that take it as `id`)
     // (A page of events is not linked to one event: an empty page has no first id, and a fuzzer following the
     // link reports it as a failure.)
-    let links: [(&str, &str, &[&str]); 2] = [
+    let links: [(&str, &str, &[&str]); 3] = [
         (
             "/paths/~1v1~1payment_intents/post/responses/201",
             "$response.body#/id",
@@ -170,6 +176,15 @@ fn add_links(doc: &mut Value) {
                 "rotate_webhook_endpoint_secret",
                 "list_webhook_deliveries",
                 "delete_webhook_endpoint",
+            ],
+        ),
+        (
+            "/paths/~1v1~1subscriptions/post/responses/201",
+            "$response.body#/id",
+            &[
+                "get_subscription",
+                "update_subscription",
+                "cancel_subscription",
             ],
         ),
     ];
@@ -227,6 +242,11 @@ fn fact_data(ty: EventType) -> Named {
         }
         EventType::SubscriptionPaymentFailed => named::<claims::PaymentFailedFact<'static>>(),
         EventType::SubscriptionPastDue => named::<claims::PastDueFact<'static>>(),
+        EventType::SubscriptionCreated => named::<hookline_billing::manage::CreatedFact<'static>>(),
+        EventType::SubscriptionUpdated => named::<hookline_billing::manage::UpdatedFact<'static>>(),
+        EventType::SubscriptionCanceled => {
+            named::<hookline_billing::manage::CanceledFact<'static>>()
+        }
         EventType::PaymentIntentSucceeded
         | EventType::PaymentIntentFailed
         | EventType::PaymentIntentCanceled
@@ -351,6 +371,11 @@ mod tests {
             ("/v1/webhook_endpoints/{id}", "delete"),
             ("/v1/webhook_endpoints/{id}/rotate_secret", "post"),
             ("/v1/webhook_endpoints/{id}/deliveries", "get"),
+            ("/v1/subscriptions", "post"),
+            ("/v1/subscriptions", "get"),
+            ("/v1/subscriptions/{id}", "get"),
+            ("/v1/subscriptions/{id}", "post"),
+            ("/v1/subscriptions/{id}/cancel", "post"),
             ("/v1/openapi.json", "get"),
         ] {
             assert!(doc["paths"][path][method].is_object(), "{method} {path}");
@@ -451,6 +476,80 @@ mod tests {
         let mut params = crate::events::PARAMS.to_vec();
         params.sort_unstable();
         assert_eq!(names, params);
+    }
+
+    /// The subscription bodies' schemas name exactly the fields their parsers take, with the same bounds.
+    #[test]
+    fn openapi_subscription_bodies_hold_to_the_parsers() {
+        use crate::subscriptions::{CANCEL_FIELDS, CREATE_FIELDS, LIST_PARAMS, UPDATE_FIELDS};
+        let doc = document();
+        let fields = |name: &str| {
+            let mut f: Vec<String> = schema(&doc, name)["properties"]
+                .as_object()
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            f.sort_unstable();
+            f
+        };
+        let sorted = |f: &[&str]| {
+            let mut f: Vec<String> = f.iter().map(|s| (*s).to_owned()).collect();
+            f.sort_unstable();
+            f
+        };
+        assert_eq!(fields("CreateSubscription"), sorted(CREATE_FIELDS));
+        assert_eq!(fields("UpdateSubscription"), sorted(UPDATE_FIELDS));
+        assert_eq!(fields("CancelSubscription"), sorted(CANCEL_FIELDS));
+        for name in [
+            "CreateSubscription",
+            "UpdateSubscription",
+            "CancelSubscription",
+        ] {
+            assert_eq!(
+                schema(&doc, name)["additionalProperties"],
+                json!(false),
+                "{name}"
+            );
+        }
+        // The saved method's names are the payment-intent create's for a saved card.
+        assert_eq!(
+            fields("SubscriptionStripeParams"),
+            sorted(&["customer", "payment_method"])
+        );
+        assert_eq!(
+            fields("SubscriptionSavedCardParams"),
+            sorted(&["card_id", "customer_id"])
+        );
+        assert_eq!(
+            schema(&doc, "CreateSubscription")["properties"]["amount"]["maximum"],
+            json!(hookline_billing::manage::MAX_AMOUNT)
+        );
+        assert_eq!(
+            schema(&doc, "IntervalName")["enum"],
+            json!(["month", "year"])
+        );
+        let list = &doc["paths"]["/v1/subscriptions"]["get"]["parameters"];
+        let mut names: Vec<&str> = list
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        names.sort_unstable();
+        let mut params = LIST_PARAMS.to_vec();
+        params.sort_unstable();
+        assert_eq!(names, params);
+        let statuses: Vec<&str> = hookline_billing::SubscriptionStatus::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(schema(&doc, "SubscriptionStatus")["enum"], json!(statuses));
+        // A created subscription links to what can be done with it.
+        let links = &doc["paths"]["/v1/subscriptions"]["post"]["responses"]["201"]["links"];
+        for op in [
+            "get_subscription",
+            "update_subscription",
+            "cancel_subscription",
+        ] {
+            assert_eq!(links[op]["operationId"], op);
+        }
     }
 
     /// Every status and capture method the code can answer, and only those.

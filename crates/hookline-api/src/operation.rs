@@ -16,6 +16,7 @@ use sqlx::PgConnection;
 
 use crate::error::ApiError;
 use crate::params::{self, ProviderObject};
+use crate::subscription_view::{self, SubscriptionChange};
 use crate::Reply;
 
 /// A write the API performs once per idempotency key.
@@ -54,6 +55,27 @@ pub enum Operation {
     },
     /// Make a webhook endpoint (`POST /v1/webhook_endpoints` with an `Idempotency-Key`).
     CreateWebhookEndpoint(Box<CreateEndpoint>),
+    /// Create a subscription (`POST /v1/subscriptions`), checked by `hookline_billing::manage::check_new`.
+    CreateSubscription {
+        /// The checked subscription.
+        checked: Box<hookline_billing::manage::Checked>,
+        /// Its provider object's name (`stripe`, `mercadopago`, `pagarme`).
+        object: &'static str,
+    },
+    /// Change a subscription's payment method and/or amount (`POST /v1/subscriptions/{id}`).
+    UpdateSubscription {
+        /// The subscription's public id.
+        subscription: String,
+        /// What changes.
+        change: Box<SubscriptionChange>,
+    },
+    /// Cancel a subscription, now or at its period's end (`POST /v1/subscriptions/{id}/cancel`).
+    CancelSubscription {
+        /// The subscription's public id.
+        subscription: String,
+        /// At the end of its running period.
+        at_period_end: bool,
+    },
 }
 
 /// A validated `POST /v1/payment_intents` body.
@@ -220,6 +242,29 @@ impl Operation {
                 )
             }
             Operation::CreateWebhookEndpoint(c) => execute_create(tx, client, &c).await,
+            Operation::CreateSubscription { checked, object } => {
+                subscription_view::execute_create(tx, client, &checked, object, providers).await
+            }
+            Operation::UpdateSubscription {
+                subscription,
+                change,
+            } => {
+                subscription_view::execute_update(tx, client, &subscription, &change, providers)
+                    .await
+            }
+            Operation::CancelSubscription {
+                subscription,
+                at_period_end,
+            } => {
+                subscription_view::execute_cancel(
+                    tx,
+                    client,
+                    &subscription,
+                    at_period_end,
+                    providers,
+                )
+                .await
+            }
         }
     }
 }

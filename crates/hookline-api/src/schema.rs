@@ -22,6 +22,19 @@ pub(crate) struct IntentId {
     id: String,
 }
 
+/// The subscription's path id.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // a schema: the handlers read the path themselves
+pub(crate) struct SubscriptionId {
+    /// The subscription's id (`sub_hl_…`).
+    #[param(
+        pattern = "^sub_hl_[0-9a-f]{32}$",
+        example = "sub_hl_4f9c2a7e1b3d5f60718293a4b5c6d7e8"
+    )]
+    id: String,
+}
+
 /// `Idempotency-Key`, required: the first answer under it is stored and replayed for 24 h; the same key with
 /// another request is 422 `idempotency_key_reused`.
 #[derive(utoipa::IntoParams)]
@@ -70,7 +83,10 @@ pub(crate) enum WriteErrors {
     )]
     Unauthorized(ErrorBody),
     /// Not this client's, or no such object.
-    #[response(status = 404, description = "`intent_not_found`")]
+    #[response(
+        status = 404,
+        description = "`intent_not_found`, `subscription_not_found`, `endpoint_not_found`"
+    )]
     NotFound(ErrorBody),
     /// The body was not sent in time.
     #[response(status = 408, description = "`body_timeout`")]
@@ -78,7 +94,7 @@ pub(crate) enum WriteErrors {
     /// The object's state does not allow it, or the key is in flight.
     #[response(
         status = 409,
-        description = "`order_reference_in_use`, `billing_cycle_in_use`, `intent_in_flight`, `intent_not_captured`, `payment_intent_unexpected_state` (`error.status`), `idempotency_key_in_flight` (retry)"
+        description = "`order_reference_in_use`, `billing_cycle_in_use`, `intent_in_flight`, `intent_not_captured`, `payment_intent_unexpected_state` (`error.status`), `subscription_canceled`, `idempotency_key_in_flight` (retry)"
     )]
     Conflict(ErrorBody),
     /// Over the body limit.
@@ -121,7 +137,10 @@ pub(crate) enum ReadErrors {
     )]
     Unauthorized(ErrorBody),
     /// Not this client's, or no such object.
-    #[response(status = 404, description = "`intent_not_found`")]
+    #[response(
+        status = 404,
+        description = "`intent_not_found`, `subscription_not_found`, `event_not_found`"
+    )]
     NotFound(ErrorBody),
     /// A value out of its bounds.
     #[response(

@@ -8,7 +8,8 @@
 //! - [`claims`]: the `billing_claims` table — the business key and the cycle's dunning, decided when its charge
 //!   completes;
 //! - [`declines`]: which declines mean the payment method is unusable (pure);
-//! - [`manage`]: cancel a subscription, give it a new payment method (both tables);
+//! - [`manage`]: create a subscription, change its payment method or amount, cancel it (both tables, with the
+//!   facts): the one implementation of the merchant API and the CLI;
 //! - [`schedule`]: the workers' scheduler — due periods and due retries every `[billing] schedule_secs`
 //!   ([`config`]), with no command;
 //! - [`status`]: what is behind and what is due (`hookline billing status`, the console, the metrics).
@@ -46,7 +47,7 @@ pub mod status;
 pub mod subscriptions;
 
 pub use config::BillingConfig;
-pub use manage::{cancel, update_payment_method};
+pub use manage::{cancel, cancel_subscription, update_payment_method, Change, ManageError};
 pub use period::{valid_cycle, Cycle, Interval};
 pub use run::{bill, bill_locked, run, would_bill, Billed, ProviderBilling, RunSummary};
 pub use status::{schedule_gauges, status, totals, BillingStatus, ScheduleGauges, Totals};

@@ -466,6 +466,143 @@ pub async fn lock(conn: &mut PgConnection, id: i64) -> Result<Option<Subscriptio
     .await
 }
 
+/// The client's subscription `public_id` (`sub_hl_…`); `None` when there is none, or it is another client's or an
+/// operator's (`client` NULL): the merchant API answers both the same (404).
+pub async fn get_for_client(
+    conn: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE public_id = $1 AND client = $2"
+    ))
+    .bind(public_id)
+    .bind(client)
+    .fetch_optional(conn)
+    .await
+}
+
+/// [`get_for_client`], locked (`FOR UPDATE`) until the caller's transaction ends: a change decides after the
+/// billing run's decision about it (or before it), never beside it.
+pub async fn lock_for_client(
+    conn: &mut PgConnection,
+    client: &str,
+    public_id: &str,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions WHERE public_id = $1 AND client = $2 FOR UPDATE"
+    ))
+    .bind(public_id)
+    .bind(client)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Most subscriptions in one page of [`page_for_client`].
+pub const MAX_PAGE: i64 = 100;
+
+/// A page of a client's subscriptions, newest first.
+#[derive(Debug)]
+pub struct SubscriptionPage {
+    /// The page.
+    pub subscriptions: Vec<Subscription>,
+    /// Whether older ones follow the last.
+    pub has_more: bool,
+}
+
+/// Why a page was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    /// The cursor is not one of the client's subscriptions.
+    #[error("no such subscription")]
+    UnknownCursor,
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// The client's subscriptions (only those in `status` when given), newest first, `limit` (1 to [`MAX_PAGE`]) at a
+/// time, after the cursor `starting_after` (one of the client's `sub_hl_…`). Served by
+/// `subscriptions_client_idx (client, id)`: the cursor is a bound on `id`, so a deep page starts at the cursor.
+pub async fn page_for_client(
+    conn: &mut PgConnection,
+    client: &str,
+    status: Option<SubscriptionStatus>,
+    starting_after: Option<&str>,
+    limit: i64,
+) -> Result<SubscriptionPage, PageError> {
+    let limit = limit.clamp(1, MAX_PAGE);
+    let cursor: Option<i64> = match starting_after {
+        None => None,
+        Some(public_id) => Some(
+            sqlx::query_scalar("SELECT id FROM subscriptions WHERE public_id = $1 AND client = $2")
+                .bind(public_id)
+                .bind(client)
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or(PageError::UnknownCursor)?,
+        ),
+    };
+    let mut subscriptions: Vec<Subscription> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM subscriptions
+          WHERE client = $1 AND id < coalesce($2::bigint, 9223372036854775807)
+            AND ($3::text IS NULL OR status = $3)
+          ORDER BY id DESC LIMIT $4"
+    ))
+    .bind(client)
+    .bind(cursor)
+    .bind(status.map(SubscriptionStatus::as_str))
+    .bind(limit + 1)
+    .fetch_all(&mut *conn)
+    .await?;
+    let has_more = subscriptions.len() as i64 > limit;
+    subscriptions.truncate(limit as usize);
+    Ok(SubscriptionPage {
+        subscriptions,
+        has_more,
+    })
+}
+
+/// Sets the amount a subscription charges from its next charge on (the run reads the row when it charges);
+/// `None` when it does not exist or is canceled.
+pub async fn set_amount(
+    conn: &mut PgConnection,
+    id: i64,
+    amount: i64,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE subscriptions SET amount = $2, updated_at = now()
+          WHERE id = $1 AND status <> 'canceled'
+         RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(amount)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The subscription's latest billing claim (its newest cycle), with its charge's public id: what the merchant API
+/// shows as `latest_charge`.
+///
+/// It reads `billing_claims`, whose SQL lives in [`crate::claims`]; it is here until that module (changed
+/// elsewhere at the time) takes it as `claims::latest`.
+pub async fn latest_claim(
+    conn: &mut PgConnection,
+    id: i64,
+) -> Result<Option<crate::claims::Claim>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent, b.status, b.attempts,
+                b.next_attempt_at, b.retry_schedule_secs, b.last_failure_code, b.last_failure_message,
+                b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = $1
+          ORDER BY b.billing_cycle DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Marks a subscription canceled now (`None`: it does not exist; `Some(false)`: it already was), or, with
 /// `at_period_end`, to be canceled when its running period ends (`Some(false)`: already so, or canceled). The
 /// table's half of [`crate::manage::cancel`].

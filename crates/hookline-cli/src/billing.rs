@@ -5,11 +5,9 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use hookline_billing::{
-    self as billing, BillingStatus, Cycle, Interval, NewSubscription, RunSummary,
-};
+use hookline_billing::manage::{self, Field, ManageError};
+use hookline_billing::{self as billing, BillingStatus, Cycle, Interval, RunSummary};
 use hookline_core::Config;
-use hookline_signature::Scheme;
 use time::OffsetDateTime;
 
 use crate::ops;
@@ -64,14 +62,17 @@ that contains the subscription's creation.")]
         #[arg(long)]
         at_period_end: bool,
     },
-    /// Give a subscription a new saved payment method: it is active again, and its past-due cycles (or those
-    /// waiting for a method) are charged again by the next billing run.
+    /// Give a subscription a new saved payment method (it is active again, and its past-due cycles, or those
+    /// waiting for a method, are charged again by the next billing run) and/or a new amount per cycle.
     Update {
         /// Subscription id
         id: i64,
         /// The new payment method saved at the provider (Stripe pm_…; Mercado Pago card id)
         #[arg(long, value_name = "ID")]
-        payment_method: String,
+        payment_method: Option<String>,
+        /// A new amount per cycle, in minor units, charged from the next charge on
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1_000_000_000_000_000))]
+        amount: Option<i64>,
     },
 }
 
@@ -127,10 +128,7 @@ fn parse_interval(s: &str) -> Result<Interval, String> {
 fn parse_anchor(s: &str) -> Result<OffsetDateTime, String> {
     let at = OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("not an RFC 3339 time (2026-12-15T00:00:00Z): {e}"))?;
-    let now = OffsetDateTime::now_utc();
-    if at < now - time::Duration::days(3653) || at > now + time::Duration::days(366) {
-        return Err("must be within ten years before and one year after now".into());
-    }
+    manage::check_anchor(at, OffsetDateTime::now_utc()).map_err(|e| e.to_string())?;
     Ok(at)
 }
 
@@ -155,17 +153,6 @@ fn cycle_allowed(cycle: &str, allow: Option<&str>, today: time::Date) -> Result<
     ))
 }
 
-/// The scheme of a provider that can be charged (stripe, mercadopago or pagarme-v5).
-fn chargeable(config: &Config, provider: &str) -> Result<Scheme, String> {
-    match config.providers.get(provider) {
-        None => Err(format!("no provider named {provider:?} is configured")),
-        Some(p) if hookline_gateways::gateway::Api::of(p.scheme).is_none() => Err(format!(
-            "provider {provider:?} is not a stripe, mercadopago or pagarme-v5 provider"
-        )),
-        Some(p) => Ok(p.scheme),
-    }
-}
-
 /// Runs `hookline subscriptions …`.
 pub async fn subscriptions(
     config: &Config,
@@ -181,48 +168,30 @@ pub async fn subscriptions(
             interval,
             anchor,
         } => {
-            let scheme = match chargeable(config, provider) {
-                Ok(scheme) => scheme,
-                Err(why) => {
-                    eprintln!("error: {why}");
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            // The merchant API's rule, the same function: a pagarme-v5 subscription takes BRL only.
-            let currency =
-                match hookline_payments::currency::check(scheme, provider, currency.trim()) {
-                    Ok(code) => code,
-                    Err(e) => {
-                        eprintln!(
-                            "error: --currency {:?}: {e}",
-                            crate::ops::terminal_safe(currency)
-                        );
-                        return Ok(ExitCode::from(2));
-                    }
-                };
-            let (customer, payment_method) = (customer.trim(), payment_method.trim());
-            if let Err((flag, what)) = billing::valid_saved_method(scheme, customer, payment_method)
-            {
-                eprintln!("error: {flag} must be {what}");
-                return Ok(ExitCode::from(2));
-            }
-            let pool = ops::pool(config).await?;
-            let mut conn = pool.acquire().await?;
-            let sub = billing::add(
-                &mut conn,
-                None,
-                &NewSubscription {
+            // The merchant API's rules, the same functions (`hookline_billing::manage`).
+            let now = OffsetDateTime::now_utc();
+            let checked = match manage::check_new(
+                &manage::Create {
                     provider,
                     customer,
                     payment_method,
                     amount: *amount,
-                    currency: &currency,
+                    currency,
                     interval: *interval,
-                    anchor: anchor.unwrap_or_else(OffsetDateTime::now_utc),
+                    anchor: *anchor,
                 },
-                OffsetDateTime::now_utc(),
-            )
-            .await?;
+                config.providers.get(provider.as_str()),
+                now,
+            ) {
+                Ok(checked) => checked,
+                Err(e) => return usage_error(&e, currency),
+            };
+            let pool = ops::pool(config).await?;
+            let mut tx = pool.begin().await?;
+            let sub = manage::create(&mut tx, None, &checked, now)
+                .await
+                .map_err(anyhow::Error::new)?;
+            tx.commit().await?;
             println!("{}", sub.id);
             Ok(ExitCode::SUCCESS)
         }
@@ -262,60 +231,94 @@ pub async fn subscriptions(
         }
         SubscriptionsCommand::Cancel { id, at_period_end } => {
             let pool = ops::pool(config).await?;
-            let mut conn = pool.acquire().await?;
+            let mut tx = pool.begin().await?;
             let when = if *at_period_end {
                 "at the end of its period"
             } else {
                 "now"
             };
-            match billing::cancel(&mut conn, *id, *at_period_end).await? {
-                Some(true) => println!("subscription {id} canceled {when}"),
-                Some(false) => println!("subscription {id} was already canceled ({when})"),
-                None => {
-                    eprintln!("error: no subscription {id}");
-                    return Ok(ExitCode::from(1));
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        SubscriptionsCommand::Update { id, payment_method } => {
-            let pool = ops::pool(config).await?;
-            let mut tx = pool.begin().await?;
-            let Some(sub) = billing::get(&mut tx, *id).await? else {
+            let Some(sub) = billing::subscriptions::lock(&mut tx, *id).await? else {
                 eprintln!("error: no subscription {id}");
                 return Ok(ExitCode::from(1));
             };
-            let payment_method = payment_method.trim();
-            let scheme = match chargeable(config, &sub.provider) {
-                Ok(scheme) => scheme,
-                Err(why) => {
-                    eprintln!("error: {why}");
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            if let Err((flag, what)) =
-                billing::valid_saved_method(scheme, &sub.customer, payment_method)
-            {
-                let what = if flag == "--customer" {
-                    format!("a subscription whose customer is {what} (this one predates saved methods: add a new one)")
-                } else {
-                    what.to_owned()
-                };
-                eprintln!("error: {flag} must be {what}");
+            let (changed, _) = billing::cancel_subscription(&mut tx, &sub, *at_period_end)
+                .await
+                .map_err(anyhow::Error::new)?;
+            tx.commit().await?;
+            if changed {
+                println!("subscription {id} canceled {when}");
+            } else {
+                println!("subscription {id} was already canceled ({when})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SubscriptionsCommand::Update {
+            id,
+            payment_method,
+            amount,
+        } => {
+            if payment_method.is_none() && amount.is_none() {
+                eprintln!("error: nothing to change: give --payment-method and/or --amount");
                 return Ok(ExitCode::from(2));
             }
-            if billing::update_payment_method(&mut tx, *id, payment_method)
-                .await?
-                .is_none()
-            {
-                eprintln!("error: subscription {id} is canceled");
+            let pool = ops::pool(config).await?;
+            let mut tx = pool.begin().await?;
+            let Some(sub) = billing::subscriptions::lock(&mut tx, *id).await? else {
+                eprintln!("error: no subscription {id}");
                 return Ok(ExitCode::from(1));
+            };
+            let provider = config.providers.get(sub.provider.as_str());
+            let change = billing::Change {
+                payment_method: payment_method.as_deref(),
+                customer: None,
+                amount: *amount,
+            };
+            match manage::update(&mut tx, sub, provider, &change).await {
+                Ok(_) => {}
+                Err(ManageError::Canceled) => {
+                    eprintln!("error: subscription {id} is canceled");
+                    return Ok(ExitCode::from(1));
+                }
+                Err(ManageError::Invalid {
+                    field: Field::Customer,
+                    message,
+                    ..
+                }) => {
+                    eprintln!("error: --customer must be a subscription whose customer is {message} (this one predates saved methods: add a new one)");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e @ ManageError::Invalid { .. }) => return usage_error(&e, ""),
+                Err(e) => return Err(anyhow::Error::new(e)),
             }
             tx.commit().await?;
-            println!("subscription {id} active with its new payment method; unpaid cycles are retried by the next billing run");
+            if payment_method.is_some() {
+                println!("subscription {id} active with its new payment method; unpaid cycles are retried by the next billing run");
+            }
+            if let Some(amount) = amount {
+                println!("subscription {id} charges {amount} from its next charge");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A subscription's input the shared rules refused: the flag and why, on stderr; exit 2 (usage).
+fn usage_error(e: &ManageError, currency: &str) -> anyhow::Result<ExitCode> {
+    match e {
+        ManageError::Invalid { field, message, .. } => match field {
+            Field::Provider => eprintln!("error: {message}"),
+            Field::Currency => eprintln!(
+                "error: --currency {:?}: {message}",
+                crate::ops::terminal_safe(currency)
+            ),
+            Field::Customer => eprintln!("error: --customer must be {message}"),
+            Field::PaymentMethod => eprintln!("error: --payment-method must be {message}"),
+            Field::Amount => eprintln!("error: --amount: {message}"),
+            Field::Anchor => eprintln!("error: --anchor {message}"),
+        },
+        other => eprintln!("error: {other}"),
+    }
+    Ok(ExitCode::from(2))
 }
 
 /// Runs `hookline billing …`.

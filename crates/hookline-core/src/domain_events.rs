@@ -65,11 +65,18 @@ pub enum EventType {
     PaymentIntentCanceled,
     /// A `capture_method: manual` intent was authorized: `amount_capturable` can be captured (once per intent).
     PaymentIntentAmountCapturableUpdated,
+    /// A subscription was created (merchant API or CLI), once per subscription.
+    SubscriptionCreated,
+    /// A subscription was changed: a new payment method, a new amount, or set to cancel at its period's end
+    /// (once per change).
+    SubscriptionUpdated,
+    /// A subscription was canceled (once per subscription).
+    SubscriptionCanceled,
 }
 
 impl EventType {
     /// Every type, for validation of subscriptions and for documentation.
-    pub const ALL: [EventType; 14] = [
+    pub const ALL: [EventType; 17] = [
         EventType::PaymentSucceeded,
         EventType::PaymentFailed,
         EventType::PaymentCanceled,
@@ -84,6 +91,9 @@ impl EventType {
         EventType::PaymentIntentFailed,
         EventType::PaymentIntentCanceled,
         EventType::PaymentIntentAmountCapturableUpdated,
+        EventType::SubscriptionCreated,
+        EventType::SubscriptionUpdated,
+        EventType::SubscriptionCanceled,
     ];
 
     /// The wire name (`payment.succeeded`, …).
@@ -105,6 +115,9 @@ impl EventType {
             EventType::PaymentIntentAmountCapturableUpdated => {
                 "payment_intent.amount_capturable_updated"
             }
+            EventType::SubscriptionCreated => "subscription.created",
+            EventType::SubscriptionUpdated => "subscription.updated",
+            EventType::SubscriptionCanceled => "subscription.canceled",
         }
     }
 
