@@ -709,6 +709,15 @@ async fn facts_once(
         })
         .collect();
     assert_eq!(past_due, past_due_want);
+    // The subscription canceled at its period's end: told once, when billing canceled it.
+    let canceled: Vec<String> = of_type("subscription.canceled")
+        .map(|d| d["subscription_id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(
+        canceled,
+        [one(subs, Role::EndsAtPeriodEnd).id.to_string()],
+        "one subscription.canceled"
+    );
 
     // payment_intent.* of every billing charge name its subscription and cycle.
     let mut intent_facts = BTreeSet::new();

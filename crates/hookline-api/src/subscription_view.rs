@@ -242,11 +242,36 @@ pub(crate) async fn view(
     sub: Subscription,
     providers: &HashMap<String, ProviderConfig>,
 ) -> Result<SubscriptionView, ApiError> {
-    let claim = hookline_billing::subscriptions::latest_claim(conn, sub.id)
+    let claim = hookline_billing::claims::latest(conn, sub.id)
         .await
         .map_err(|e| ApiError::database(e, "read the subscription's latest charge"))?;
     let scheme = scheme_of(providers, &sub.provider);
     Ok(view_of(sub, claim, scheme, OffsetDateTime::now_utc()))
+}
+
+/// The views of a list page's subscriptions, their latest claims read in one statement.
+pub(crate) async fn views(
+    conn: &mut PgConnection,
+    subs: Vec<Subscription>,
+    providers: &HashMap<String, ProviderConfig>,
+) -> Result<Vec<SubscriptionView>, ApiError> {
+    let ids: Vec<i64> = subs.iter().map(|s| s.id).collect();
+    let mut claims: HashMap<i64, hookline_billing::claims::Claim> =
+        hookline_billing::claims::latest_of(conn, &ids)
+            .await
+            .map_err(|e| ApiError::database(e, "read the subscriptions' latest charges"))?
+            .into_iter()
+            .map(|c| (c.subscription_id, c))
+            .collect();
+    let now = OffsetDateTime::now_utc();
+    Ok(subs
+        .into_iter()
+        .map(|sub| {
+            let claim = claims.remove(&sub.id);
+            let scheme = scheme_of(providers, &sub.provider);
+            view_of(sub, claim, scheme, now)
+        })
+        .collect())
 }
 
 /// The API's answer to a refusal of [`hookline_billing::manage`]: an input names its field (`object`: the

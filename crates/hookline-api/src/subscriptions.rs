@@ -323,10 +323,9 @@ pub async fn list(req: HttpRequest, state: web::Data<ApiState>) -> HttpResponse 
                         ApiError::database(e, "list the subscriptions")
                     }
                 })?;
-                let mut data = Vec::with_capacity(page.subscriptions.len());
-                for sub in page.subscriptions {
-                    data.push(subscription_view::view(&mut conn, sub, &state.providers).await?);
-                }
+                let data =
+                    subscription_view::views(&mut conn, page.subscriptions, &state.providers)
+                        .await?;
                 Ok((data, page.has_more))
             })
             .await?;

@@ -142,6 +142,41 @@ pub async fn lock(
     .await
 }
 
+/// A subscription's latest claim (its newest cycle), with its charge's public id: what the merchant API shows as
+/// `latest_charge`. The index of `billing_claims_cycle_key` serves it.
+pub async fn latest(
+    conn: &mut PgConnection,
+    subscription_id: i64,
+) -> Result<Option<Claim>, sqlx::Error> {
+    claim_query!(
+        r#"b.subscription_id = $1 ORDER BY b.billing_cycle DESC LIMIT 1"#,
+        subscription_id,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The latest claim of each of `subscription_ids` (a list page's, at most a hundred) in one statement.
+pub async fn latest_of(
+    conn: &mut PgConnection,
+    subscription_ids: &[i64],
+) -> Result<Vec<Claim>, sqlx::Error> {
+    // DISTINCT ON keeps each subscription's first row in the order: its newest cycle.
+    sqlx::query_as!(
+        Claim,
+        r#"SELECT DISTINCT ON (b.subscription_id)
+                b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent,
+                b.status AS "status: ClaimStatus", b.attempts, b.next_attempt_at, b.retry_schedule_secs,
+                b.last_failure_code, b.last_failure_message, b.claimed_at, b.updated_at
+           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
+          WHERE b.subscription_id = ANY($1)
+          ORDER BY b.subscription_id, b.billing_cycle DESC"#,
+        subscription_ids,
+    )
+    .fetch_all(conn)
+    .await
+}
+
 /// The claim of a cycle, if any.
 pub async fn get(
     conn: &mut PgConnection,

@@ -462,19 +462,30 @@ pub async fn cancel_subscription(
         if at_period_end {
             record_updated(conn, &now, vec!["cancel_at_period_end"], None).await?;
         } else {
-            domain_events::record(
-                conn,
-                EventType::SubscriptionCanceled,
-                &now.public_id,
-                &CanceledFact {
-                    subscription: &now.public_id,
-                    subscription_id: now.id.to_string(),
-                    canceled_at: now.canceled_at,
-                },
-                Owner::client(now.client.as_deref()),
-            )
-            .await?;
+            record_canceled(conn, &now).await?;
         }
     }
     Ok((changed, now))
+}
+
+/// Records `subscription.canceled` for `sub` (canceled now, or by billing when its period ended with
+/// `cancel_at_period_end`), owned by its client, in the caller's transaction. Once per subscription: the fact's
+/// subject is the subscription.
+pub async fn record_canceled(
+    conn: &mut PgConnection,
+    sub: &Subscription,
+) -> Result<(), domain_events::RecordError> {
+    domain_events::record(
+        conn,
+        EventType::SubscriptionCanceled,
+        &sub.public_id,
+        &CanceledFact {
+            subscription: &sub.public_id,
+            subscription_id: sub.id.to_string(),
+            canceled_at: sub.canceled_at,
+        },
+        Owner::client(sub.client.as_deref()),
+    )
+    .await?;
+    Ok(())
 }

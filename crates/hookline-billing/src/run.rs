@@ -202,6 +202,10 @@ async fn charge_locked(
             )
             .await?;
             claims::cancel_open(tx, sub.id).await?;
+            // The merchant hears that it ended (its `subscription.updated` said it would).
+            if let Some(now_canceled) = subscriptions::get(tx, sub.id).await? {
+                crate::manage::record_canceled(tx, &now_canceled).await?;
+            }
             return Ok(Billed::CanceledAtPeriodEnd);
         }
         Decision::Skip(billed) => return Ok(billed),

@@ -581,28 +581,6 @@ pub async fn set_amount(
     .await
 }
 
-/// The subscription's latest billing claim (its newest cycle), with its charge's public id: what the merchant API
-/// shows as `latest_charge`.
-///
-/// It reads `billing_claims`, whose SQL lives in [`crate::claims`]; it is here until that module (changed
-/// elsewhere at the time) takes it as `claims::latest`.
-pub async fn latest_claim(
-    conn: &mut PgConnection,
-    id: i64,
-) -> Result<Option<crate::claims::Claim>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT b.subscription_id, b.billing_cycle, b.intent_id, p.public_id AS intent, b.status, b.attempts,
-                b.next_attempt_at, b.retry_schedule_secs, b.last_failure_code, b.last_failure_message,
-                b.claimed_at, b.updated_at
-           FROM billing_claims b JOIN payment_intents p ON p.id = b.intent_id
-          WHERE b.subscription_id = $1
-          ORDER BY b.billing_cycle DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_optional(conn)
-    .await
-}
-
 /// Marks a subscription canceled now (`None`: it does not exist; `Some(false)`: it already was), or, with
 /// `at_period_end`, to be canceled when its running period ends (`Some(false)`: already so, or canceled). The
 /// table's half of [`crate::manage::cancel`].
