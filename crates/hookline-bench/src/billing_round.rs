@@ -13,8 +13,8 @@
 //! Then: `--requests` sequential signed webhook acks with the worker idle (the baseline); one `UPDATE` makes
 //! every subscription due (t0), the worker's next round (≤ 1 s) claims them one transaction each and the
 //! dispatcher sends the charges to the sandbox, which sends their webhooks back to the edge, which the worker
-//! applies. Meanwhile the bench keeps posting sequential webhooks (at least `--requests`), split into those
-//! answered before every claim existed (during the round) and after it (until every intent succeeded).
+//! applies. Meanwhile the bench keeps posting sequential webhooks (as many as fit), split into those sent
+//! before the poller saw every claim (during the round) and after it (until every intent succeeded).
 //! Times come from the database (`billing_claims.claimed_at`, `outbound_requests.updated_at`,
 //! `payment_intents.updated_at` against t0), so the poller's pace does not enter them.
 //!
@@ -47,7 +47,7 @@ const AMOUNT: i64 = 1990;
 /// Options of the measurement.
 #[derive(Debug, Clone)]
 pub struct BillingRoundOptions {
-    /// Webhooks timed in the baseline (and at least as many during the round).
+    /// Webhooks timed in the baseline (during the round: as many as fit, one after another).
     pub requests: usize,
     /// Due subscriptions the round bills.
     pub subscriptions: usize,
@@ -542,20 +542,13 @@ async fn post_form(
         .send()
         .await
         .with_context(|| format!("POST {url}"))?;
-    anyhow::ensure!(
-        res.status().is_success(),
-        "POST {url}: {}",
-        res.status()
-    );
+    anyhow::ensure!(res.status().is_success(), "POST {url}: {}", res.status());
     Ok(res.json().await?)
 }
 
 /// One bulk insert: a monthly subscription per saved card, anchored on the first of the running month (its
 /// period started, it existed since), parked a century ahead. Returns the running cycle (`YYYY-MM`).
-async fn insert_subscriptions(
-    pool: &PgPool,
-    cards: &[(String, String)],
-) -> anyhow::Result<String> {
+async fn insert_subscriptions(pool: &PgPool, cards: &[(String, String)]) -> anyhow::Result<String> {
     let (customers, methods): (Vec<String>, Vec<String>) = cards.iter().cloned().unzip();
     sqlx::query(
         "WITH a AS (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS anchor)
@@ -707,7 +700,9 @@ async fn database_checks(pool: &PgPool, n: i64, cycle: &str) -> anyhow::Result<V
         Check {
             name: "one charge request per intent, each sent once".into(),
             pass: requests == n && sent == n && attempts == n,
-            detail: format!("{requests} charge requests, {sent} succeeded, {attempts} attempts (want {n})"),
+            detail: format!(
+                "{requests} charge requests, {sent} succeeded, {attempts} attempts (want {n})"
+            ),
         },
         Check {
             name: "nothing left due".into(),

@@ -212,45 +212,42 @@ pub(crate) async fn delete_topology(amqp_url: &str, topology: &Topology) -> Vec<
             return problems;
         }
     };
-        match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
-            Ok(conn) => {
-                match conn.create_channel().await {
-                    Ok(ch) => {
-                        let t = topology;
-                        // The domain facts' unrouted queue too: nothing consumes it in a benchmark, and each run
-                        // leaves one message per payment fact there otherwise (RabbitMQ grows from run to run).
-                        for q in [&t.payments_queue, &t.dead_letter_queue, &t.domain_unrouted] {
-                            if let Err(e) = ch
-                                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                                .await
-                            {
-                                problems.push(format!("delete queue {q}: {e}"));
-                            }
-                        }
-                        for x in [
-                            &t.exchange,
-                            &t.dead_letter_exchange,
-                            &t.domain_exchange,
-                            &t.domain_unrouted,
-                        ] {
-                            if let Err(e) = ch
-                                .exchange_delete(
-                                    x.as_str().into(),
-                                    ExchangeDeleteOptions::default(),
-                                )
-                                .await
-                            {
-                                problems.push(format!("delete exchange {x}: {e}"));
-                            }
+    match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
+        Ok(conn) => {
+            match conn.create_channel().await {
+                Ok(ch) => {
+                    let t = topology;
+                    // The domain facts' unrouted queue too: nothing consumes it in a benchmark, and each run
+                    // leaves one message per payment fact there otherwise (RabbitMQ grows from run to run).
+                    for q in [&t.payments_queue, &t.dead_letter_queue, &t.domain_unrouted] {
+                        if let Err(e) = ch
+                            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                            .await
+                        {
+                            problems.push(format!("delete queue {q}: {e}"));
                         }
                     }
-                    Err(e) => problems.push(format!("open a channel to delete the queues: {e}")),
+                    for x in [
+                        &t.exchange,
+                        &t.dead_letter_exchange,
+                        &t.domain_exchange,
+                        &t.domain_unrouted,
+                    ] {
+                        if let Err(e) = ch
+                            .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+                            .await
+                        {
+                            problems.push(format!("delete exchange {x}: {e}"));
+                        }
+                    }
                 }
-                conn.close(200, "".into()).await.ok();
+                Err(e) => problems.push(format!("open a channel to delete the queues: {e}")),
             }
-            Err(e) => problems.push(format!("connect to RabbitMQ to delete the queues: {e:#}")),
+            conn.close(200, "".into()).await.ok();
         }
-        problems
+        Err(e) => problems.push(format!("connect to RabbitMQ to delete the queues: {e:#}")),
+    }
+    problems
 }
 
 /// Tries `connect` for up to 30 s: teardown must not give up because a server is restarting at that moment.

@@ -414,7 +414,9 @@ mod tests {
             }) => assert_eq!((requests, subscriptions, timeout_secs), (20, 50, 60)),
             other => panic!("not billing-round: {other:?}"),
         }
-        assert!(Args::try_parse_from(["hookline-bench", "billing-round", "--subscriptions", "x"])
-            .is_err());
+        assert!(
+            Args::try_parse_from(["hookline-bench", "billing-round", "--subscriptions", "x"])
+                .is_err()
+        );
     }
 }
