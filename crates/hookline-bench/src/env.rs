@@ -172,51 +172,7 @@ impl BenchEnv {
             }
             Err(e) => problems.push(format!("connect to {admin} to drop the databases: {e}")),
         }
-        let amqp = match self.amqp_endpoints() {
-            Ok(amqp) => amqp,
-            Err(e) => {
-                problems.push(format!("{e:#}"));
-                return problems;
-            }
-        };
-        match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
-            Ok(conn) => {
-                match conn.create_channel().await {
-                    Ok(ch) => {
-                        let t = &self.topology;
-                        // The domain facts' unrouted queue too: nothing consumes it in a benchmark, and each run
-                        // leaves one message per payment fact there otherwise (RabbitMQ grows from run to run).
-                        for q in [&t.payments_queue, &t.dead_letter_queue, &t.domain_unrouted] {
-                            if let Err(e) = ch
-                                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                                .await
-                            {
-                                problems.push(format!("delete queue {q}: {e}"));
-                            }
-                        }
-                        for x in [
-                            &t.exchange,
-                            &t.dead_letter_exchange,
-                            &t.domain_exchange,
-                            &t.domain_unrouted,
-                        ] {
-                            if let Err(e) = ch
-                                .exchange_delete(
-                                    x.as_str().into(),
-                                    ExchangeDeleteOptions::default(),
-                                )
-                                .await
-                            {
-                                problems.push(format!("delete exchange {x}: {e}"));
-                            }
-                        }
-                    }
-                    Err(e) => problems.push(format!("open a channel to delete the queues: {e}")),
-                }
-                conn.close(200, "".into()).await.ok();
-            }
-            Err(e) => problems.push(format!("connect to RabbitMQ to delete the queues: {e:#}")),
-        }
+        problems.extend(delete_topology(&self.amqp_url, &self.topology).await);
         problems
     }
 
@@ -241,6 +197,57 @@ impl BenchEnv {
             .map(|q| q.messages)
             .with_context(|| format!("queue {queue} does not exist"))
     }
+}
+
+/// Deletes the queues and exchanges of `topology` (a run's prefix) on `amqp_url`. Returns what could not be
+/// removed (best effort: one failure does not stop the rest).
+pub(crate) async fn delete_topology(amqp_url: &str, topology: &Topology) -> Vec<String> {
+    let mut problems = Vec::new();
+    let amqp = match hookline_core::config::AmqpEndpoints::single(amqp_url)
+        .context("the benchmark's AMQP URL")
+    {
+        Ok(amqp) => amqp,
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            return problems;
+        }
+    };
+    match retry(|| hookline_bus::connect(&amqp, "hookline-bench")).await {
+        Ok(conn) => {
+            match conn.create_channel().await {
+                Ok(ch) => {
+                    let t = topology;
+                    // The domain facts' unrouted queue too: nothing consumes it in a benchmark, and each run
+                    // leaves one message per payment fact there otherwise (RabbitMQ grows from run to run).
+                    for q in [&t.payments_queue, &t.dead_letter_queue, &t.domain_unrouted] {
+                        if let Err(e) = ch
+                            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                            .await
+                        {
+                            problems.push(format!("delete queue {q}: {e}"));
+                        }
+                    }
+                    for x in [
+                        &t.exchange,
+                        &t.dead_letter_exchange,
+                        &t.domain_exchange,
+                        &t.domain_unrouted,
+                    ] {
+                        if let Err(e) = ch
+                            .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+                            .await
+                        {
+                            problems.push(format!("delete exchange {x}: {e}"));
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("open a channel to delete the queues: {e}")),
+            }
+            conn.close(200, "".into()).await.ok();
+        }
+        Err(e) => problems.push(format!("connect to RabbitMQ to delete the queues: {e:#}")),
+    }
+    problems
 }
 
 /// Tries `connect` for up to 30 s: teardown must not give up because a server is restarting at that moment.
@@ -289,6 +296,25 @@ impl ChildProcess {
         log: &Path,
     ) -> anyhow::Result<ChildProcess> {
         Self::spawn_args(bin_dir, "hookline", config, &["console", "serve"], log)
+    }
+
+    /// The provider sandbox's own process: `{bin_dir}/hookline --config {config} sandbox --listen {listen}
+    /// --seed {seed}`, as [`ChildProcess::spawn`] starts the others.
+    pub fn spawn_sandbox(
+        bin_dir: &Path,
+        config: &Path,
+        listen: SocketAddr,
+        seed: u64,
+        log: &Path,
+    ) -> anyhow::Result<ChildProcess> {
+        let (listen, seed) = (listen.to_string(), seed.to_string());
+        Self::spawn_args(
+            bin_dir,
+            "hookline",
+            config,
+            &["sandbox", "--listen", &listen, "--seed", &seed],
+            log,
+        )
     }
 
     /// [`ChildProcess::spawn`] with `args` after `--config {config}`.

@@ -27,6 +27,7 @@
 
 pub mod api_flood;
 pub mod baseline;
+pub mod billing_round;
 pub mod checks;
 pub mod console;
 pub mod costs;

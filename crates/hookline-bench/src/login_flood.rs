@@ -138,40 +138,64 @@ pub(crate) async fn webhooks(
     first: usize,
     n: usize,
 ) -> anyhow::Result<Acks> {
-    let url = format!("http://127.0.0.1:{port}/webhooks/stripe");
+    let url = webhook_url(port);
     let mut ms = Vec::with_capacity(n);
     let mut ok = 0;
     for i in first..first + n {
-        let body = format!(
-            r#"{{"id":"evt_flood_{i}","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_flood_{i}","amount":1000,"currency":"brl","status":"succeeded"}}}}}}"#
-        );
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs() as i64;
-        let signature = hookline_signature::sign::stripe(SECRET.as_bytes(), ts, body.as_bytes());
-        let started = Instant::now();
-        let res = client
-            .post(&url)
-            .header("stripe-signature", signature)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .context("POST a webhook")?;
-        let status = res.status();
-        res.bytes().await.ok();
-        ms.push(started.elapsed().as_secs_f64() * 1000.0);
-        if status.as_u16() == 200 {
-            ok += 1;
+        let (acked, took) = post_webhook(client, &url, i).await?;
+        ms.push(took);
+        ok += usize::from(acked);
+    }
+    Ok(Acks::from_ms(ok, ms))
+}
+
+/// The edge's Stripe webhook URL on `port`.
+pub(crate) fn webhook_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}/webhooks/stripe")
+}
+
+/// One signed Stripe webhook (event `evt_flood_{i}`, signed with [`SECRET`]) posted to `url`: whether it was
+/// answered 200, and how long the answer took (ms).
+pub(crate) async fn post_webhook(
+    client: &reqwest::Client,
+    url: &str,
+    i: usize,
+) -> anyhow::Result<(bool, f64)> {
+    let body = format!(
+        r#"{{"id":"evt_flood_{i}","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_flood_{i}","amount":1000,"currency":"brl","status":"succeeded"}}}}}}"#
+    );
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs() as i64;
+    let signature = hookline_signature::sign::stripe(SECRET.as_bytes(), ts, body.as_bytes());
+    let started = Instant::now();
+    let res = client
+        .post(url)
+        .header("stripe-signature", signature)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .context("POST a webhook")?;
+    let status = res.status();
+    res.bytes().await.ok();
+    Ok((
+        status.as_u16() == 200,
+        started.elapsed().as_secs_f64() * 1000.0,
+    ))
+}
+
+impl Acks {
+    /// The summary of `ms` (every timed webhook), `ok` of them answered 200.
+    pub(crate) fn from_ms(ok: usize, mut ms: Vec<f64>) -> Acks {
+        ms.sort_by(f64::total_cmp);
+        Acks {
+            ok,
+            p50_ms: percentile(&ms, 0.5),
+            p99_ms: percentile(&ms, 0.99),
+            max_ms: ms.last().copied().unwrap_or(0.0),
         }
     }
-    ms.sort_by(f64::total_cmp);
-    Ok(Acks {
-        ok,
-        p50_ms: percentile(&ms, 0.5),
-        p99_ms: percentile(&ms, 0.99),
-        max_ms: ms.last().copied().unwrap_or(0.0),
-    })
 }
 
 /// The pre-login cookie and token of the console's login form.

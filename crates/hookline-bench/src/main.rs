@@ -88,6 +88,20 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         api_concurrency: usize,
     },
+    /// One scheduled billing round of the worker (issue 48) for due monthly subscriptions against the provider
+    /// sandbox: its time, claims/s, the dispatch of its charges, and webhook ack latency before and during it.
+    BillingRound {
+        /// Webhooks timed with the worker idle (one after another); during the round they go on until every
+        /// intent succeeded.
+        #[arg(long, default_value_t = 300)]
+        requests: usize,
+        /// Due subscriptions the round bills.
+        #[arg(long, default_value_t = 10_000)]
+        subscriptions: usize,
+        /// Give up when the round and its dispatch have not finished after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 900)]
+        timeout_secs: u64,
+    },
     /// Two edges and two workers on the same database and broker: zero loss, exactly once, and how the
     /// throughput splits (--duration, --concurrency: connections over both edges).
     Scale,
@@ -147,6 +161,13 @@ async fn main() -> ExitCode {
             api_concurrency,
         }) => {
             return api_flood(args, requests, api_concurrency).await;
+        }
+        Some(Command::BillingRound {
+            requests,
+            subscriptions,
+            timeout_secs,
+        }) => {
+            return billing_round(args, requests, subscriptions, timeout_secs).await;
         }
         Some(Command::LoginFlood { requests, logins }) => {
             return login_flood(args, requests, logins).await;
@@ -316,5 +337,86 @@ async fn login_flood(args: Args, requests: usize, logins: usize) -> ExitCode {
             eprintln!("hookline-bench: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+async fn billing_round(
+    args: Args,
+    requests: usize,
+    subscriptions: usize,
+    timeout_secs: u64,
+) -> ExitCode {
+    let opts = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let round_opts = hookline_bench::billing_round::BillingRoundOptions {
+        requests: requests.max(1),
+        subscriptions: subscriptions.max(1),
+        timeout: Duration::from_secs(timeout_secs.max(1)),
+        bin_dir: opts.bin_dir.clone(),
+        pg_base_url: opts.pg_base_url.clone(),
+        amqp_url: opts.amqp_url.clone(),
+        out_dir: opts.out_dir.clone(),
+    };
+    match hookline_bench::billing_round::run(&round_opts).await {
+        Ok(report) => {
+            written(
+                hookline_bench::billing_round::write_report(&report, &opts.out_dir)
+                    .map(|p| vec![p]),
+            );
+            verdict(report.pass)
+        }
+        Err(e) => {
+            eprintln!("hookline-bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn billing_round_takes_its_sizes_and_defaults_to_ten_thousand() {
+        let args = Args::try_parse_from(["hookline-bench", "billing-round"]).expect("parses");
+        match args.command {
+            Some(Command::BillingRound {
+                requests,
+                subscriptions,
+                timeout_secs,
+            }) => assert_eq!((requests, subscriptions, timeout_secs), (300, 10_000, 900)),
+            other => panic!("not billing-round: {other:?}"),
+        }
+        let args = Args::try_parse_from([
+            "hookline-bench",
+            "--out",
+            "o",
+            "billing-round",
+            "--subscriptions",
+            "50",
+            "--requests",
+            "20",
+            "--timeout-secs",
+            "60",
+        ])
+        .expect("parses");
+        assert_eq!(args.out, PathBuf::from("o"));
+        match args.command {
+            Some(Command::BillingRound {
+                requests,
+                subscriptions,
+                timeout_secs,
+            }) => assert_eq!((requests, subscriptions, timeout_secs), (20, 50, 60)),
+            other => panic!("not billing-round: {other:?}"),
+        }
+        assert!(
+            Args::try_parse_from(["hookline-bench", "billing-round", "--subscriptions", "x"])
+                .is_err()
+        );
     }
 }

@@ -105,3 +105,36 @@ async fn console_measurement_runs_every_page() {
     assert_eq!(json["events"], 3_000);
     std::fs::remove_dir_all(&out).ok();
 }
+
+/// A billing round of a few dozen subscriptions against the sandbox, with the real edge and worker: every
+/// check holds (one claim, intent and charge per subscription, each card charged once) and the times are in
+/// order; no speed is asserted here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn billing_round_charges_each_subscription_once() {
+    let out = std::env::temp_dir().join(format!(
+        "hookline-bench-billing-smoke-{}",
+        std::process::id()
+    ));
+    let defaults = Options::new(bin_dir());
+    let opts = hookline_bench::billing_round::BillingRoundOptions {
+        requests: 20,
+        subscriptions: 40,
+        timeout: Duration::from_secs(120),
+        bin_dir: bin_dir(),
+        pg_base_url: std::env::var("HOOKLINE_TEST_PG").unwrap_or(defaults.pg_base_url),
+        amqp_url: defaults.amqp_url,
+        out_dir: out.clone(),
+    };
+    let report = hookline_bench::billing_round::run(&opts)
+        .await
+        .expect("billing round");
+    assert!(report.pass, "{:#?}", report.checks);
+    let t = &report.times;
+    assert!(t.first_claim_s <= t.last_claim_s && t.last_claim_s <= t.dispatched_s + 1.0);
+    assert_eq!(report.quiet.ok, 20);
+    let path = hookline_bench::billing_round::write_report(&report, &out).expect("write");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read json")).expect("json");
+    assert_eq!(json["subscriptions"], 40);
+    std::fs::remove_dir_all(&out).ok();
+}
