@@ -477,7 +477,7 @@ async fn wait_scheduler(
             let text = r.text().await.unwrap_or_default();
             let rounds = text
                 .lines()
-                .filter(|l| l.starts_with(hookline_billing::schedule::metric::ROUNDS))
+                .filter(|l| l.starts_with(hookline_billing::metric::ROUNDS))
                 .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
                 .sum::<f64>();
             if rounds >= 1.0 {
