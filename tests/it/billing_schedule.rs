@@ -367,3 +367,90 @@ async fn a_worker_down_across_a_period_boundary_catches_up_once() {
     assert_eq!(status["schedule"]["due_periods"], 0, "{status}");
     rig.teardown().await;
 }
+
+/// A round on its own (in process, no worker): what cannot be charged (a provider not configured) stays due and
+/// counted, round after round, without stalling the round or charging anything for it; a pointer whose
+/// `next_period_at` disagrees with its cycle (a row edited by hand) is set right instead of being picked forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_charged_stays_due_and_a_round_never_stalls() {
+    use hookline_billing::{schedule, subscriptions, NewSubscription, ProviderBilling};
+    let db = hookline_tests::TestDb::new().await;
+    let now = OffsetDateTime::now_utc();
+    let new = |provider: &'static str, anchor: OffsetDateTime| NewSubscription {
+        provider,
+        customer: "cus_round",
+        payment_method: "pm_card_visa",
+        amount: 1000,
+        currency: "brl",
+        interval: Interval::Month,
+        anchor,
+    };
+    let day_ago = now - time::Duration::DAY;
+    let mut conn = db.pool.acquire().await.expect("a connection");
+    let good = subscriptions::add(&mut conn, None, &new("st", day_ago), now)
+        .await
+        .expect("add")
+        .id;
+    let unconfigured = subscriptions::add(&mut conn, None, &new("gone", day_ago), now)
+        .await
+        .expect("add")
+        .id;
+    // Its next period starts in ten days, but the row says it is due.
+    let later = subscriptions::add(
+        &mut conn,
+        None,
+        &new("st", now + time::Duration::days(10)),
+        now,
+    )
+    .await
+    .expect("add")
+    .id;
+    sqlx::query("UPDATE subscriptions SET next_period_at = now() - interval '1 day' WHERE id = $1")
+        .bind(later)
+        .execute(&mut *conn)
+        .await
+        .expect("a row edited by hand");
+    let provider_of = |name: &str| {
+        (name == "st").then(|| ProviderBilling {
+            scheme: hookline_signature::Scheme::Stripe,
+            retry_schedule_secs: vec![60],
+        })
+    };
+    let never = || false;
+    let first = schedule::round(&db.pool, &provider_of, now, &never)
+        .await
+        .expect("a round");
+    assert_eq!(
+        (first.charged, first.not_charged, first.not_due),
+        (1, 1, 1),
+        "{first:?}"
+    );
+    let second = schedule::round(&db.pool, &provider_of, now, &never)
+        .await
+        .expect("a round");
+    assert_eq!(
+        (second.charged, second.not_charged, second.not_due),
+        (0, 1, 0),
+        "{second:?}"
+    );
+    let gauges = hookline_billing::schedule_gauges(&mut conn, now)
+        .await
+        .expect("gauges");
+    assert_eq!(
+        gauges.due_periods, 1,
+        "only the unconfigured one: {gauges:?}"
+    );
+    let claimed: Vec<i64> = sqlx::query_scalar("SELECT subscription_id FROM billing_claims")
+        .fetch_all(&mut *conn)
+        .await
+        .expect("claims");
+    assert_eq!(claimed, [good]);
+    let (cycle, starts): (String, OffsetDateTime) =
+        sqlx::query_as("SELECT next_cycle, next_period_at FROM subscriptions WHERE id = $1")
+            .bind(later)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("the pointer");
+    assert!(starts > now, "{cycle} {starts}");
+    assert_ne!(unconfigured, good);
+}

@@ -307,8 +307,9 @@ pub async fn lock_next_due(
 }
 
 /// Moves a subscription's scheduler pointer forward to `cycle` (its period starting at `starts`); never back: a
-/// pointer already past it stays (`billing run --cycle` of an older cycle, a concurrent decision). Cycles
-/// (`YYYY-MM`) compare as text.
+/// pointer already past it stays (`billing run --cycle` of an older cycle, a concurrent decision). A pointer on
+/// `cycle` itself gets `starts` again, so a `next_period_at` that disagrees with its cycle (a row edited by hand)
+/// is set right instead of being picked by every round. Cycles (`YYYY-MM`) compare as text.
 pub async fn advance(
     conn: &mut PgConnection,
     id: i64,
@@ -317,7 +318,7 @@ pub async fn advance(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE subscriptions SET next_cycle = $2, next_period_at = $3
-          WHERE id = $1 AND next_cycle < $2",
+          WHERE id = $1 AND next_cycle <= $2",
     )
     .bind(id)
     .bind(cycle.to_string())
